@@ -1,0 +1,157 @@
+"""The read-only cluster view that policies consult, and the records it holds.
+
+Policies read only these small records (never whole API objects, never secret values), with no I/O.
+`StaticClusterView` holds fixed records: tests and the offline `review` command use it; the running
+service uses the informer-fed view in `gpu_admission.cluster.informers`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+RefKind = Literal["Secret", "ServiceAccount", "PersistentVolumeClaim"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SecretInfo:
+    """A credential Secret's shape: its type and key names. Values are never kept."""
+
+    namespace: str
+    name: str
+    type: str
+    keys: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceAccountInfo:
+    namespace: str
+    name: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PVCInfo:
+    namespace: str
+    name: str
+    uid: str = ""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """An object a policy needs to see; the service edge may fetch it on a cache miss."""
+
+    kind: RefKind
+    namespace: str
+    name: str
+
+
+class ClusterView(Protocol):
+    """Read-only, in-memory, I/O-free lookups of what the informers hold."""
+
+    def nodes(self) -> Iterable[NodeInfo]: ...
+
+    def node(self, name: str) -> NodeInfo | None: ...
+
+    def secret(self, namespace: str, name: str) -> SecretInfo | None: ...
+
+    def service_account(self, namespace: str, name: str) -> ServiceAccountInfo | None: ...
+
+    def pvc(self, namespace: str, name: str) -> PVCInfo | None: ...
+
+
+class MissResolver(Protocol):
+    """Fills the view on a cache miss (bounded wait for the informer, then one direct GET)."""
+
+    async def resolve(self, refs: Iterable[ObjectRef]) -> None: ...
+
+
+class StaticClusterView:
+    """A view over fixed records."""
+
+    def __init__(
+        self,
+        nodes: Iterable[NodeInfo] = (),
+        secrets: Iterable[SecretInfo] = (),
+        service_accounts: Iterable[ServiceAccountInfo] = (),
+        pvcs: Iterable[PVCInfo] = (),
+    ) -> None:
+        self._nodes = {n.name: n for n in nodes}
+        self._secrets = {(s.namespace, s.name): s for s in secrets}
+        self._service_accounts = {(s.namespace, s.name): s for s in service_accounts}
+        self._pvcs = {(p.namespace, p.name): p for p in pvcs}
+
+    def nodes(self) -> Iterable[NodeInfo]:
+        return self._nodes.values()
+
+    def node(self, name: str) -> NodeInfo | None:
+        return self._nodes.get(name)
+
+    def secret(self, namespace: str, name: str) -> SecretInfo | None:
+        return self._secrets.get((namespace, name))
+
+    def service_account(self, namespace: str, name: str) -> ServiceAccountInfo | None:
+        return self._service_accounts.get((namespace, name))
+
+    def pvc(self, namespace: str, name: str) -> PVCInfo | None:
+        return self._pvcs.get((namespace, name))
+
+
+# Converters from API objects (plain dicts as the API serves them) to records. The informers and
+# the offline `review` command share them, so both see the cluster the same way.
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def node_info(obj: Mapping[str, Any]) -> NodeInfo:
+    meta = _meta(obj)
+    return NodeInfo(
+        name=meta.get("name", ""),
+        labels=dict(meta.get("labels") or {}),
+        allocatable={
+            k: str(v) for k, v in ((obj.get("status") or {}).get("allocatable") or {}).items()
+        },
+    )
+
+
+def secret_info(obj: Mapping[str, Any]) -> SecretInfo:
+    meta = _meta(obj)
+    keys = set(obj.get("data") or {}) | set(obj.get("stringData") or {})
+    return SecretInfo(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        type=obj.get("type") or "Opaque",
+        keys=frozenset(keys),
+    )
+
+
+def service_account_info(obj: Mapping[str, Any]) -> ServiceAccountInfo:
+    meta = _meta(obj)
+    return ServiceAccountInfo(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        annotations=dict(meta.get("annotations") or {}),
+    )
+
+
+def pvc_info(obj: Mapping[str, Any]) -> PVCInfo:
+    meta = _meta(obj)
+    return PVCInfo(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        annotations=dict(meta.get("annotations") or {}),
+        labels=dict(meta.get("labels") or {}),
+    )

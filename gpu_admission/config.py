@@ -1,0 +1,256 @@
+"""One configuration model, loaded from a YAML file, environment variables and flags, in that order.
+
+Later sources win. Environment variables are `GPU_ADMISSION_<FIELD>`, with `__` between nested
+fields (`GPU_ADMISSION_MEMORY_SHARE__HEADROOM=0.9`); values are parsed as YAML scalars or lists.
+A bad value stops start-up with a message that names the field.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpu_admission.names import DEFAULT_PREFIX, Names
+
+ENV_PREFIX = "GPU_ADMISSION_"
+_TEMPLATE_FIELDS = ("fraction", "replicas", "limit_mib")
+
+
+class ConfigError(Exception):
+    """Raised for configuration that cannot be used; the message names the field."""
+
+
+class FailureMode(StrEnum):
+    """What a webhook answers when one of its policies fails with an unexpected error."""
+
+    DENY = "deny"
+    ALLOW = "allow"
+
+
+class NoCandidateBehaviour(StrEnum):
+    """What the memory-share policy does when no node tells it the replica count."""
+
+    SKIP = "skip"  # admit unchanged, with a warning saying why
+    DENY = "deny"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Model):
+    host: str = "0.0.0.0"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8443
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 9090
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 3 * 1024 * 1024
+    shutdown_grace_seconds: Annotated[float, Field(ge=0)] = 20.0
+    # Webhook path -> failure mode when a policy raises. Validating webhooks default to deny:
+    # an unchecked object must not get in. Mutating ones too: a pod that missed its
+    # NVIDIA_VISIBLE_DEVICES=none would see every GPU of its node.
+    failure_modes: dict[str, FailureMode] = Field(default_factory=dict)
+    default_failure_mode: FailureMode = FailureMode.DENY
+
+
+class CertConfig(_Model):
+    cert_dir: Path | None = None
+    service_name: str = "gpu-admission"
+    namespace: str = "gpu-admission"
+    secret_name: str | None = None  # store certificates in this kubernetes.io/tls Secret
+    extra_dns: list[str] = Field(default_factory=list)
+    extra_ips: list[str] = Field(default_factory=list)
+    renew_fraction: Annotated[float, Field(gt=0, lt=1)] = 2 / 3
+    webhook_configuration_name: str = "gpu-admission"
+    manage_ca_bundle: bool = True
+
+
+class GpuConfig(_Model):
+    resource_patterns: list[str] = Field(
+        default_factory=lambda: ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"]
+    )
+    shared_suffixes: list[str] = Field(default_factory=lambda: [".shared"])
+    guarded_env: list[str] = Field(default_factory=lambda: ["NVIDIA_VISIBLE_DEVICES"])
+
+    @field_validator("resource_patterns", "shared_suffixes")
+    @classmethod
+    def _not_empty(cls, value: list[str]) -> list[str]:
+        if not value or any(not item for item in value):
+            raise ValueError("must be a non-empty list of non-empty strings")
+        return value
+
+    def is_gpu_resource(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.resource_patterns)
+
+    def is_shared_resource(self, name: str) -> bool:
+        return self.is_gpu_resource(name) and any(name.endswith(s) for s in self.shared_suffixes)
+
+    def base_resource_name(self, name: str) -> str:
+        """`nvidia.com/gpu.shared` -> `nvidia.com/gpu`: node labels keep the original name."""
+        for suffix in self.shared_suffixes:
+            if name.endswith(suffix):
+                return name[: -len(suffix)]
+        return name
+
+
+class MemoryShareConfig(_Model):
+    headroom: Annotated[float, Field(gt=0, le=1)] = 0.95
+    default_profile: str = "generic"
+    # Custom profiles: name -> {env name -> template over {fraction}, {replicas}, {limit_mib}}.
+    profiles: dict[str, dict[str, str]] = Field(default_factory=dict)
+    on_no_candidates: NoCandidateBehaviour = NoCandidateBehaviour.SKIP
+
+    @field_validator("profiles")
+    @classmethod
+    def _templates_use_known_fields(
+        cls, value: dict[str, dict[str, str]]
+    ) -> dict[str, dict[str, str]]:
+        for profile, env in value.items():
+            for env_name, template in env.items():
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env_name):
+                    raise ValueError(f"profile {profile!r}: {env_name!r} is not a valid env name")
+                for field in re.findall(r"{([^}]*)}", template):
+                    if field not in _TEMPLATE_FIELDS:
+                        raise ValueError(
+                            f"profile {profile!r}, env {env_name}: unknown template field "
+                            f"{{{field}}}; use {', '.join('{' + f + '}' for f in _TEMPLATE_FIELDS)}"
+                        )
+        return value
+
+
+class CredentialsConfig(_Model):
+    informer_wait_seconds: Annotated[float, Field(ge=0, le=5)] = 0.2
+    max_secret_bytes: Annotated[int, Field(ge=1024)] = 64 * 1024
+
+
+class DatasetConfig(_Model):
+    loader_image: str = "ghcr.io/gpu-admission/gpu-admission:0.1.0"
+    rclone_path: str = "rclone"
+    transfers: Annotated[int, Field(ge=1, le=256)] = 8
+    checkers: Annotated[int, Field(ge=1, le=256)] = 16
+    sync_delete: bool = False  # default copy semantics; `true` mirrors (deletes extra files)
+    backoff_limit: Annotated[int, Field(ge=0)] = 2
+    active_deadline_seconds: Annotated[int, Field(ge=60)] = 6 * 3600
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0)] = 3600
+    max_concurrent_loads: Annotated[int, Field(ge=1)] = 10
+    loader_cpu_request: str = "500m"
+    loader_memory_request: str = "512Mi"
+    loader_cpu_limit: str = "2"
+    loader_memory_limit: str = "2Gi"
+    loader_run_as_user: Annotated[int, Field(ge=1)] = 65532
+    service_account: str | None = None
+    reconcile_workers: Annotated[int, Field(ge=1, le=64)] = 4
+    requeue_base_seconds: Annotated[float, Field(gt=0)] = 0.5
+    requeue_max_seconds: Annotated[float, Field(gt=0)] = 300.0
+
+
+class LeaderElectionConfig(_Model):
+    enabled: bool = True
+    lease_name: str = "gpu-admission-controller"
+    namespace: str = "gpu-admission"
+    lease_duration_seconds: Annotated[float, Field(gt=0)] = 15.0
+    renew_deadline_seconds: Annotated[float, Field(gt=0)] = 10.0
+    retry_period_seconds: Annotated[float, Field(gt=0)] = 2.0
+
+
+class Config(_Model):
+    annotation_prefix: str = DEFAULT_PREFIX
+    exempt_namespace_label: str | None = None  # default: `<prefix>exempt`
+    kubeconfig: Path | None = None
+    server: ServerConfig = ServerConfig()
+    certs: CertConfig = CertConfig()
+    gpu: GpuConfig = GpuConfig()
+    memory_share: MemoryShareConfig = MemoryShareConfig()
+    credentials: CredentialsConfig = CredentialsConfig()
+    dataset: DatasetConfig = DatasetConfig()
+    leader_election: LeaderElectionConfig = LeaderElectionConfig()
+
+    @field_validator("annotation_prefix")
+    @classmethod
+    def _prefix_shape(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/", value):
+            raise ValueError("must be a DNS subdomain followed by '/', like 'gpu-admission.io/'")
+        return value
+
+    @property
+    def names(self) -> Names:
+        return Names(self.annotation_prefix)
+
+    @property
+    def exempt_label(self) -> str:
+        return self.exempt_namespace_label or self.names.exempt_label
+
+    def failure_mode(self, path: str) -> FailureMode:
+        return self.server.failure_modes.get(path, self.server.default_failure_mode)
+
+
+def _set_nested(target: dict[str, Any], dotted: list[str], value: Any) -> None:
+    for key in dotted[:-1]:
+        target = target.setdefault(key, {})
+    target[dotted[-1]] = value
+
+
+def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key, raw in environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        path = [part.lower() for part in key[len(ENV_PREFIX) :].split("__")]
+        _set_nested(values, path, yaml.safe_load(raw) if raw else raw)
+    return values
+
+
+def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def describe_validation_error(error: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration ({source}):"]
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        lines.append(f"  {field}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def load_config(
+    path: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Build the config from a YAML file, then `GPU_ADMISSION_*` variables, then flag overrides."""
+    data: dict[str, Any] = {}
+    sources = []
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        data = loaded
+        sources.append(str(path))
+    env_values = _from_environ(os.environ if environ is None else environ)
+    if env_values:
+        data = _merge(data, env_values)
+        sources.append(f"{ENV_PREFIX}* environment variables")
+    if overrides:
+        data = _merge(data, overrides)
+        sources.append("command-line flags")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, ", ".join(sources) or "defaults")) from exc

@@ -1,0 +1,137 @@
+"""Every name users type or read: annotations, labels, gates, conditions, Secret types and keys.
+
+The annotation prefix is configurable, so names that carry it are built by `Names(prefix)`; names
+that belong to Kubernetes or NVIDIA are plain constants. Nothing else in the code spells these out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "gpu-admission.io/"
+
+# Kubernetes and NVIDIA names.
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+VISIBLE_DEVICES_NONE = "none"
+
+# Secret types and their keys.
+GCP_CREDENTIAL_TYPE = "gcp-credential"
+AWS_CREDENTIAL_TYPE = "aws-credential"
+CREDENTIAL_TYPES = (GCP_CREDENTIAL_TYPE, AWS_CREDENTIAL_TYPE)
+GCP_KEY_FILE = "key.json"
+GCP_MOUNT_ROOT = "/var/run/secrets/gcp"
+GOOGLE_APPLICATION_CREDENTIALS = "GOOGLE_APPLICATION_CREDENTIALS"
+AWS_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
+AWS_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
+AWS_SESSION_TOKEN = "AWS_SESSION_TOKEN"
+AWS_REGION = "AWS_REGION"
+AWS_DEFAULT_REGION = "AWS_DEFAULT_REGION"
+AWS_ENDPOINT_URL = "AWS_ENDPOINT_URL"
+AWS_REQUIRED_KEYS = (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)
+AWS_OPTIONAL_KEYS = (AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL)
+
+# Dataset loading.
+LOADING_CONDITION = "Loading"
+PHASE_PENDING = "Pending"
+PHASE_LOADING = "Loading"
+PHASE_SUCCEEDED = "Succeeded"
+PHASE_FAILED = "Failed"
+DATA_MOUNT_PATH = "/data"
+
+# Object names in the cluster.
+WEBHOOK_CONFIGURATION_NAME = "gpu-admission"
+LEADER_LEASE_NAME = "gpu-admission-controller"
+
+
+@dataclass(frozen=True)
+class Names:
+    """Names under the configurable prefix (default `gpu-admission.io/`)."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    # Pods and ServiceAccounts.
+    @property
+    def cloud_credentials(self) -> str:
+        return self._key("cloud-credentials")
+
+    @property
+    def inject_cloud_credentials(self) -> str:
+        return self._key("inject-cloud-credentials")
+
+    @property
+    def skip_containers(self) -> str:
+        return self._key("skip-containers")
+
+    @property
+    def gpu_app(self) -> str:
+        return self._key("gpu-app")
+
+    @property
+    def gpu_memory_fraction(self) -> str:
+        return self._key("gpu-memory-fraction")
+
+    @property
+    def gpu_replicas(self) -> str:
+        return self._key("gpu-replicas")
+
+    @property
+    def dataset_writable(self) -> str:
+        return self._key("dataset-writable")
+
+    # PVCs.
+    @property
+    def data_source(self) -> str:
+        return self._key("data-source")
+
+    @property
+    def data_credentials(self) -> str:
+        return self._key("data-credentials")
+
+    @property
+    def data_load_phase(self) -> str:
+        return self._key("data-load-phase")
+
+    @property
+    def data_load_bytes(self) -> str:
+        return self._key("data-load-bytes")
+
+    @property
+    def data_load_files(self) -> str:
+        return self._key("data-load-files")
+
+    @property
+    def data_load_duration(self) -> str:
+        return self._key("data-load-duration-seconds")
+
+    @property
+    def data_load_job(self) -> str:
+        return self._key("data-load-job")
+
+    @property
+    def data_load_sync(self) -> str:
+        """PVC annotation `"true"`: mirror the source (delete files that are not in it)."""
+        return self._key("data-load-sync")
+
+    # Labels.
+    @property
+    def data_load_label(self) -> str:
+        """On dataset PVCs (value "true") and on loader Jobs; the controller selects by it."""
+        return self._key("data-load")
+
+    @property
+    def data_wait_label(self) -> str:
+        """On pods gated for a dataset (value "true"), so the controller finds them by selector."""
+        return self._key("data-wait")
+
+    @property
+    def exempt_label(self) -> str:
+        return self._key("exempt")
+
+    # Scheduling gate.
+    @property
+    def data_load_gate(self) -> str:
+        return self._key("data-load")

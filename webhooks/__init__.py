@@ -1,0 +1,1 @@
+"""Admission webhooks: AdmissionReview handling, policy interface, policies and the service."""

@@ -1,0 +1,75 @@
+"""The policy interface.
+
+A mutating policy is a pure function `(request, patch, view) -> Verdict | None`: it records JSON
+Patch operations and warnings on `patch` (which applies them to `request.object`, the working copy)
+and returns a denial when the object must not be admitted. A validating policy is a pure function
+`(request, view) -> Verdict`. Neither does I/O: everything about the cluster comes from the view.
+
+A policy names the kind, operations and subresources it applies to, and may name the objects it
+will look up (`references`), so the service edge can fill a cache miss before the policy runs.
+Re-running a mutating policy on its own output must record no operation (reinvocation safety).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from gpu_admission.cluster.view import ClusterView, ObjectRef
+from webhooks.patch import Patch
+from webhooks.review import AdmissionRequest, Verdict
+
+MutateFn = Callable[[AdmissionRequest, Patch, ClusterView], Verdict | None]
+ValidateFn = Callable[[AdmissionRequest, ClusterView], Verdict]
+ReferencesFn = Callable[[AdmissionRequest], Iterable[ObjectRef]]
+
+
+def _no_references(request: AdmissionRequest) -> Iterable[ObjectRef]:
+    return ()
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which requests a policy applies to: object kind, operations, and subresources ("" = the
+    object itself)."""
+
+    kind: str
+    operations: frozenset[str] = frozenset({"CREATE"})
+    subresources: frozenset[str] = frozenset({""})
+
+    def matches(self, request: AdmissionRequest) -> bool:
+        return (
+            request.kind == self.kind
+            and request.operation in self.operations
+            and request.sub_resource in self.subresources
+        )
+
+
+@dataclass(frozen=True)
+class MutatingPolicy:
+    name: str
+    scope: Scope
+    mutate: MutateFn
+    references: ReferencesFn = field(default=_no_references)
+
+
+@dataclass(frozen=True)
+class ValidatingPolicy:
+    name: str
+    scope: Scope
+    validate: ValidateFn
+    references: ReferencesFn = field(default=_no_references)
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """All policies, in the order they run."""
+
+    mutating: tuple[MutatingPolicy, ...] = ()
+    validating: tuple[ValidatingPolicy, ...] = ()
+
+    def mutating_for(self, kind: str) -> tuple[MutatingPolicy, ...]:
+        return tuple(p for p in self.mutating if p.scope.kind == kind)
+
+    def validating_for(self, kind: str) -> tuple[ValidatingPolicy, ...]:
+        return tuple(p for p in self.validating if p.scope.kind == kind)
