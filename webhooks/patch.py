@@ -7,6 +7,7 @@ the object the API server sent. Patches are built from what changed; whole objec
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 
@@ -17,6 +18,12 @@ def escape(token: str) -> str:
 
 def _unescape(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
+
+
+def _detached(value: Any) -> Any:
+    """The working object gets its own copy of containers, so later operations on it never
+    change the value an earlier operation recorded."""
+    return copy.deepcopy(value) if isinstance(value, (dict, list)) else value
 
 
 class PatchConflict(Exception):
@@ -61,6 +68,7 @@ class Patch:
 
     def add(self, path: str, value: Any) -> None:
         parent, key = self._parent(path)
+        recorded, value = value, _detached(value)
         if isinstance(parent, list):
             if key == "-":
                 parent.append(value)
@@ -70,10 +78,11 @@ class Patch:
             parent[key] = value
         else:
             raise PatchConflict(f"cannot add at {path}")
-        self.ops.append({"op": "add", "path": path, "value": value})
+        self.ops.append({"op": "add", "path": path, "value": recorded})
 
     def replace(self, path: str, value: Any) -> None:
         parent, key = self._parent(path)
+        recorded, value = value, _detached(value)
         try:
             if isinstance(parent, list):
                 parent[int(key)] = value
@@ -83,7 +92,7 @@ class Patch:
                 raise KeyError(key)
         except (KeyError, IndexError, ValueError, TypeError) as exc:
             raise PatchConflict(f"nothing to replace at {path}") from exc
-        self.ops.append({"op": "replace", "path": path, "value": value})
+        self.ops.append({"op": "replace", "path": path, "value": recorded})
 
     def remove(self, path: str) -> None:
         parent, key = self._parent(path)
