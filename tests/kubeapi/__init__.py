@@ -1,0 +1,1 @@
+"""Kubernetes API emulator used by the tests (documentation grows with the package)."""
