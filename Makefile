@@ -1,0 +1,41 @@
+# The two commands of the README: `make run` (the offline review over examples/) and `make test`.
+# Both set up a virtual environment with everything they need on a fresh machine.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint format bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# Review the example manifests against the example cluster state. The examples include pods the
+# policies deny on purpose, so exit status 1 (something denied) is the expected result here.
+run: $(STAMP)
+	@status=0; $(BIN)/gpu-admission review -f examples/manifests \
+		--cluster-state examples/cluster-state.yaml || status=$$?; \
+	if [ $$status -gt 1 ]; then exit $$status; fi
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.admission
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
