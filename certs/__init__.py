@@ -1,0 +1,1 @@
+"""Certificates for the webhook service: issue, store, rotate, reload live, publish the caBundle."""

@@ -1,0 +1,155 @@
+"""Keep `caBundle` current in every webhook of the service's webhook configurations.
+
+The API server verifies the service's certificate against `caBundle`, so it must list the CA
+that signed the certificate being served. Each change is a JSON Patch that first tests every
+webhook's name at its index and then sets its caBundle: another writer reordering or replacing
+webhooks makes the patch fail instead of setting a bundle on the wrong webhook, and fields this
+code does not know are never rewritten. Nothing is written when the bundle is already current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client import AdmissionregistrationV1Api
+from kubernetes.client.exceptions import ApiException
+
+from certs.issue import CertBundle
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIGURATION_NAME = "gpu-admission"
+DEFAULT_SYNC_INTERVAL = 60.0
+MAX_ATTEMPTS = 5
+MUTATING = "MutatingWebhookConfiguration"
+VALIDATING = "ValidatingWebhookConfiguration"
+
+
+@dataclass
+class SyncResult:
+    """What a sync did, by configuration kind."""
+
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+
+def _encoded(value: Any) -> str:
+    """caBundle as the API returns it (base64 text); the client may hand back bytes."""
+    if value is None:
+        return ""
+    return value.decode("ascii") if isinstance(value, bytes) else str(value)
+
+
+def bundle_patch(webhooks: list[Any], wanted: str) -> list[dict[str, Any]]:
+    """JSON Patch setting caBundle on each webhook that lacks `wanted`; [] when all have it."""
+    operations: list[dict[str, Any]] = []
+    for index, webhook in enumerate(webhooks):
+        if _encoded(webhook.client_config.ca_bundle) == wanted:
+            continue
+        operations.append({"op": "test", "path": f"/webhooks/{index}/name", "value": webhook.name})
+        # "add" sets the member whether or not it exists yet.
+        operations.append(
+            {"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": wanted}
+        )
+    return operations
+
+
+class CABundleSyncer:
+    """Publishes a CA bundle to the Mutating and Validating configurations named `name`."""
+
+    def __init__(
+        self, api: AdmissionregistrationV1Api, name: str = DEFAULT_CONFIGURATION_NAME
+    ) -> None:
+        self.api = api
+        self.name = name
+        self._kinds = {
+            MUTATING: (
+                api.read_mutating_webhook_configuration,
+                api.patch_mutating_webhook_configuration,
+            ),
+            VALIDATING: (
+                api.read_validating_webhook_configuration,
+                api.patch_validating_webhook_configuration,
+            ),
+        }
+
+    def sync(self, ca_bundle_pem: bytes) -> SyncResult:
+        """Make every webhook's caBundle equal `ca_bundle_pem`. Missing configurations are
+        reported in the result (they may be created later); other API errors raise."""
+        wanted = base64.b64encode(ca_bundle_pem).decode("ascii")
+        result = SyncResult()
+        for kind, (read, patch) in self._kinds.items():
+            outcome = self._sync_one(kind, read, patch, wanted)
+            getattr(result, outcome).append(kind)
+        return result
+
+    def _sync_one(self, kind: str, read: Callable, patch: Callable, wanted: str) -> str:
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                configuration = read(self.name)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return "missing"
+                raise
+            operations = bundle_patch(configuration.webhooks or [], wanted)
+            if not operations:
+                return "unchanged"
+            try:
+                patch(self.name, operations)
+            except ApiException as exc:
+                # 422: a test failed because the webhooks changed since the read; 404: deleted.
+                if exc.status not in (404, 409, 422) or attempt == MAX_ATTEMPTS:
+                    raise
+                log.info("%s %s changed while updating caBundle; retrying", kind, self.name)
+                continue
+            log.info("caBundle updated in %s %s", kind, self.name)
+            return "updated"
+        raise AssertionError("unreachable")  # the loop returns or raises on its last attempt
+
+    async def publish(self, bundle: CertBundle) -> None:
+        """For CertReloader.run(before_swap=...): publish the bundle's CAs before serving it."""
+        if not bundle.ca_cert_pem:
+            return  # certificates managed elsewhere without ca.crt: nothing to publish
+        result = await asyncio.to_thread(self.sync, bundle.ca_bundle_pem)
+        for kind in result.missing:
+            log.warning(
+                "%s %s does not exist yet; its caBundle will be set when it appears",
+                kind,
+                self.name,
+            )
+
+    async def run(
+        self,
+        current_bundle: Callable[[], CertBundle | None],
+        interval: float = DEFAULT_SYNC_INTERVAL,
+        stop: asyncio.Event | None = None,
+    ) -> None:
+        """Re-publish every `interval` seconds: configurations created or re-applied later (with
+        an empty caBundle) get the current one."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            bundle = current_bundle()
+            if bundle is not None:
+                try:
+                    await self.publish(bundle)
+                except ApiException as exc:
+                    log.warning(
+                        "cannot update caBundle in %s (HTTP %s %s); retrying in %ss",
+                        self.name,
+                        exc.status,
+                        exc.reason,
+                        interval,
+                    )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval)
