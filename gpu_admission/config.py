@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -57,6 +57,8 @@ class ServerConfig(_Model):
     # NVIDIA_VISIBLE_DEVICES=none would see every GPU of its node.
     failure_modes: dict[str, FailureMode] = Field(default_factory=dict)
     default_failure_mode: FailureMode = FailureMode.DENY
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "text"] = "json"
 
 
 class CertConfig(_Model):
