@@ -15,6 +15,25 @@ MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 VISIBLE_DEVICES_NONE = "none"
 
+# gpu-feature-discovery node labels, read under a resource's base name (it keeps the original
+# name when a shared resource is renamed): `nvidia.com/gpu.replicas`, `nvidia.com/gpu.memory`.
+GPU_REPLICAS_LABEL_SUFFIX = ".replicas"
+GPU_MEMORY_LABEL_SUFFIX = ".memory"  # MiB per GPU (or per MIG slice)
+
+# Memory-share profiles (pod annotation `<prefix>gpu-app`) and the env they write.
+PROFILE_GENERIC = "generic"
+PROFILE_PYTORCH = "pytorch"
+PROFILE_JAX = "jax"
+PROFILE_TENSORFLOW = "tensorflow"
+GPU_MEMORY_FRACTION = "GPU_MEMORY_FRACTION"
+GPU_SHARED_REPLICAS = "GPU_SHARED_REPLICAS"
+GPU_MEMORY_LIMIT_MIB = "GPU_MEMORY_LIMIT_MIB"
+PYTORCH_CUDA_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+PYTORCH_MEMORY_FRACTION_OPTION = "per_process_memory_fraction"
+XLA_PYTHON_CLIENT_MEM_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+XLA_CLIENT_MEM_FRACTION = "XLA_CLIENT_MEM_FRACTION"
+TF_FORCE_GPU_ALLOW_GROWTH = "TF_FORCE_GPU_ALLOW_GROWTH"
+
 # Secret types and their keys.
 GCP_CREDENTIAL_TYPE = "gcp-credential"
 AWS_CREDENTIAL_TYPE = "aws-credential"
