@@ -129,6 +129,8 @@ class MemoryShareConfig(_Model):
 class CredentialsConfig(_Model):
     informer_wait_seconds: Annotated[float, Field(ge=0, le=5)] = 0.2
     max_secret_bytes: Annotated[int, Field(ge=1024)] = 64 * 1024
+    # RSA key checks cost tens of milliseconds; results are cached by the key's SHA-256 (0: off).
+    key_check_cache_size: Annotated[int, Field(ge=0)] = 256
 
 
 class DatasetConfig(_Model):
