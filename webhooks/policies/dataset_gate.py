@@ -1,0 +1,168 @@
+"""Pods that mount a dataset PVC wait for its data, and see it read-only.
+
+A pod created while one of its dataset PVCs has not loaded gets the scheduling gate (and a label
+so the controller finds it); the controller removes the gate once every dataset PVC of the pod has
+loaded. Gates can be added only at creation (the API forbids adding one later), and the API
+rejects a pod that has both `spec.nodeName` and a gate, so a pinned pod is denied with the reason
+instead of failing with the API's less helpful message.
+
+Dataset volumes are mounted read-only (volume and every mount) unless the pod opts out: the data
+is shared by every pod of the PVC and a stray write would change it for all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_admission.cluster.view import ClusterView, ObjectRef, PVCInfo
+from gpu_admission.config import Config
+from gpu_admission.names import PHASE_FAILED, PHASE_PENDING, PHASE_SUCCEEDED, Names
+from webhooks.datasource import loader_job_name
+from webhooks.patch import Patch
+from webhooks.policies.containers import iter_containers
+from webhooks.policy import MutatingPolicy, Scope
+from webhooks.review import AdmissionRequest, Verdict
+
+CREATE_SCOPE = Scope("Pod")
+EPHEMERAL_SCOPE = Scope(
+    "Pod", operations=frozenset({"UPDATE"}), subresources=frozenset({"ephemeralcontainers"})
+)
+WAIT_LABEL_VALUE = "true"
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetVolume:
+    index: int  # in spec.volumes
+    name: str  # the volume's name in the pod
+    pvc: PVCInfo
+
+
+def load_phase(pvc: PVCInfo, names: Names) -> str:
+    """The PVC's load phase for its CURRENT source: a success recorded for an older source (the
+    user has just edited it, the controller has not caught up) does not count."""
+    phase = pvc.annotations.get(names.data_load_phase, PHASE_PENDING)
+    source = pvc.annotations.get(names.data_source, "")
+    current_job = loader_job_name(pvc.name, pvc.uid, source)
+    if pvc.annotations.get(names.data_load_job) != current_job:
+        return PHASE_PENDING
+    return phase
+
+
+def is_dataset(pvc: PVCInfo | None, names: Names) -> bool:
+    return pvc is not None and bool(pvc.annotations.get(names.data_source))
+
+
+def _claim_volumes(pod: dict[str, Any]) -> Iterator[tuple[int, str, str]]:
+    for index, volume in enumerate((pod.get("spec") or {}).get("volumes") or []):
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if claim:
+            yield index, volume.get("name", ""), claim
+
+
+def dataset_volumes(
+    pod: dict[str, Any], namespace: str, view: ClusterView, names: Names
+) -> list[DatasetVolume]:
+    found = []
+    for index, volume_name, claim in _claim_volumes(pod):
+        pvc = view.pvc(namespace, claim)
+        if pvc is not None and is_dataset(pvc, names):
+            found.append(DatasetVolume(index, volume_name, pvc))
+    return found
+
+
+def pvc_refs(request: AdmissionRequest) -> Iterable[ObjectRef]:
+    return [
+        ObjectRef("PersistentVolumeClaim", request.namespace, claim)
+        for _, _, claim in _claim_volumes(request.object)
+    ]
+
+
+def _writable(pod: dict[str, Any], names: Names) -> bool:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(names.dataset_writable) == "true"
+
+
+def _mount_read_only(patch: Patch, volumes: list[DatasetVolume], lists: tuple[str, ...]) -> None:
+    names = {v.name for v in volumes}
+    for ref in iter_containers(patch.obj, lists=lists):
+        for i, mount in enumerate(ref.container.get("volumeMounts") or []):
+            if mount.get("name") in names and mount.get("readOnly") is not True:
+                path = f"{ref.path}/volumeMounts/{i}/readOnly"
+                (patch.replace if "readOnly" in mount else patch.add)(path, True)
+
+
+def _volume_read_only(patch: Patch, volume: DatasetVolume) -> None:
+    source = patch.obj["spec"]["volumes"][volume.index]["persistentVolumeClaim"]
+    if source.get("readOnly") is not True:
+        path = f"/spec/volumes/{volume.index}/persistentVolumeClaim/readOnly"
+        (patch.replace if "readOnly" in source else patch.add)(path, True)
+
+
+def _describe_waiting(waiting: list[tuple[DatasetVolume, str]]) -> str:
+    return ", ".join(f"PVC {v.pvc.name!r} ({phase})" for v, phase in waiting)
+
+
+def gate_for_datasets(
+    request: AdmissionRequest, patch: Patch, view: ClusterView, names: Names
+) -> Verdict | None:
+    pod = patch.obj
+    volumes = dataset_volumes(pod, request.namespace, view, names)
+    if not volumes:
+        return None
+    waiting = [(v, p) for v in volumes if (p := load_phase(v.pvc, names)) != PHASE_SUCCEEDED]
+    spec = pod.get("spec") or {}
+    if waiting and spec.get("nodeName"):
+        return Verdict.deny(
+            f"this pod is pinned to node {spec['nodeName']!r} (spec.nodeName), but its dataset "
+            f"{_describe_waiting(waiting)} has not finished loading, and a pinned pod cannot "
+            "wait behind a scheduling gate; remove spec.nodeName (use a nodeSelector or node "
+            "affinity to choose the node) or create the pod after the load has succeeded"
+        )
+    if waiting:
+        gates = spec.get("schedulingGates") or []
+        if not any(g.get("name") == names.data_load_gate for g in gates):
+            patch.append("/spec/schedulingGates", {"name": names.data_load_gate})
+        patch.set_label(names.data_wait_label, WAIT_LABEL_VALUE)
+        failed = [v.pvc.name for v, phase in waiting if phase == PHASE_FAILED]
+        if failed:
+            patch.warn(
+                f"dataset PVC {', '.join(failed)} failed to load; the pod waits until a new load "
+                "succeeds (see the PVC's events)"
+            )
+    if not _writable(pod, names):
+        for volume in volumes:
+            _volume_read_only(patch, volume)
+        _mount_read_only(patch, volumes, ("initContainers", "containers", "ephemeralContainers"))
+    return None
+
+
+def ephemeral_mounts_read_only(
+    request: AdmissionRequest, patch: Patch, view: ClusterView, names: Names
+) -> None:
+    """An ephemeral (debug) container added later sees the dataset read-only too; only
+    ephemeral containers may change in this request."""
+    volumes = dataset_volumes(patch.obj, request.namespace, view, names)
+    if volumes and not _writable(patch.obj, names):
+        _mount_read_only(patch, volumes, ("ephemeralContainers",))
+
+
+def policies(config: Config) -> list[MutatingPolicy]:
+    names = config.names
+    return [
+        MutatingPolicy(
+            name="dataset-gate",
+            scope=CREATE_SCOPE,
+            mutate=lambda request, patch, view: gate_for_datasets(request, patch, view, names),
+            references=pvc_refs,
+        ),
+        MutatingPolicy(
+            name="dataset-read-only-ephemeral",
+            scope=EPHEMERAL_SCOPE,
+            mutate=lambda request, patch, view: ephemeral_mounts_read_only(
+                request, patch, view, names
+            ),
+            references=pvc_refs,
+        ),
+    ]

@@ -1,0 +1,108 @@
+"""Dataset PVCs: the data-source annotation must parse and its credential Secret must exist with the
+type the scheme needs; and every dataset PVC carries the label the loader controller selects by.
+
+The label mirrors the annotation: it is added when a data source is set (and put back if a user
+removes it), and removed when the data source is removed, so the controller's label-selected watch
+sees exactly the dataset PVCs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpu_admission.cluster.view import ClusterView, ObjectRef
+from gpu_admission.config import Config
+from gpu_admission.names import Names
+from webhooks.datasource import CLOUD_NAME, DataSourceError, parse_data_source
+from webhooks.patch import Patch, escape
+from webhooks.policy import MutatingPolicy, Scope, ValidatingPolicy
+from webhooks.review import AdmissionRequest, Verdict
+
+PVC_KIND = "PersistentVolumeClaim"
+SCOPE = Scope(PVC_KIND, operations=frozenset({"CREATE", "UPDATE"}))
+LABEL_VALUE = "true"
+
+
+def _annotations(obj: dict | None) -> dict[str, str]:
+    return ((obj or {}).get("metadata") or {}).get("annotations") or {}
+
+
+def _dataset_settings_changed(request: AdmissionRequest, names: Names) -> bool:
+    """On UPDATE only a change to the source or credentials needs checking again: the controller
+    writes its state into annotations, and a Secret deleted after the PVC was admitted must not
+    lock the PVC against those writes (the load itself reports the missing Secret)."""
+    if request.operation != "UPDATE" or request.old_object is None:
+        return True
+    new, old = _annotations(request.object), _annotations(request.old_object)
+    keys = (names.data_source, names.data_credentials)
+    return any(new.get(k) != old.get(k) for k in keys)
+
+
+def credentials_ref(request: AdmissionRequest, names: Names) -> Iterable[ObjectRef]:
+    secret = _annotations(request.object).get(names.data_credentials, "").strip()
+    if secret and _annotations(request.object).get(names.data_source):
+        return (ObjectRef("Secret", request.namespace, secret),)
+    return ()
+
+
+def validate_dataset_pvc(request: AdmissionRequest, view: ClusterView, names: Names) -> Verdict:
+    annotations = _annotations(request.object)
+    source_value = annotations.get(names.data_source)
+    secret_name = annotations.get(names.data_credentials, "").strip()
+    if source_value is None:
+        if secret_name:
+            return Verdict.allow(
+                f"{names.data_credentials} has no effect without {names.data_source}; "
+                "add a data source or remove the annotation"
+            )
+        return Verdict.allow()
+    if not _dataset_settings_changed(request, names):
+        return Verdict.allow()
+    try:
+        source = parse_data_source(source_value)
+    except DataSourceError as exc:
+        return Verdict.deny(f"{names.data_source}: {exc}")
+    if not secret_name:
+        return Verdict.allow()  # anonymous access to a public bucket
+    needed = source.credential_type
+    secret = view.secret(request.namespace, secret_name)
+    if secret is None:
+        return Verdict.deny(
+            f"{names.data_credentials}: Secret {secret_name!r} was not found in namespace "
+            f"{request.namespace!r}; create it (type {needed}) before the PVC, fix the name, or "
+            "remove the annotation to read a public bucket anonymously"
+        )
+    if secret.type != needed:
+        return Verdict.deny(
+            f"{names.data_credentials}: Secret {secret_name!r} has type {secret.type!r}, but "
+            f"{source.scheme}:// ({CLOUD_NAME[source.scheme]}) data needs a Secret of type "
+            f"{needed!r}; name a {needed} Secret instead"
+        )
+    return Verdict.allow()
+
+
+def label_dataset_pvc(request: AdmissionRequest, patch: Patch, names: Names) -> None:
+    metadata = patch.obj.get("metadata") or {}
+    is_dataset = names.data_source in (metadata.get("annotations") or {})
+    labels = metadata.get("labels") or {}
+    if is_dataset:
+        patch.set_label(names.data_load_label, LABEL_VALUE)
+    elif names.data_load_label in labels:
+        patch.remove(f"/metadata/labels/{escape(names.data_load_label)}")
+
+
+def policies(config: Config) -> list[MutatingPolicy | ValidatingPolicy]:
+    names = config.names
+    return [
+        MutatingPolicy(
+            name="dataset-pvc-label",
+            scope=SCOPE,
+            mutate=lambda request, patch, view: label_dataset_pvc(request, patch, names),
+        ),
+        ValidatingPolicy(
+            name="dataset-pvc",
+            scope=SCOPE,
+            validate=lambda request, view: validate_dataset_pvc(request, view, names),
+            references=lambda request: credentials_ref(request, names),
+        ),
+    ]
