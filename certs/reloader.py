@@ -163,11 +163,16 @@ class CertReloader:
                 bundle = await asyncio.to_thread(store.save, issued)
             elif current_time >= bundle.renew_at(renew_fraction):
                 log.info("serving certificate is due for renewal (expires %s)", bundle.not_after)
-                renewed = await asyncio.to_thread(
-                    renew_bundle, bundle, spec, renew_fraction, current_time
-                )
-                # Another replica may have renewed first; then its certificate comes back.
-                bundle = await asyncio.to_thread(store.save, renewed)
+                try:
+                    renewed = await asyncio.to_thread(
+                        renew_bundle, bundle, spec, renew_fraction, current_time
+                    )
+                except CertificateError as exc:
+                    # Still valid for a third of its life: serve it and say why it was not renewed.
+                    log.warning("cannot renew the serving certificate: %s", exc)
+                else:
+                    # Another replica may have renewed first; then its certificate comes back.
+                    bundle = await asyncio.to_thread(store.save, renewed)
         if bundle is None:
             log.warning("no serving certificate in the certificate store yet; waiting for one")
             return False
