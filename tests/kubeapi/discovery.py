@@ -99,6 +99,37 @@ def openapi_v3_index() -> dict[str, Any]:
     return {"paths": paths}
 
 
+def openapi_v3_group_version(group: str, version: str) -> dict[str, Any] | None:
+    """Just enough for kubectl: PATCH operations that declare the fieldValidation parameter, which
+    is how kubectl decides to leave validation to the server (no schemas are served)."""
+    members = [r for r in RESOURCES if r.group == group and r.version == version]
+    if not members:
+        return None
+    prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    paths: dict[str, Any] = {}
+    for r in members:
+        scope = "/namespaces/{namespace}" if r.namespaced else ""
+        gvk = {"group": r.group, "version": r.version, "kind": r.kind}
+        paths[f"{prefix}{scope}/{r.plural}/{{name}}"] = {
+            "patch": {
+                "operationId": f"patch{r.kind}",
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": [
+                    {"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
+                    for name in ("dryRun", "fieldManager", "fieldValidation", "force")
+                ],
+                "responses": {"200": {"description": "OK"}},
+            }
+        }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.33.0"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }
+
+
 def _age(created: str | None, now: dt.datetime) -> str:
     if not created:
         return "<unknown>"

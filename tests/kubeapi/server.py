@@ -697,6 +697,14 @@ class KubeAPIServer:
     def _openapi(self, parts: list[str]) -> web.Response:
         if parts == ["openapi", "v3"]:
             return web.json_response(discovery.openapi_v3_index())
+        if len(parts) == 4 and parts[:3] == ["openapi", "v3", "api"]:
+            document = discovery.openapi_v3_group_version("", parts[3])
+        elif len(parts) == 5 and parts[:3] == ["openapi", "v3", "apis"]:
+            document = discovery.openapi_v3_group_version(parts[3], parts[4])
+        else:
+            document = None
+        if document is not None:
+            return web.json_response(document)
         raise StatusError(404, "NotFound", "the server could not find the requested resource")
 
     async def _handle(
@@ -917,7 +925,9 @@ class KubeAPIServer:
         rv_text = req.first("resourceVersion") or ""
         initial: list[tuple[str, Obj]] = []
         error: StatusError | None = None
-        if rv_text in ("", "0"):
+        send_initial = _is_true(req.first("sendInitialEvents"))
+        if rv_text in ("", "0") or send_initial:
+            # WatchList (sendInitialEvents) and RV ""/"0" both start with the current state.
             initial = [("ADDED", o) for o in self.store.list(r.key, namespace or None) if match(o)]
         else:
             try:
@@ -944,6 +954,16 @@ class KubeAPIServer:
                 return response
             for kind, obj in initial:
                 await _send(response, kind, self._wire(r, obj))
+            if send_initial and bookmarks:
+                end = {
+                    "resourceVersion": str(self.store.rv),
+                    "annotations": {"k8s.io/initial-events-end": "true"},
+                }
+                await _send(
+                    response,
+                    "BOOKMARK",
+                    {"kind": r.kind, "apiVersion": r.group_version, "metadata": end},
+                )
             while True:
                 now = asyncio.get_running_loop().time()
                 wait = self.bookmark_interval if bookmarks else None
