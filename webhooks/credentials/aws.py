@@ -1,0 +1,126 @@
+"""Validation of an `aws-credential` Secret: AWS access keys as environment variables.
+
+`AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` are required; `AWS_SESSION_TOKEN`, `AWS_REGION`
+and `AWS_ENDPOINT_URL` are optional. With an endpoint (S3-compatible storage such as MinIO or
+Ceph) key and region formats are the store's own business, so AWS's formats are enforced only
+without one. Problems name the key and what is expected, never the value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+
+from gpu_admission.names import (
+    AWS_ACCESS_KEY_ID,
+    AWS_DEFAULT_REGION,
+    AWS_ENDPOINT_URL,
+    AWS_OPTIONAL_KEYS,
+    AWS_REGION,
+    AWS_REQUIRED_KEYS,
+    AWS_SECRET_ACCESS_KEY,
+    AWS_SESSION_TOKEN,
+)
+from webhooks.credentials.checks import is_url
+from webhooks.credentials.problems import Problem
+
+ALLOWED_KEYS = (*AWS_REQUIRED_KEYS, *AWS_OPTIONAL_KEYS)
+
+_ACCESS_KEY_ID = re.compile(r"(AKIA|ASIA)[A-Z0-9]{16}")
+_SECRET_ACCESS_KEY = re.compile(r"[A-Za-z0-9/+]{40}")
+# us-east-1, eu-central-2, us-gov-west-1, us-isob-east-1, ap-southeast-5 ...
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]{1,2}")
+
+
+def closest_key(key: str) -> str | None:
+    """The allowed key a misspelt one most likely meant."""
+    if key.upper() == AWS_DEFAULT_REGION:
+        return AWS_REGION
+    matches = difflib.get_close_matches(key.upper(), ALLOWED_KEYS, n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def _unknown_key(key: str) -> Problem:
+    suggestion = closest_key(key)
+    hint = f"did you mean {suggestion}? " if suggestion else ""
+    return Problem(
+        key,
+        "",
+        f"is not an aws-credential key; {hint}allowed keys: {', '.join(ALLOWED_KEYS)}",
+    )
+
+
+def validate_aws(data: Mapping[str, bytes]) -> list[Problem]:
+    """Problems with an aws-credential Secret's decoded data; empty when it is well formed."""
+    problems = [_unknown_key(key) for key in sorted(data) if key not in ALLOWED_KEYS]
+    problems += [Problem(key, "", "is required") for key in AWS_REQUIRED_KEYS if key not in data]
+    text: dict[str, str] = {}
+    for key in ALLOWED_KEYS:
+        if key not in data:
+            continue
+        try:
+            value = data[key].decode("utf-8")
+        except UnicodeDecodeError:
+            problems.append(Problem(key, "", "must be text; this is binary data"))
+            continue
+        if not value.strip():
+            problems.append(Problem(key, "", "is empty; give it a value or remove the key"))
+        elif value != value.strip():
+            problems.append(
+                Problem(
+                    key,
+                    "",
+                    "has leading or trailing whitespace (often a newline from a file); "
+                    "use --from-literal or strip the file",
+                )
+            )
+        else:
+            text[key] = value
+    if AWS_ENDPOINT_URL in text:
+        if not is_url(text[AWS_ENDPOINT_URL], ("http", "https")):
+            problems.append(
+                Problem(
+                    AWS_ENDPOINT_URL, "", "must be an http(s) URL, like https://minio.example:9000"
+                )
+            )
+        return problems
+    return problems + _aws_formats(text)
+
+
+def _aws_formats(text: Mapping[str, str]) -> list[Problem]:
+    """AWS's own formats, for Secrets that talk to AWS itself (no endpoint)."""
+    problems = []
+    key_id = text.get(AWS_ACCESS_KEY_ID)
+    if key_id is not None and not _ACCESS_KEY_ID.fullmatch(key_id):
+        problems.append(
+            Problem(
+                AWS_ACCESS_KEY_ID,
+                "",
+                "must be AKIA or ASIA followed by 16 uppercase letters or digits "
+                f"(for S3-compatible storage, set {AWS_ENDPOINT_URL})",
+            )
+        )
+    secret = text.get(AWS_SECRET_ACCESS_KEY)
+    if secret is not None and not _SECRET_ACCESS_KEY.fullmatch(secret):
+        problems.append(
+            Problem(
+                AWS_SECRET_ACCESS_KEY,
+                "",
+                "must be 40 characters of letters, digits, / and + "
+                f"(for S3-compatible storage, set {AWS_ENDPOINT_URL})",
+            )
+        )
+    if key_id is not None and key_id.startswith("ASIA") and AWS_SESSION_TOKEN not in text:
+        problems.append(
+            Problem(
+                AWS_SESSION_TOKEN,
+                "",
+                f"is required: the {AWS_ACCESS_KEY_ID} is a temporary (ASIA) key, "
+                "which works only with its session token",
+            )
+        )
+    region = text.get(AWS_REGION)
+    if region is not None and not _REGION.fullmatch(region):
+        problems.append(Problem(AWS_REGION, "", "must be an AWS region, like us-east-1"))
+    return problems
