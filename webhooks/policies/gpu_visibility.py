@@ -1,0 +1,71 @@
+"""GPU visibility: containers that request no GPU get `NVIDIA_VISIBLE_DEVICES=none`.
+
+CUDA base images set `NVIDIA_VISIBLE_DEVICES=all`, and the NVIDIA container runtime honours it for
+any container it starts: without an explicit `none`, a CPU-only container sees every GPU of its
+node. An explicit env entry beats both the image default and `envFrom`. GPU containers are left
+to the device plugin, which sets the variable to the devices it granted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpu_admission.cluster.view import ClusterView
+from gpu_admission.config import Config
+from gpu_admission.names import MIRROR_POD_ANNOTATION, NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
+from webhooks.patch import Patch
+from webhooks.policies.containers import ContainerRef, iter_containers
+from webhooks.policies.gpu_resources import GpuResources
+from webhooks.policy import MutatingPolicy, Scope
+from webhooks.review import AdmissionRequest, Verdict
+
+EPHEMERAL_SUBRESOURCE = "ephemeralcontainers"
+
+
+def is_mirror_pod(pod: Mapping[str, Any]) -> bool:
+    """Static pods the kubelet mirrors into the API: the API server refuses changes to them."""
+    return MIRROR_POD_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {})
+
+
+def new_ephemeral_containers(request: AdmissionRequest) -> Iterable[ContainerRef]:
+    """Ephemeral containers this update adds. Existing ones cannot change (the API server rejects
+    the whole update if they do), and were handled when they were added."""
+    old = (request.old_object or {}).get("spec") or {}
+    existing = {c.get("name") for c in old.get("ephemeralContainers") or []}
+    for ref in iter_containers(request.object, lists=("ephemeralContainers",)):
+        if ref.name not in existing:
+            yield ref
+
+
+def _hide_gpus(containers: Iterable[ContainerRef], patch: Patch, gpus: GpuResources) -> None:
+    for ref in containers:
+        if not gpus.requests_gpu(ref):
+            patch.set_env(ref.path, {"name": NVIDIA_VISIBLE_DEVICES, "value": VISIBLE_DEVICES_NONE})
+
+
+def policies(config: Config) -> list[MutatingPolicy]:
+    gpus = GpuResources.from_config(config.gpu)
+
+    def on_create(request: AdmissionRequest, patch: Patch, view: ClusterView) -> Verdict | None:
+        if not is_mirror_pod(request.object):
+            _hide_gpus(iter_containers(request.object), patch, gpus)
+        return None
+
+    def on_ephemeral(request: AdmissionRequest, patch: Patch, view: ClusterView) -> Verdict | None:
+        if not is_mirror_pod(request.object):
+            _hide_gpus(new_ephemeral_containers(request), patch, gpus)
+        return None
+
+    return [
+        MutatingPolicy("gpu-visibility", Scope("Pod"), on_create),
+        MutatingPolicy(
+            "gpu-visibility-ephemeral",
+            Scope(
+                "Pod",
+                operations=frozenset({"UPDATE"}),
+                subresources=frozenset({EPHEMERAL_SUBRESOURCE}),
+            ),
+            on_ephemeral,
+        ),
+    ]

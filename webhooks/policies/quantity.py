@@ -1,0 +1,72 @@
+"""Kubernetes resource quantities ("2", 2, "2000m", "1e3", "1Ki") as exact fractions.
+
+GPU counts arrive as whatever the client sent: the API server keeps strings, offline review files
+may hold numbers. Exact arithmetic means "2000m" is exactly 2 and "1500m" is not a whole number.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from typing import Any
+
+_SUFFIXES: dict[str, Fraction] = {
+    "": Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+
+# <sign><digits>[.<digits>] then a binary/decimal SI suffix or a decimal exponent (e3, E-2).
+_QUANTITY = re.compile(
+    r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?:(?P<suffix>[KMGTPE]i|[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]+))?"
+)
+_MAX_EXPONENT = 30  # beyond anything a resource count means; keeps a hostile "1e999999" cheap
+
+
+def parse_quantity(value: Any) -> Fraction | None:
+    """The quantity's exact value, or None when it is not a Kubernetes quantity."""
+    if isinstance(value, bool):  # JSON true/false is an int to Python, not a quantity
+        return None
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        return Fraction(value) if value == value and abs(value) != float("inf") else None
+    if not isinstance(value, str):
+        return None
+    match = _QUANTITY.fullmatch(value)
+    if match is None:
+        return None
+    number = Fraction(match["number"])
+    if match["exponent"] is not None:
+        exponent = int(match["exponent"])
+        if abs(exponent) > _MAX_EXPONENT:
+            return None
+        return number * Fraction(10) ** exponent
+    return number * _SUFFIXES[match["suffix"] or ""]
+
+
+def whole_count(value: Any) -> int | None:
+    """The quantity as a whole count, or None when it is not a quantity or not a whole number."""
+    quantity = parse_quantity(value)
+    if quantity is None or quantity.denominator != 1:
+        return None
+    return quantity.numerator
+
+
+def is_positive(value: Any) -> bool:
+    quantity = parse_quantity(value)
+    return quantity is not None and quantity > 0
