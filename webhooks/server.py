@@ -1,0 +1,329 @@
+"""The HTTPS admission service: each webhook path runs its policies on AdmissionReviews.
+
+One handler object per webhook path holds everything a request needs (its kind, policies and
+failure mode), so a request does no lookups beyond the route. Policies are CPU-bound and fast:
+they run inline on the event loop. The body is parsed once, straight from bytes into the working
+object; nothing is deep-copied or diffed. The raw body is kept only so that the rare retry after a
+failing policy (allow failure mode) can start again from the object as received.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from gpu_admission.cluster.view import ClusterView, MissResolver
+from gpu_admission.config import Config, FailureMode
+from gpu_admission.metrics import (
+    EXPOSITION_CONTENT_TYPE,
+    UNKNOWN_OPERATION,
+    VERDICT_ALLOWED,
+    VERDICT_DENIED,
+    VERDICT_ERROR,
+    AdmissionMetrics,
+    Metrics,
+)
+from webhooks import chain
+from webhooks.policy import MutatingPolicy, PolicySet, ValidatingPolicy
+from webhooks.registry import WEBHOOKS, Webhook
+from webhooks.review import AdmissionRequest, ReviewError, build_response, parse_review
+
+log = logging.getLogger(__name__)
+
+JSON_CONTENT_TYPE = "application/json"
+HEALTH_PATH = "/healthz"
+READY_PATH = "/readyz"
+METRICS_PATH = "/metrics"
+LINGER_SECONDS = 2.0
+
+Readiness = Callable[[], list[str]]
+"""Names of what is not ready yet (certificates, caches, shutdown); empty when ready."""
+
+ADMISSION_METRICS = web.AppKey("admission_metrics", AdmissionMetrics)
+
+
+def _json(status: int, payload: dict[str, Any], **headers: str) -> web.Response:
+    return web.Response(
+        status=status,
+        body=json.dumps(payload).encode(),
+        headers={"Content-Type": JSON_CONTENT_TYPE, **headers},
+    )
+
+
+def _error(status: int, message: str, **headers: str) -> web.Response:
+    return _json(status, {"error": message}, **headers)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    """Read the body, refusing it as soon as it passes `limit` bytes: a chunked body announces
+    no length, so the cap is enforced while reading, not only from Content-Length."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class AdmissionEndpoint:
+    """Answers the AdmissionReviews POSTed to one webhook path."""
+
+    def __init__(
+        self,
+        webhook: Webhook,
+        policy_set: PolicySet,
+        view: ClusterView,
+        resolver: MissResolver | None,
+        failure_mode: FailureMode,
+        max_body_bytes: int,
+        metrics: AdmissionMetrics,
+    ) -> None:
+        self.webhook = webhook
+        self.mutating: tuple[MutatingPolicy, ...] = (
+            policy_set.mutating_for(webhook.kind) if webhook.mutating else ()
+        )
+        self.validating: tuple[ValidatingPolicy, ...] = (
+            () if webhook.mutating else policy_set.validating_for(webhook.kind)
+        )
+        self.policies = self.mutating or self.validating
+        self.view = view
+        self.resolver = resolver
+        self.failure_mode = failure_mode
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        path = self.webhook.path
+        if request.method != "POST":
+            return self._refuse(
+                started,
+                "method",
+                _error(
+                    405,
+                    f"{path} accepts POST only (got {request.method}); the API server POSTs "
+                    "AdmissionReviews here",
+                    Allow="POST",
+                ),
+            )
+        if request.content_type != JSON_CONTENT_TYPE:
+            return self._refuse(
+                started,
+                "content_type",
+                _error(
+                    415,
+                    f"Content-Type must be {JSON_CONTENT_TYPE}, got "
+                    f"{request.headers.get('Content-Type', 'none')!r}; send the AdmissionReview "
+                    "as JSON",
+                ),
+            )
+        length = request.content_length
+        if length is not None and length > self.max_body_bytes:
+            return self._refuse(started, "too_large", self._too_large())
+        try:
+            body = await _read_body(request, self.max_body_bytes)
+        except _BodyTooLarge:
+            return self._refuse(started, "too_large", self._too_large())
+        try:
+            review = parse_review(body, self.webhook.kind)
+        except ReviewError as exc:
+            log.warning(
+                "bad admission request",
+                extra={"webhook": path, "reason": str(exc), "peer": request.remote},
+            )
+            return self._refuse(started, "invalid_review", _error(400, str(exc)))
+        return await self._review(review, body, started)
+
+    async def _review(
+        self, review: AdmissionRequest, body: bytes, started: float
+    ) -> web.StreamResponse:
+        if self.resolver is not None:
+            refs = chain.references(review, self.policies)
+            if refs:
+                try:
+                    await self.resolver.resolve(refs)
+                except Exception:
+                    # The policies still run: each decides what a missing object means.
+                    log.exception(
+                        "cache miss lookup failed",
+                        extra={"webhook": self.webhook.path, "uid": review.uid},
+                    )
+        if self.webhook.mutating:
+            outcome = chain.run_mutating(
+                review,
+                self.mutating,
+                self.view,
+                self.failure_mode,
+                lambda: json.loads(body)["request"]["object"],
+            )
+        else:
+            outcome = chain.run_validating(review, self.validating, self.view, self.failure_mode)
+        payload = build_response(
+            review.uid,
+            outcome.allowed,
+            patch=outcome.ops,
+            warnings=outcome.warnings,
+            message=outcome.message,
+            code=outcome.code,
+        )
+        verdict = self._account(review, outcome)
+        self.metrics.answered(
+            self.webhook.path,
+            review.operation,
+            verdict,
+            time.perf_counter() - started,
+            len(outcome.ops) if outcome.allowed else 0,
+        )
+        return web.Response(
+            body=json.dumps(payload).encode(), headers={"Content-Type": JSON_CONTENT_TYPE}
+        )
+
+    def _account(self, review: AdmissionRequest, outcome: chain.Outcome) -> str:
+        """Count failed policies and log one line per denial or failure; returns the verdict."""
+        if outcome.allowed and not outcome.failed_policies:
+            return VERDICT_ALLOWED
+        for policy in outcome.failed_policies:
+            self.metrics.policy_failed(self.webhook.path, policy)
+        fields: dict[str, Any] = {
+            "webhook": self.webhook.path,
+            "uid": review.uid,
+            "operation": review.operation,
+            "kind": review.kind,
+            "namespace": review.namespace,
+            "object_name": review.name or "<generated>",
+            "user": review.username,
+            "dry_run": review.dry_run,
+        }
+        if outcome.failed_policies:
+            fields["failed_policies"] = outcome.failed_policies
+            fields["failure_mode"] = str(self.failure_mode)
+            if outcome.allowed:
+                log.warning("admitted without failed policies", extra=fields)
+                return VERDICT_ALLOWED
+            fields.update(code=outcome.code, denial=outcome.message)
+            log.error("admission refused: a policy failed", extra=fields)
+            return VERDICT_ERROR
+        # Denial messages are written for the user and never carry secret values.
+        fields.update(code=outcome.code, denial=outcome.message)
+        log.info("admission denied", extra=fields)
+        return VERDICT_DENIED
+
+    def _too_large(self) -> web.Response:
+        response = _error(
+            413,
+            f"request body is larger than the {self.max_body_bytes}-byte limit "
+            "(server.max_body_bytes); an AdmissionReview this large is not a normal object",
+        )
+        response.force_close()  # the unread rest of the body must not be read as a request
+        return response
+
+    def _refuse(self, started: float, reason: str, response: web.Response) -> web.Response:
+        path = self.webhook.path
+        self.metrics.bad_request(path, reason)
+        self.metrics.answered(path, UNKNOWN_OPERATION, VERDICT_ERROR, time.perf_counter() - started)
+        return response
+
+
+def _get_only(handler: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            return _error(405, f"{request.path} accepts GET only", Allow="GET, HEAD")
+        return await handler(request)
+
+    return guarded
+
+
+def _health_handlers(readiness: Readiness) -> tuple[Callable, Callable]:  # type: ignore[type-arg]
+    async def healthz(request: web.Request) -> web.Response:
+        # Answering at all proves the event loop runs; nothing else belongs in liveness.
+        return _json(200, {"status": "ok"})
+
+    async def readyz(request: web.Request) -> web.Response:
+        waiting = readiness()
+        if waiting:
+            return _json(503, {"status": "not ready", "waiting_for": waiting})
+        return _json(200, {"status": "ready"})
+
+    return _get_only(healthz), _get_only(readyz)
+
+
+async def _not_found(request: web.Request) -> web.Response:
+    paths = ", ".join(w.path for w in WEBHOOKS)
+    return _error(404, f"nothing is served at {request.path}; the webhook paths are {paths}")
+
+
+def create_app(
+    config: Config,
+    policy_set: PolicySet,
+    view: ClusterView,
+    resolver: MissResolver | None,
+    readiness: Readiness,
+    metrics: Metrics | None = None,
+) -> web.Application:
+    """The webhook application: every path of `webhooks.registry.WEBHOOKS`, plus health checks.
+
+    `metrics` is the process's registry (a fresh one when omitted); the app's admission metrics
+    are also available as `app[ADMISSION_METRICS]`.
+    """
+    admission_metrics = AdmissionMetrics(metrics or Metrics(process_metrics=False))
+    app = web.Application(client_max_size=config.server.max_body_bytes)
+    app[ADMISSION_METRICS] = admission_metrics
+    for webhook in WEBHOOKS:
+        endpoint = AdmissionEndpoint(
+            webhook,
+            policy_set,
+            view,
+            resolver,
+            config.failure_mode(webhook.path),
+            config.server.max_body_bytes,
+            admission_metrics,
+        )
+        app.router.add_route("*", webhook.path, endpoint.handle)
+    healthz, readyz = _health_handlers(readiness)
+    app.router.add_route("*", HEALTH_PATH, healthz)
+    app.router.add_route("*", READY_PATH, readyz)
+    app.router.add_route("*", "/{tail:.*}", _not_found)
+    return app
+
+
+def make_runner(app: web.Application, shutdown_timeout: float) -> web.AppRunner:
+    """A runner with the service's connection settings. No access log: a line per request
+    costs more than the review itself, and denials and failures are logged already. Unread
+    bodies (an oversize upload) are drained for at most `LINGER_SECONDS` before closing."""
+    return web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=shutdown_timeout,
+        lingering_time=LINGER_SECONDS,
+    )
+
+
+def create_metrics_app(metrics: Metrics) -> web.Application:
+    """The plain-HTTP metrics application: GET /metrics in the Prometheus text format."""
+
+    async def exposition(request: web.Request) -> web.Response:
+        return web.Response(
+            body=metrics.exposition(),
+            headers={"Content-Type": EXPOSITION_CONTENT_TYPE},
+        )
+
+    app = web.Application()
+    app.router.add_route("*", METRICS_PATH, _get_only(exposition))
+    app.router.add_route("*", "/{tail:.*}", _not_found_metrics)
+    return app
+
+
+async def _not_found_metrics(request: web.Request) -> web.Response:
+    return _error(404, f"nothing is served at {request.path}; metrics are at {METRICS_PATH}")
