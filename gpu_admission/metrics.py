@@ -121,6 +121,11 @@ class AdmissionMetrics:
             "by webhook path and reason.",
             ["webhook", "reason"],
         )
+        self.lookup_failures = metrics.counter(
+            "admission_lookup_failures_total",
+            "Requests whose referenced objects were neither cached nor fetchable, by webhook path.",
+            ["webhook"],
+        )
         self._children: dict[tuple[object, ...], object] = {}
 
     def _child(self, metric: Counter | Histogram, *labels: str) -> Counter | Histogram:
@@ -140,6 +145,9 @@ class AdmissionMetrics:
 
     def policy_failed(self, webhook: str, policy: str) -> None:
         self._child(self.policy_errors, webhook, policy).inc()
+
+    def lookup_failed(self, webhook: str) -> None:
+        self._child(self.lookup_failures, webhook).inc()
 
     def bad_request(self, webhook: str, reason: str) -> None:
         self._child(self.bad_requests, webhook, reason).inc()

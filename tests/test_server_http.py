@@ -502,3 +502,50 @@ async def test_metrics_endpoint_reports_requests(start, session):
     )
     assert 'gpu_admission_admission_duration_seconds_count{webhook="/mutate/pods"} 2.0' in text
     assert "process_resident_memory_bytes" in text or "python_info" in text
+
+
+class UnreachableResolver:
+    async def resolve(self, refs: Any) -> None:
+        raise RuntimeError("ServiceAccount ml/default: HTTP 503 from the API server")
+
+
+def needs_account() -> MutatingPolicy:
+    def mutate(request: AdmissionRequest, patch: Patch, view: ClusterView) -> None:
+        patch.set_annotation(SEEN, "yes")
+
+    return MutatingPolicy(
+        "needs account",
+        Scope("Pod"),
+        mutate,
+        references=lambda request: [ObjectRef("ServiceAccount", request.namespace, "default")],
+    )
+
+
+async def test_failed_lookup_refuses_under_deny_mode(start, session):
+    metrics = Metrics(process_metrics=False)
+    async with start(
+        PolicySet(mutating=(needs_account(),)), resolver=UnreachableResolver(), metrics=metrics
+    ) as url:
+        _, answer = await post_review(
+            session, f"{url}/mutate/pods", fixture_bytes("pod-cpu-cuda-image.mutating.json")
+        )
+    response = answer["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 500
+    assert "could not look up" in response["status"]["message"]
+    assert "ServiceAccount ml/default" in response["status"]["message"]
+    assert 'lookup_failures_total{webhook="/mutate/pods"} 1.0' in metrics.exposition().decode()
+
+
+async def test_failed_lookup_runs_the_policies_with_a_warning_under_allow_mode(start, session):
+    config = make_config(failure_modes={"/mutate/pods": "allow"})
+    async with start(
+        PolicySet(mutating=(needs_account(),)), resolver=UnreachableResolver(), config=config
+    ) as url:
+        _, answer = await post_review(
+            session, f"{url}/mutate/pods", fixture_bytes("pod-cpu-cuda-image.mutating.json")
+        )
+    response = answer["response"]
+    assert response["allowed"] is True
+    assert decode_patch(response)[-1]["value"] == "yes"
+    assert any("could not be looked up" in w for w in response["warnings"])

@@ -41,6 +41,11 @@ READY_PATH = "/readyz"
 METRICS_PATH = "/metrics"
 LINGER_SECONDS = 2.0
 
+LOOKUP_WARNING = (
+    "some objects this request refers to could not be looked up; checks that need them may "
+    "not have run"
+)
+
 Readiness = Callable[[], list[str]]
 """Names of what is not ready yet (certificates, caches, shutdown); empty when ready."""
 
@@ -148,17 +153,17 @@ class AdmissionEndpoint:
     async def _review(
         self, review: AdmissionRequest, body: bytes, started: float
     ) -> web.StreamResponse:
+        lookup_warning = None
         if self.resolver is not None:
             refs = chain.references(review, self.policies)
             if refs:
                 try:
                     await self.resolver.resolve(refs)
-                except Exception:
-                    # The policies still run: each decides what a missing object means.
-                    log.exception(
-                        "cache miss lookup failed",
-                        extra={"webhook": self.webhook.path, "uid": review.uid},
-                    )
+                except Exception as exc:
+                    refused = self._lookup_failed(review, exc)
+                    if refused is not None:
+                        return self._respond(review, refused, VERDICT_ERROR, started)
+                    lookup_warning = LOOKUP_WARNING
         if self.webhook.mutating:
             outcome = chain.run_mutating(
                 review,
@@ -169,6 +174,13 @@ class AdmissionEndpoint:
             )
         else:
             outcome = chain.run_validating(review, self.validating, self.view, self.failure_mode)
+        if lookup_warning is not None:
+            outcome.warnings.append(lookup_warning)
+        return self._respond(review, outcome, self._account(review, outcome), started)
+
+    def _respond(
+        self, review: AdmissionRequest, outcome: chain.Outcome, verdict: str, started: float
+    ) -> web.Response:
         payload = build_response(
             review.uid,
             outcome.allowed,
@@ -177,7 +189,6 @@ class AdmissionEndpoint:
             message=outcome.message,
             code=outcome.code,
         )
-        verdict = self._account(review, outcome)
         self.metrics.answered(
             self.webhook.path,
             review.operation,
@@ -187,6 +198,30 @@ class AdmissionEndpoint:
         )
         return web.Response(
             body=json.dumps(payload).encode(), headers={"Content-Type": JSON_CONTENT_TYPE}
+        )
+
+    def _lookup_failed(self, review: AdmissionRequest, error: Exception) -> chain.Outcome | None:
+        """A referenced object is neither cached nor fetchable. Under the deny failure mode the
+        request is refused rather than judged on a guess; under allow the policies run on what
+        the cache holds."""
+        self.metrics.lookup_failed(self.webhook.path)
+        log.warning(
+            "cluster lookup failed",
+            extra={
+                "webhook": self.webhook.path,
+                "uid": review.uid,
+                "namespace": review.namespace,
+                "object_name": review.name or "<generated>",
+                "error": str(error),
+                "failure_mode": str(self.failure_mode),
+            },
+        )
+        if self.failure_mode is not FailureMode.DENY:
+            return None
+        return chain.Outcome(
+            allowed=False,
+            code=chain.INTERNAL_ERROR_CODE,
+            message=f"the webhook could not look up objects this request refers to: {error}",
         )
 
     def _account(self, review: AdmissionRequest, outcome: chain.Outcome) -> str:
