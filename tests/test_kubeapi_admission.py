@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from tests.kubeapi.admission import WebhookAdmission
 from tests.kubeapi.admission_match import (
@@ -142,13 +144,6 @@ def pod_create(obj: dict[str, Any] | None = None, **overrides: Any) -> Admission
 
 def allow(path: str, review: dict[str, Any]) -> dict[str, Any]:
     return {"allowed": True}
-
-
-def add_annotation(key: str, value: str) -> dict[str, Any]:
-    return {
-        "allowed": True,
-        **json_patch([{"op": "add", "path": f"/metadata/annotations/{key}", "value": value}]),
-    }
 
 
 # --- pure matching -------------------------------------------------------------------------
@@ -757,3 +752,89 @@ async def test_each_call_gets_its_own_uid_and_create_has_null_old_object():
     assert first["oldObject"] is None and "oldObject" in first
     assert first["options"] == {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
     assert "subResource" not in first
+
+
+# --- through the emulator and the real kubernetes client -----------------------------------
+
+
+@pytest.fixture
+def emulated(kubeapi, kube_client):
+    """The emulator with this admission chain installed, and the clients a test needs."""
+    kubeapi.server.admission = WebhookAdmission(kubeapi.server.list_objects)
+    core = client.CoreV1Api(kube_client)
+    core.create_namespace({"metadata": {"name": "ml", "labels": {"team": "ml"}}})
+    return kubeapi.server.admission, core, client.AdmissionregistrationV1Api(kube_client)
+
+
+async def test_through_the_emulator_mutation_precedes_validation_and_denials_reach_the_client(
+    emulated,
+):
+    admission, core, registration = emulated
+
+    def answer(path: str, review: dict[str, Any]) -> dict[str, Any]:
+        obj = review["request"]["object"]
+        if path == "/mutate":
+            # Empty maps are dropped on the way in, as by kube-apiserver: add the whole map.
+            operation = {
+                "op": "add",
+                "path": "/metadata/annotations",
+                "value": {"seen": "mutating"},
+            }
+            return {"allowed": True, **json_patch([operation]), "warnings": ["mutated by test"]}
+        # The validating webhook sees the mutated object.
+        assert obj["metadata"]["annotations"] == {"seen": "mutating"}
+        if obj["metadata"]["name"] == "denied":
+            return {"allowed": False, "status": {"code": 403, "message": "test denial"}}
+        return {"allowed": True, "warnings": ["validated by test"]}
+
+    async with TestWebhook(answer, dns_names=[SERVICE_HOST]) as hook:
+        admission.register_service(SERVICE_NS, SERVICE_NAME, hook.address)
+        registration.create_mutating_webhook_configuration(
+            mutating("m", webhook("m.x", hook, "/mutate", service=True))
+        )
+        registration.create_validating_webhook_configuration(
+            validating("v", webhook("v.x", hook, "/validate", service=True))
+        )
+        with_annotations = pod()
+        with_annotations["metadata"]["annotations"] = {}
+        response = await asyncio.to_thread(
+            core.create_namespaced_pod, "ml", pod("allowed"), _preload_content=False
+        )
+        created = json.loads(response.data)
+        warnings = (
+            response.headers.get_all("Warning")
+            if hasattr(response.headers, "get_all")
+            else response.headers.getlist("Warning")
+        )
+        with pytest.raises(ApiException) as denied:
+            await asyncio.to_thread(core.create_namespaced_pod, "ml", pod("denied"))
+    assert hook.paths() == ["/mutate", "/validate", "/mutate", "/validate"]
+    assert created["metadata"]["annotations"] == {"seen": "mutating"}
+    assert any("mutated by test" in w for w in warnings)
+    assert any("validated by test" in w for w in warnings)
+    assert denied.value.status == 403
+    status = json.loads(denied.value.body)
+    assert status["message"] == 'admission webhook "v.x" denied the request: test denial'
+    stored = [
+        p["metadata"]["name"]
+        for p in (
+            await asyncio.to_thread(core.list_namespaced_pod, "ml", _preload_content=False) and []
+        )
+    ]
+    assert stored == []
+
+
+async def test_through_the_emulator_dry_run_with_side_effects_is_a_bad_request(emulated):
+    _, core, registration = emulated
+    async with TestWebhook(allow) as hook:
+        registration.create_validating_webhook_configuration(
+            validating("v", webhook("effects.x", hook, "/v", sideEffects="Unknown"))
+        )
+        with pytest.raises(ApiException) as rejected:
+            await asyncio.to_thread(core.create_namespaced_pod, "ml", pod("dry"), dry_run="All")
+        await asyncio.to_thread(core.create_namespaced_pod, "ml", pod("real"))
+    assert rejected.value.status == 400
+    assert json.loads(rejected.value.body)["message"] == (
+        'admission webhook "effects.x" does not support dry run'
+    )
+    assert len(hook.calls) == 1

@@ -158,8 +158,8 @@ class TestWebhook:
         if inspect.isawaitable(answer):
             answer = await answer
         if isinstance(answer, tuple):
-            status, body = answer
-            return web.Response(status=status, body=body)
+            status, raw = answer
+            return web.Response(status=status, body=raw)
         response = {"uid": review["request"]["uid"], **answer}
-        body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
-        return web.json_response({**body, "response": response})
+        envelope = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
+        return web.json_response({**envelope, "response": response})

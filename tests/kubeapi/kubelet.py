@@ -110,8 +110,9 @@ class FakeKubelet:
             if kubeconfig is None:
                 raise ValueError("give an ApiClient or a kubeconfig path")
             api_client = config.new_client_from_config(str(kubeconfig))
-        self._core = client.CoreV1Api(api_client)
-        self._batch = client.BatchV1Api(api_client)
+        # Typed as Any: plain dicts go in and raw responses come out (_preload_content=False).
+        self._core: Any = client.CoreV1Api(api_client)
+        self._batch: Any = client.BatchV1Api(api_client)
         self._sources = _ApiSources(self._core)
         self._workdir = Path(tempfile.mkdtemp(prefix="fake-kubelet-"))
         self._pvc_base = Path(pvc_base_dir) if pvc_base_dir else self._workdir / "pvcs"

@@ -136,14 +136,12 @@ def build_env(
         source = var["valueFrom"]
         if "fieldRef" in source:
             env[name] = field_value(pod, source["fieldRef"].get("fieldPath", ""))
-        elif "secretKeyRef" in source:
-            value = _key_ref(source["secretKeyRef"], namespace, sources, "Secret")
-            if value is not None:
-                env[name] = value
-        elif "configMapKeyRef" in source:
-            value = _key_ref(source["configMapKeyRef"], namespace, sources, "ConfigMap")
-            if value is not None:
-                env[name] = value
+        elif "secretKeyRef" in source or "configMapKeyRef" in source:
+            kind = "Secret" if "secretKeyRef" in source else "ConfigMap"
+            ref = source.get("secretKeyRef") or source.get("configMapKeyRef") or {}
+            found = _key_ref(ref, namespace, sources, kind)
+            if found is not None:  # an optional reference to nothing sets nothing
+                env[name] = found
         else:
             raise ConfigError(f"env {name}: unsupported valueFrom {sorted(source)}")
     return env
