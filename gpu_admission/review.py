@@ -1,0 +1,381 @@
+"""`gpu-admission review`: the admission chain, offline, over manifests.
+
+Reads Pods, the pod templates of workload controllers, Secrets and PVCs from files, directories
+or stdin; runs the same policies as the webhooks against cluster state from a file or a live
+cluster; prints the mutated manifests on stdout and every change, warning and denial on stderr.
+Exit status: 0 all allowed, 1 something denied, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import copy
+import json
+import sys
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from gpu_admission.cluster.view import (
+    ClusterView,
+    MissResolver,
+    StaticClusterView,
+    node_info,
+    pvc_info,
+    secret_info,
+    service_account_info,
+)
+from gpu_admission.config import Config, ConfigError, load_config
+from webhooks import chain
+from webhooks.policy import PolicySet
+from webhooks.registry import build_policy_set, webhook_for
+from webhooks.review import AdmissionRequest
+
+EXIT_ALLOWED, EXIT_DENIED, EXIT_USAGE = 0, 1, 2
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+# Where each workload kind keeps its pod template.
+POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "ReplicationController": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+REVIEWED_KINDS = {"Pod", "Secret", "PersistentVolumeClaim", *POD_TEMPLATE_PATHS}
+CLUSTER_STATE_KINDS = {"Node", "ServiceAccount", "Secret", "PersistentVolumeClaim", "Namespace"}
+
+
+class UsageError(Exception):
+    """Bad input from the user of the command; exit status 2."""
+
+
+@dataclass
+class Document:
+    source: str
+    obj: dict[str, Any]
+
+
+@dataclass
+class Result:
+    document: Document
+    allowed: bool = True
+    changes: int = 0
+    warnings: list[str] = field(default_factory=list)
+    denials: list[str] = field(default_factory=list)
+    skipped: str = ""
+
+    @property
+    def identity(self) -> str:
+        meta = self.document.obj.get("metadata") or {}
+        namespace = meta.get("namespace")
+        name = meta.get("name") or f"{meta.get('generateName', '')}<generated>"
+        where = f"{namespace}/{name}" if namespace else name
+        return f"{self.document.obj.get('kind')} {where} ({self.document.source})"
+
+
+# -- reading manifests -----------------------------------------------------------------------
+
+
+def _parse_stream(text: str, source: str) -> Iterator[Document]:
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{source}: not valid YAML or JSON: {exc}") from exc
+    for doc in documents:
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise UsageError(f"{source}: every document must be a Kubernetes object (a mapping)")
+        if doc.get("kind") == "List" or (
+            str(doc.get("kind", "")).endswith("List") and "items" in doc
+        ):
+            for item in doc.get("items") or []:
+                yield Document(source, item)
+        else:
+            yield Document(source, doc)
+
+
+def load_documents(paths: Iterable[str], stdin: TextIO) -> list[Document]:
+    documents: list[Document] = []
+    for raw in paths:
+        if raw == "-":
+            documents.extend(_parse_stream(stdin.read(), "<stdin>"))
+            continue
+        path = Path(raw)
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES)
+        elif path.is_file():
+            files = [path]
+        else:
+            raise UsageError(f"{raw}: no such file or directory")
+        for file in files:
+            documents.extend(_parse_stream(file.read_text(), str(file)))
+    return documents
+
+
+# -- cluster state ---------------------------------------------------------------------------
+
+
+@dataclass
+class ClusterState:
+    view: ClusterView
+    exempt_namespaces: set[str]
+    resolver: MissResolver | None = None
+
+
+def load_cluster_state(path: Path, config: Config) -> ClusterState:
+    try:
+        documents = list(_parse_stream(path.read_text(), str(path)))
+    except OSError as exc:
+        raise UsageError(f"cannot read cluster state {path}: {exc.strerror}") from exc
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for doc in documents:
+        by_kind.setdefault(str(doc.obj.get("kind")), []).append(doc.obj)
+    unknown = set(by_kind) - CLUSTER_STATE_KINDS
+    if unknown:
+        raise UsageError(
+            f"{path}: cluster state holds Nodes, ServiceAccounts, Secrets, PersistentVolumeClaims "
+            f"and Namespaces; found {', '.join(sorted(unknown))}"
+        )
+    view = StaticClusterView(
+        nodes=[node_info(o) for o in by_kind.get("Node", [])],
+        secrets=[secret_info(o) for o in by_kind.get("Secret", [])],
+        service_accounts=[service_account_info(o) for o in by_kind.get("ServiceAccount", [])],
+        pvcs=[pvc_info(o) for o in by_kind.get("PersistentVolumeClaim", [])],
+    )
+    exempt = {
+        (ns.get("metadata") or {}).get("name", "")
+        for ns in by_kind.get("Namespace", [])
+        if ((ns.get("metadata") or {}).get("labels") or {}).get(config.exempt_label) == "true"
+    }
+    return ClusterState(view, exempt)
+
+
+# -- running the chain -----------------------------------------------------------------------
+
+
+def _merge_string_data(secret: dict[str, Any]) -> None:
+    """The API server turns stringData into base64 data before any webhook sees it."""
+    string_data = secret.pop("stringData", None) or {}
+    if string_data:
+        data = secret.setdefault("data", {}) or {}
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        secret["data"] = data
+
+
+def _request(obj: dict[str, Any], kind: str, namespace: str) -> AdmissionRequest:
+    meta = obj.get("metadata") or {}
+    return AdmissionRequest(
+        uid=str(uuid.uuid4()),
+        kind=kind,
+        resource={"Pod": "pods", "Secret": "secrets"}.get(kind, "persistentvolumeclaims"),
+        sub_resource="",
+        operation="CREATE",
+        namespace=namespace,
+        name=meta.get("name", ""),
+        object=obj,
+        old_object=None,
+        dry_run=True,
+    )
+
+
+async def _admit(
+    obj: dict[str, Any],
+    kind: str,
+    namespace: str,
+    policies: PolicySet,
+    state: ClusterState,
+    config: Config,
+    result: Result,
+) -> dict[str, Any]:
+    """Mutating then validating, as the API server runs them; returns the admitted object."""
+    original = copy.deepcopy(obj)
+    for mutating in (True, False):
+        webhook = webhook_for(kind, mutating)
+        if webhook is None:
+            continue
+        request = _request(obj, kind, namespace)
+        selected = policies.mutating_for(kind) if mutating else policies.validating_for(kind)
+        if state.resolver is not None:
+            await state.resolver.resolve(chain.references(request, selected))
+        if mutating:
+            outcome = chain.run_mutating(
+                request,
+                selected,  # type: ignore[arg-type]
+                state.view,
+                config.failure_mode(webhook.path),
+                lambda: copy.deepcopy(original),
+            )
+            obj = request.object
+            result.changes += len(outcome.ops)
+        else:
+            outcome = chain.run_validating(
+                request,
+                selected,  # type: ignore[arg-type]
+                state.view,
+                config.failure_mode(webhook.path),
+            )
+        result.warnings.extend(outcome.warnings)
+        if not outcome.allowed:
+            result.allowed = False
+            result.denials.append(outcome.message)
+            return obj
+    return obj
+
+
+async def review_document(
+    document: Document, policies: PolicySet, state: ClusterState, config: Config
+) -> Result:
+    obj = copy.deepcopy(document.obj)
+    result = Result(Document(document.source, obj))
+    kind = obj.get("kind")
+    meta = obj.setdefault("metadata", {}) or {}
+    namespace = meta.get("namespace") or "default"
+    if kind not in REVIEWED_KINDS:
+        result.skipped = "no gpu-admission webhook reviews this kind"
+        return result
+    if namespace in state.exempt_namespaces:
+        result.skipped = f"namespace {namespace} is exempt"
+        return result
+    if kind == "Secret":
+        _merge_string_data(obj)
+    if kind in POD_TEMPLATE_PATHS:
+        *parents, last = POD_TEMPLATE_PATHS[kind]
+        holder: Any = obj
+        for key in parents:
+            holder = holder.setdefault(key, {})
+        template = holder.get(last) or {}
+        template_meta = dict(template.get("metadata") or {})
+        template_meta.setdefault("namespace", namespace)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": template_meta,
+            "spec": template.get("spec") or {},
+        }
+        admitted = await _admit(pod, "Pod", namespace, policies, state, config, result)
+        admitted_meta = dict(admitted.get("metadata") or {})
+        if "namespace" not in (template.get("metadata") or {}):
+            admitted_meta.pop("namespace", None)
+        holder[last] = {**template, "metadata": admitted_meta, "spec": admitted.get("spec")}
+    else:
+        result.document.obj = await _admit(obj, kind, namespace, policies, state, config, result)
+    return result
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+def _report(results: list[Result], err: TextIO) -> None:
+    for result in results:
+        if result.skipped:
+            err.write(f"{result.identity}: skipped ({result.skipped})\n")
+            continue
+        if result.allowed:
+            changes = f"{result.changes} change{'s' if result.changes != 1 else ''}"
+            err.write(f"{result.identity}: allowed, {changes}\n")
+        else:
+            err.write(f"{result.identity}: DENIED\n")
+            for denial in result.denials:
+                err.write(f"  denied: {denial}\n")
+        for warning in result.warnings:
+            err.write(f"  warning: {warning}\n")
+
+
+def _printable(results: list[Result]) -> list[dict[str, Any]]:
+    # Secrets are reviewed but never printed: the output must not carry secret values.
+    return [r.document.obj for r in results if r.allowed and r.document.obj.get("kind") != "Secret"]
+
+
+def _write(objects: list[dict[str, Any]], output: str, out: TextIO) -> None:
+    if output == "json":
+        json.dump({"apiVersion": "v1", "kind": "List", "items": objects}, out, indent=2)
+        out.write("\n")
+    else:
+        yaml.safe_dump_all(objects, out, sort_keys=False, default_flow_style=False)
+
+
+# -- command ---------------------------------------------------------------------------------
+
+
+def add_review_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "review",
+        help="run the admission chain offline over manifests",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        dest="paths",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="manifest file, directory (searched recursively) or - for stdin; repeatable",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--cluster-state",
+        type=Path,
+        metavar="FILE",
+        help="YAML list of Nodes, ServiceAccounts, Secrets, PVCs and Namespaces to review against",
+    )
+    source.add_argument(
+        "--kubeconfig", type=Path, metavar="FILE", help="review against a live cluster"
+    )
+    parser.add_argument("--config", type=Path, metavar="FILE", help="gpu-admission config file")
+    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    parser.set_defaults(func=review_command)
+
+
+async def _live_state(kubeconfig: Path, config: Config) -> tuple[ClusterState, Any]:
+    from gpu_admission.cluster.informers import InformerClusterView
+    from gpu_admission.cluster.kube import api_client
+
+    client = api_client(kubeconfig)
+    view = InformerClusterView(client, config)
+    view.start()
+    await asyncio.to_thread(view.wait_synced, 30.0)
+    return ClusterState(view, set(), resolver=view), view
+
+
+async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    config = load_config(args.config)
+    documents = load_documents(args.paths, sys.stdin)
+    policies = build_policy_set(config)
+    live = None
+    if args.kubeconfig is not None:
+        state, live = await _live_state(args.kubeconfig, config)
+    elif args.cluster_state is not None:
+        state = load_cluster_state(args.cluster_state, config)
+    else:
+        state = ClusterState(StaticClusterView(), set())
+    try:
+        results = [await review_document(d, policies, state, config) for d in documents]
+    finally:
+        if live is not None:
+            live.stop()
+    _report(results, err)
+    _write(_printable(results), args.output, out)
+    return EXIT_DENIED if any(not r.allowed for r in results) else EXIT_ALLOWED
+
+
+def review_command(
+    args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
+    try:
+        return asyncio.run(_run(args, out, err))
+    except (UsageError, ConfigError) as exc:
+        err.write(f"error: {exc}\n")
+        return EXIT_USAGE

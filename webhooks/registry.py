@@ -1,0 +1,50 @@
+"""Which webhooks exist and which policies each runs.
+
+The table of webhook paths lives here, once: the HTTPS service routes by it and the offline
+`review` command follows it, so both run the same chain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpu_admission.config import Config
+from webhooks.policy import MutatingPolicy, PolicySet, ValidatingPolicy
+
+
+@dataclass(frozen=True)
+class Webhook:
+    path: str
+    kind: str  # the object kind this path reviews
+    mutating: bool
+
+
+WEBHOOKS: tuple[Webhook, ...] = (
+    Webhook("/mutate/pods", "Pod", mutating=True),
+    Webhook("/validate/pods", "Pod", mutating=False),
+    Webhook("/validate/secrets", "Secret", mutating=False),
+    Webhook("/mutate/persistentvolumeclaims", "PersistentVolumeClaim", mutating=True),
+    Webhook("/validate/persistentvolumeclaims", "PersistentVolumeClaim", mutating=False),
+)
+
+
+def webhook_for(kind: str, mutating: bool) -> Webhook | None:
+    for webhook in WEBHOOKS:
+        if webhook.kind == kind and webhook.mutating == mutating:
+            return webhook
+    return None
+
+
+def build_policy_set(config: Config) -> PolicySet:
+    """Every policy, in the order it runs. Order matters for mutating policies only where one
+    reads what another wrote; each is reinvocation-safe on its own."""
+    modules = _policy_modules()
+    policies = [p for module in modules for p in module.policies(config)]
+    return PolicySet(
+        mutating=tuple(p for p in policies if isinstance(p, MutatingPolicy)),
+        validating=tuple(p for p in policies if isinstance(p, ValidatingPolicy)),
+    )
+
+
+def _policy_modules() -> list:  # type: ignore[type-arg]
+    return []
