@@ -151,5 +151,8 @@ class CABundleSyncer:
                         exc.reason,
                         interval,
                     )
+                except Exception:
+                    # An unreachable API server surfaces as urllib3 errors; retry like any other.
+                    log.exception("cannot update caBundle in %s; retrying", self.name)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)

@@ -206,6 +206,10 @@ class CertReloader:
                 # Keep serving the loaded certificate; a half-written pair or an API hiccup
                 # usually resolves by the next poll.
                 log.warning("certificate check failed, keeping the current certificate: %s", exc)
+            except Exception:
+                # Whatever else goes wrong (an unreachable API server surfaces as urllib3
+                # errors), this loop must outlive it: it is what keeps the certificate valid.
+                log.exception("certificate check failed, keeping the current certificate")
             delay = poll_interval
             if spec is not None and self.current is not None:
                 until_renewal = (self.current.renew_at(renew_fraction) - clock()).total_seconds()
