@@ -7,6 +7,7 @@ The table of webhook paths lives here, once: the HTTPS service routes by it and 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 from gpu_admission.config import Config
 from webhooks.policy import MutatingPolicy, PolicySet, ValidatingPolicy
@@ -46,5 +47,30 @@ def build_policy_set(config: Config) -> PolicySet:
     )
 
 
-def _policy_modules() -> list:  # type: ignore[type-arg]
-    return []
+def _policy_modules() -> list[ModuleType]:
+    # Imported here so that importing the webhook table does not load every policy.
+    from webhooks.policies import (
+        credential_injection,
+        credential_secrets,
+        dataset_gate,
+        dataset_pvc,
+        gpu_env_guard,
+        gpu_visibility,
+        memory_share,
+        shared_gpu_limit,
+    )
+
+    return [
+        # Pods, mutating: credentials first (they add env and mounts), then GPU visibility and
+        # memory share (env per container), then the dataset gate (spec-level changes).
+        credential_injection,
+        gpu_visibility,
+        memory_share,
+        dataset_gate,
+        # Pods, validating.
+        gpu_env_guard,
+        shared_gpu_limit,
+        # Secrets and PVCs.
+        credential_secrets,
+        dataset_pvc,
+    ]
