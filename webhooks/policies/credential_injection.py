@@ -1,0 +1,340 @@
+"""Mutating policy: give pods the cloud credentials they ask for, by reference only.
+
+A pod asks with the `cloud-credentials` annotation (comma-separated Secret names); its
+ServiceAccount can carry the same annotation for all its pods, unless the pod says
+`inject-cloud-credentials: "false"` (which drops the ServiceAccount's, never the pod's own).
+
+- `gcp-credential`: a read-only secret volume mounted at /var/run/secrets/gcp/<secret> in every
+  init and regular container, and GOOGLE_APPLICATION_CREDENTIALS pointing at its key.json.
+- `aws-credential`: one env var per key the Secret holds, each a `secretKeyRef`; AWS_REGION is
+  also exported as AWS_DEFAULT_REGION, which older SDKs read.
+
+A container that already sets one of these variables keeps its own value, with a warning.
+Containers named in the `skip-containers` annotation get nothing. Ephemeral containers do not
+exist at CREATE and are left alone. Secret values are never read: the view holds key names only.
+
+Cache misses: `references` names the ServiceAccount and the Secrets the pod names. Secrets named
+by the ServiceAccount can only be known once the ServiceAccount is, so `references(request,
+view)` also names those that the view's ServiceAccount lists; an edge that resolves in two rounds
+calls it again with the view after the first round. Credential-typed Secrets are in the informer
+cache anyway; the second round matters for a Secret created moments before the pod.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_admission.cluster.view import ClusterView, ObjectRef, SecretInfo
+from gpu_admission.config import Config
+from gpu_admission.names import (
+    AWS_CREDENTIAL_TYPE,
+    AWS_DEFAULT_REGION,
+    AWS_OPTIONAL_KEYS,
+    AWS_REGION,
+    AWS_REQUIRED_KEYS,
+    CREDENTIAL_TYPES,
+    GCP_CREDENTIAL_TYPE,
+    GCP_KEY_FILE,
+    GCP_MOUNT_ROOT,
+    GOOGLE_APPLICATION_CREDENTIALS,
+    Names,
+)
+from webhooks.patch import Patch
+from webhooks.policies.containers import ContainerRef, iter_containers
+from webhooks.policy import MutatingPolicy, Scope
+from webhooks.review import AdmissionRequest, Verdict
+
+POLICY_NAME = "cloud-credentials"
+SCOPE = Scope("Pod")  # CREATE of the pod itself
+INJECTED_LISTS = ("initContainers", "containers")
+DEFAULT_SERVICE_ACCOUNT = "default"
+MAX_VOLUME_NAME = 63  # a DNS label
+VOLUME_PREFIX = "gcp-"
+HASH_LENGTH = 8
+AWS_KEYS = (*AWS_REQUIRED_KEYS, *AWS_OPTIONAL_KEYS)
+
+
+def parse_names(value: str | None) -> list[str]:
+    """`"a, b,,a "` -> `["a", "b"]`: comma-separated, whitespace tolerated, duplicates collapsed."""
+    names: dict[str, None] = {}
+    for part in (value or "").split(","):
+        if part.strip():
+            names[part.strip()] = None
+    return list(names)
+
+
+def service_account_name(pod: Mapping[str, Any]) -> str:
+    spec = pod.get("spec") or {}
+    return spec.get("serviceAccountName") or spec.get("serviceAccount") or DEFAULT_SERVICE_ACCOUNT
+
+
+@dataclass(frozen=True, slots=True)
+class Requested:
+    """A Secret the pod will get, and who asked for it (for messages)."""
+
+    name: str
+    source: str
+
+
+def _opted_out(annotations: Mapping[str, str], names: Names) -> bool:
+    return annotations.get(names.inject_cloud_credentials, "").strip().lower() == "false"
+
+
+def _requested(
+    request: AdmissionRequest, view: ClusterView, names: Names
+) -> tuple[list[Requested], list[str]]:
+    """The Secrets asked for, pod's own first, and warnings."""
+    annotations = request.annotations
+    requested = [
+        Requested(name, f"the pod annotation {names.cloud_credentials}")
+        for name in parse_names(annotations.get(names.cloud_credentials))
+    ]
+    warnings = []
+    opt_out = annotations.get(names.inject_cloud_credentials)
+    if opt_out is not None and opt_out.strip().lower() not in ("true", "false"):
+        warnings.append(
+            f'{names.inject_cloud_credentials} must be "true" or "false"; '
+            "the ServiceAccount's credentials were added"
+        )
+    if _opted_out(annotations, names):
+        return requested, warnings
+    sa_name = service_account_name(request.object)
+    account = view.service_account(request.namespace, sa_name)
+    if account is None:
+        return requested, warnings
+    seen = {r.name for r in requested}
+    for name in parse_names(account.annotations.get(names.cloud_credentials)):
+        if name not in seen:
+            requested.append(Requested(name, f'ServiceAccount "{sa_name}"'))
+    return requested, warnings
+
+
+def _problems(
+    requested: list[Requested], secrets: Mapping[str, SecretInfo | None], namespace: str
+) -> list[str]:
+    """Why the request cannot be honoured, one entry per Secret or conflict."""
+    types = " or ".join(CREDENTIAL_TYPES)
+    problems = []
+    by_type: dict[str, list[Requested]] = {}
+    for item in requested:
+        info = secrets[item.name]
+        named = f'Secret "{item.name}" (named by {item.source})'
+        if info is None:
+            problems.append(
+                f'{named} does not exist in namespace "{namespace}"; create it with type '
+                f"{types}, or remove the name"
+            )
+        elif info.type not in CREDENTIAL_TYPES:
+            problems.append(
+                f"{named} has type {info.type}; cloud credentials must be of type {types}"
+            )
+        else:
+            by_type.setdefault(info.type, []).append(item)
+            missing = _missing_keys(info)
+            if missing:
+                problems.append(
+                    f"{named} lacks {', '.join(missing)}; recreate it as the documentation shows"
+                )
+    for secret_type, items in by_type.items():
+        if len(items) > 1:
+            listed = " and ".join(f'"{i.name}" (named by {i.source})' for i in items)
+            problems.append(
+                f"Secrets {listed} are all of type {secret_type}, which is ambiguous; "
+                "a pod can use one Secret of each type: name only one"
+            )
+    return problems
+
+
+def _missing_keys(info: SecretInfo) -> list[str]:
+    needed = (GCP_KEY_FILE,) if info.type == GCP_CREDENTIAL_TYPE else AWS_REQUIRED_KEYS
+    return [key for key in needed if key not in info.keys]
+
+
+# -- gcp-credential --------------------------------------------------------------------------
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
+
+
+def volume_name(secret: str, taken: Iterable[str]) -> str:
+    """A DNS-label volume name for `secret`, unused in the pod and stable for the same inputs.
+
+    `gcp-<secret>` when that is a valid, free label; otherwise a prefix of it with a short hash
+    of the Secret name, so long or dotted names and collisions still get a distinct name.
+    """
+    taken = set(taken)
+    plain = f"{VOLUME_PREFIX}{secret}"
+    if len(plain) <= MAX_VOLUME_NAME and "." not in plain and plain not in taken:
+        return plain
+    stem = plain.replace(".", "-")[: MAX_VOLUME_NAME - HASH_LENGTH - 1].rstrip("-")
+    attempt = 0
+    while True:
+        salt = secret if attempt == 0 else f"{secret}#{attempt}"
+        name = f"{stem}-{_short_hash(salt)}"
+        if name not in taken:
+            return name
+        attempt += 1
+
+
+def _is_volume_of(volume: Mapping[str, Any], secret: str) -> bool:
+    """A plain volume of the whole Secret (any name): ours from an earlier run, or the user's."""
+    source = volume.get("secret")
+    return (
+        isinstance(source, Mapping)
+        and source.get("secretName") == secret
+        and not source.get("items")
+        and source.get("defaultMode", 0o644) == 0o644  # 420, what the API server defaults to
+    )
+
+
+def _existing_volume(pod: Mapping[str, Any], secret: str) -> str | None:
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        if _is_volume_of(volume, secret):
+            return str(volume["name"])
+    return None
+
+
+def _add_volume(patch: Patch, secret: str) -> str:
+    volumes = (patch.obj.get("spec") or {}).get("volumes") or []
+    name = volume_name(secret, (v.get("name", "") for v in volumes))
+    patch.append("/spec/volumes", {"name": name, "secret": {"secretName": secret}})
+    return name
+
+
+def _env_state(ref: ContainerRef, entry: Mapping[str, Any]) -> str:
+    """ "absent": add it; "ours": already exactly so; "theirs": the container set its own."""
+    existing = ref.env_entries(entry["name"])
+    if not existing:
+        return "absent"
+    return "ours" if all(item == entry for item in existing) else "theirs"
+
+
+def _inject_gcp(patch: Patch, secret: str, containers: list[ContainerRef]) -> None:
+    mount_path = f"{GCP_MOUNT_ROOT}/{secret}"
+    env = {"name": GOOGLE_APPLICATION_CREDENTIALS, "value": f"{mount_path}/{GCP_KEY_FILE}"}
+    volume = _existing_volume(patch.obj, secret)
+    for ref in containers:
+        mounts = ref.container.get("volumeMounts") or []
+        at_path = [m for m in mounts if str(m.get("mountPath", "")).rstrip("/") == mount_path]
+        if not at_path:
+            if volume is None:
+                volume = _add_volume(patch, secret)
+            patch.append(
+                f"{ref.path}/volumeMounts",
+                {"name": volume, "mountPath": mount_path, "readOnly": True},
+            )
+        elif volume is None or all(m.get("name") != volume for m in at_path):
+            patch.warn(
+                f"{ref.describe} already mounts another volume at {mount_path}; "
+                f'Secret "{secret}" was not added to it'
+            )
+            continue
+        state = _env_state(ref, env)
+        if state == "absent":
+            patch.append(f"{ref.path}/env", env)
+        elif state == "theirs":
+            patch.warn(
+                f"{ref.describe} sets its own {GOOGLE_APPLICATION_CREDENTIALS}; kept it "
+                f'(Secret "{secret}" is mounted at {mount_path})'
+            )
+
+
+# -- aws-credential --------------------------------------------------------------------------
+
+
+def aws_env(info: SecretInfo) -> list[dict[str, Any]]:
+    """The env entries for an aws-credential Secret: a secretKeyRef per known key it holds."""
+    entries = []
+    for key in AWS_KEYS:
+        if key not in info.keys:
+            continue
+        names = (key, AWS_DEFAULT_REGION) if key == AWS_REGION else (key,)
+        for name in names:
+            entries.append(
+                {"name": name, "valueFrom": {"secretKeyRef": {"name": info.name, "key": key}}}
+            )
+    return entries
+
+
+def _inject_aws(patch: Patch, info: SecretInfo, containers: list[ContainerRef]) -> None:
+    entries = aws_env(info)
+    for ref in containers:
+        kept = []
+        for entry in entries:
+            state = _env_state(ref, entry)
+            if state == "absent":
+                patch.append(f"{ref.path}/env", entry)
+            elif state == "theirs":
+                kept.append(entry["name"])
+        if kept:
+            patch.warn(
+                f"{ref.describe} sets its own {', '.join(kept)}; kept "
+                f'{"it" if len(kept) == 1 else "them"} instead of Secret "{info.name}"'
+            )
+
+
+# -- the policy ------------------------------------------------------------------------------
+
+
+def _containers(pod: Mapping[str, Any], skipped: set[str]) -> list[ContainerRef]:
+    return [ref for ref in iter_containers(pod, INJECTED_LISTS) if ref.name not in skipped]
+
+
+def make_policy(names: Names) -> MutatingPolicy:
+    def references(request: AdmissionRequest, view: ClusterView | None = None) -> list[ObjectRef]:
+        namespace = request.namespace
+        annotations = request.annotations
+        refs = [
+            ObjectRef("Secret", namespace, name)
+            for name in parse_names(annotations.get(names.cloud_credentials))
+        ]
+        if _opted_out(annotations, names):
+            return refs
+        sa_name = service_account_name(request.object)
+        refs.insert(0, ObjectRef("ServiceAccount", namespace, sa_name))
+        account = view.service_account(namespace, sa_name) if view is not None else None
+        if account is not None:
+            known = set(refs)
+            for name in parse_names(account.annotations.get(names.cloud_credentials)):
+                ref = ObjectRef("Secret", namespace, name)
+                if ref not in known:
+                    refs.append(ref)
+        return refs
+
+    def mutate(request: AdmissionRequest, patch: Patch, view: ClusterView) -> Verdict | None:
+        requested, warnings = _requested(request, view, names)
+        for warning in warnings:
+            patch.warn(warning)
+        if not requested:
+            return None
+        secrets = {item.name: view.secret(request.namespace, item.name) for item in requested}
+        problems = _problems(requested, secrets, request.namespace)
+        if problems:
+            return Verdict.deny("cloud credentials cannot be added: " + "; ".join(problems) + ".")
+        skipped = set(parse_names(request.annotations.get(names.skip_containers)))
+        containers = _containers(request.object, skipped)
+        unknown = sorted(skipped - {ref.name for ref in iter_containers(request.object)})
+        if unknown:
+            patch.warn(
+                f"{names.skip_containers} names {', '.join(unknown)}, not containers of this pod"
+            )
+        if not containers:
+            return None
+        for item in requested:
+            info = secrets[item.name]
+            assert info is not None  # checked by _problems
+            if info.type == GCP_CREDENTIAL_TYPE:
+                _inject_gcp(patch, info.name, containers)
+            elif info.type == AWS_CREDENTIAL_TYPE:
+                _inject_aws(patch, info, containers)
+        return None
+
+    return MutatingPolicy(POLICY_NAME, SCOPE, mutate, references)
+
+
+def policies(config: Config) -> list[MutatingPolicy]:
+    return [make_policy(config.names)]
