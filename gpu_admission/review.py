@@ -90,7 +90,9 @@ def _parse_stream(text: str, source: str) -> Iterator[Document]:
         documents = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
         raise UsageError(f"{source}: not valid YAML or JSON: {exc}") from exc
-    for doc in documents:
+    # A document may also be a plain YAML list of objects (as cluster-state files are).
+    flattened = [item for doc in documents for item in (doc if isinstance(doc, list) else [doc])]
+    for doc in flattened:
         if doc is None:
             continue
         if not isinstance(doc, dict):
