@@ -7,7 +7,6 @@ the object the API server sent. Patches are built from what changed; whole objec
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 
@@ -22,8 +21,13 @@ def _unescape(token: str) -> str:
 
 def _detached(value: Any) -> Any:
     """The working object gets its own copy of containers, so later operations on it never
-    change the value an earlier operation recorded."""
-    return copy.deepcopy(value) if isinstance(value, (dict, list)) else value
+    change the value an earlier operation recorded. Values are JSON (dicts, lists, scalars), so
+    a plain recursive copy does; it is several times faster than copy.deepcopy on the hot path."""
+    if isinstance(value, dict):
+        return {key: _detached(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_detached(item) for item in value]
+    return value
 
 
 class PatchConflict(Exception):
