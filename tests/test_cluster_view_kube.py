@@ -1,0 +1,73 @@
+"""Building the ApiClient: from a kubeconfig, from the in-cluster ServiceAccount, or an error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from kubernetes import client
+
+from gpu_admission.cluster.kube import (
+    CONNECTION_POOL_SIZE,
+    ClusterConfigError,
+    api_client,
+    has_cluster_config,
+)
+
+
+def namespaces(api: client.ApiClient) -> set[str]:
+    return {ns.metadata.name for ns in client.CoreV1Api(api).list_namespace().items}
+
+
+def test_kubeconfig_file_reaches_the_cluster(kubeapi):
+    api = api_client(kubeapi.kubeconfig_path)
+    try:
+        assert "default" in namespaces(api)
+        assert api.configuration.connection_pool_maxsize >= CONNECTION_POOL_SIZE
+    finally:
+        api.close()
+    assert has_cluster_config(kubeapi.kubeconfig_path, environ={})
+
+
+def test_in_cluster_service_account_reaches_the_cluster(kubeapi, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("service-account-token")
+    address = urlsplit(kubeapi.url)
+    environ = {
+        "KUBERNETES_SERVICE_HOST": address.hostname,
+        "KUBERNETES_SERVICE_PORT": str(address.port),
+    }
+    assert has_cluster_config(None, environ=environ, token_file=str(token))
+    api = api_client(None, environ=environ, token_file=str(token), cert_file=str(kubeapi.ca_path))
+    try:
+        assert api.configuration.host == kubeapi.url
+        assert "default" in namespaces(api)
+    finally:
+        api.close()
+
+
+def test_without_any_configuration_there_is_no_cluster(tmp_path):
+    missing_token = str(tmp_path / "token")
+    assert not has_cluster_config(None, environ={}, token_file=missing_token)
+    with pytest.raises(ClusterConfigError, match="pass --kubeconfig FILE"):
+        api_client(None, environ={}, token_file=missing_token)
+
+
+def test_service_host_without_a_token_is_not_in_cluster(tmp_path):
+    environ = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    assert not has_cluster_config(None, environ=environ, token_file=str(tmp_path / "token"))
+
+
+def test_a_missing_kubeconfig_is_an_error_not_offline_mode(tmp_path):
+    path = tmp_path / "nope.yaml"
+    assert has_cluster_config(path, environ={})  # named explicitly: never silently offline
+    with pytest.raises(ClusterConfigError, match=r"nope\.yaml does not exist"):
+        api_client(path)
+
+
+def test_an_unusable_kubeconfig_says_what_to_check(tmp_path):
+    path: Path = tmp_path / "broken.yaml"
+    path.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    with pytest.raises(ClusterConfigError, match=r"cannot be used.*current-context"):
+        api_client(path)
