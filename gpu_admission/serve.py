@@ -1,0 +1,227 @@
+"""`gpu-admission serve`: the webhooks, their certificates, the cluster caches, the metrics
+listener and background services in one process, with a graceful shutdown.
+
+Start-up order: certificates (the HTTPS site needs one), cluster caches, the HTTPS and metrics
+sites, then background services. /readyz reports what is not ready yet: certificates, cache sync.
+
+Shutdown (SIGTERM or SIGINT): /readyz turns 503 at once, the listener closes, requests already
+received are answered (for up to `server.shutdown_grace_seconds`), background services stop in
+reverse order, the caches and the metrics listener last; then the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from aiohttp import web
+from kubernetes.client import ApiClient
+
+from gpu_admission.cluster.informers import InformerClusterView
+from gpu_admission.cluster.kube import api_client, has_cluster_config
+from gpu_admission.cluster.view import ClusterView, MissResolver, StaticClusterView
+from gpu_admission.config import Config
+from gpu_admission.metrics import Metrics
+from gpu_admission.serving_certs import ServingCertificates
+from webhooks.policy import PolicySet
+from webhooks.registry import build_policy_set
+from webhooks.server import create_app, create_metrics_app, make_runner
+
+log = logging.getLogger(__name__)
+
+SHUTTING_DOWN = "shutdown in progress"
+SERVICE_STOP_TIMEOUT_SECONDS = 10.0
+INFORMER_JOIN_SECONDS = 5.0
+
+
+class BackgroundService(Protocol):
+    """Something that runs beside the webhooks (certificate renewal, the dataset controller).
+    `start` returns once it is running; `stop` returns once it has stopped."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def background_services(
+    config: Config, api: ApiClient | None, metrics: Metrics
+) -> list[BackgroundService]:
+    """Services beyond the certificates, started after the sites are up (the dataset
+    controller belongs here; it needs cluster access, so it is absent offline)."""
+    return []
+
+
+class _Informers:
+    """The informer-fed cluster view as a background service; its threads watch the API."""
+
+    name = "informers"
+
+    def __init__(self, view: InformerClusterView) -> None:
+        self.view = view
+
+    async def start(self) -> None:
+        self.view.start()
+
+    async def stop(self) -> None:
+        self.view.stop()
+        if not await asyncio.to_thread(self.view.join, INFORMER_JOIN_SECONDS):
+            log.warning("informer threads did not stop within %ss", INFORMER_JOIN_SECONDS)
+
+
+class AdmissionServer:
+    """Everything `serve` runs, startable and stoppable in-process."""
+
+    def __init__(
+        self,
+        config: Config,
+        api: ApiClient | None,
+        policy_set: PolicySet | None = None,
+        metrics: Metrics | None = None,
+        extra_services: Sequence[BackgroundService] | None = None,
+        cluster: tuple[ClusterView, MissResolver | None] | None = None,
+    ) -> None:
+        """`cluster` replaces the informer-fed view and resolver (embedding, tests); by default
+        they come from `api`, or an empty view offline."""
+        self.config = config
+        self.api = api
+        self.policy_set = policy_set if policy_set is not None else build_policy_set(config)
+        self.metrics = metrics or Metrics()
+        self.extra_services = (
+            list(extra_services)
+            if extra_services is not None
+            else background_services(config, api, self.metrics)
+        )
+        self.certificates = ServingCertificates(config.certs, api)
+        self.cluster = cluster
+        self.informers: InformerClusterView | None = None
+        self.draining = False
+        self._started: list[BackgroundService] = []
+        self._webhook_runner: web.AppRunner | None = None
+        self._metrics_runner: web.AppRunner | None = None
+
+    # -- readiness ----------------------------------------------------------------------------
+
+    def readiness(self) -> list[str]:
+        waiting = [SHUTTING_DOWN] if self.draining else []
+        waiting += self.certificates.not_ready()
+        if self.informers is not None:
+            waiting += self.informers.ready()
+        return waiting
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def _cluster(self) -> tuple[ClusterView, MissResolver | None]:
+        if self.cluster is not None:
+            return self.cluster
+        if self.api is None:
+            log.warning(
+                "no kubeconfig and no in-cluster configuration: serving without informers; "
+                "policies see an empty cluster (no nodes, Secrets, ServiceAccounts or PVCs)"
+            )
+            return StaticClusterView(), None
+        self.informers = InformerClusterView(self.api, self.config)
+        return self.informers, self.informers
+
+    async def start(self) -> None:
+        """Load certificates, start caches, open both listeners and the background services.
+        On failure, whatever started is stopped again before the error propagates."""
+        try:
+            await self.certificates.load()
+            view, resolver = self._cluster()
+            await self._start_service(self.certificates)
+            if self.informers is not None:
+                await self._start_service(_Informers(self.informers))
+            server = self.config.server
+            app = create_app(
+                self.config, self.policy_set, view, resolver, self.readiness, self.metrics
+            )
+            self._webhook_runner = make_runner(app, server.shutdown_grace_seconds)
+            await self._webhook_runner.setup()
+            await web.TCPSite(
+                self._webhook_runner,
+                server.host,
+                server.port,
+                ssl_context=self.certificates.reloader.context,
+            ).start()
+            if server.metrics_port:
+                self._metrics_runner = make_runner(create_metrics_app(self.metrics), 1.0)
+                await self._metrics_runner.setup()
+                await web.TCPSite(self._metrics_runner, server.host, server.metrics_port).start()
+            for service in self.extra_services:
+                await self._start_service(service)
+        except BaseException:
+            await self.stop()
+            raise
+        log.info(
+            "serving admission webhooks",
+            extra={
+                "https": self.addresses(self._webhook_runner),
+                "metrics": self.addresses(self._metrics_runner),
+                "informers": self.informers is not None,
+            },
+        )
+
+    async def _start_service(self, service: BackgroundService) -> None:
+        await service.start()
+        self._started.append(service)
+
+    @staticmethod
+    def addresses(runner: web.AppRunner | None) -> list[str]:
+        if runner is None:
+            return []
+        return [f"{a[0]}:{a[1]}" for a in runner.addresses]
+
+    async def stop(self) -> None:
+        """Stop gracefully: unready at once, finish in-flight requests, then the rest."""
+        self.draining = True
+        if self._webhook_runner is not None:
+            began = time.monotonic()
+            await self._webhook_runner.cleanup()  # closes the listener, waits for handlers
+            self._webhook_runner = None
+            log.info("in-flight requests finished in %.2fs", time.monotonic() - began)
+        while self._started:
+            service = self._started.pop()
+            try:
+                await asyncio.wait_for(service.stop(), SERVICE_STOP_TIMEOUT_SECONDS)
+            except Exception:
+                log.exception("background service %s did not stop cleanly", service.name)
+        if self._metrics_runner is not None:
+            await self._metrics_runner.cleanup()
+            self._metrics_runner = None
+
+
+def cluster_client(config: Config) -> ApiClient | None:
+    """The API client for `--kubeconfig` or the in-cluster ServiceAccount; None offline.
+    Raises ClusterConfigError when a named kubeconfig cannot be used."""
+    if not has_cluster_config(config.kubeconfig):
+        return None
+    return api_client(config.kubeconfig)
+
+
+async def serve(config: Config) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+    loop = asyncio.get_running_loop()
+    received: asyncio.Future[str] = loop.create_future()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(
+            sig, lambda s=sig: received.done() or received.set_result(signal.Signals(s).name)
+        )
+    api = cluster_client(config)
+    server = AdmissionServer(config, api)
+    try:
+        await server.start()
+        name = await received
+        log.info("received %s: shutting down", name)
+        await server.stop()
+        log.info("shutdown complete")
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        if api is not None:
+            api.close()
