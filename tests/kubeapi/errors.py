@@ -24,8 +24,9 @@ class StatusError(Exception):
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
         }
+        if self.reason:  # a webhook denial without a reason has none, like the real server
+            status["reason"] = self.reason
         if self.details:
             status["details"] = self.details
         status["code"] = self.code

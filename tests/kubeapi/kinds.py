@@ -79,6 +79,7 @@ def apply_defaults(resource: Resource, obj: dict[str, Any]) -> None:
     kind = resource.kind
     if kind == "Pod":
         _default_pod_spec(obj.setdefault("spec", {}))
+        obj.setdefault("status", {})  # a decoded Pod always has a (possibly empty) status
     elif kind == "Secret":
         obj.setdefault("type", "Opaque")
         # stringData is write-only: merged into data before anything else sees the object.

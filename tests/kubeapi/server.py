@@ -197,7 +197,8 @@ class KubeAPIServer:
             return attrs.object
         patched, warnings = await self.admission.mutate(attrs)
         req.warnings.extend(warnings)
-        return patched if patched is not None else attrs.object
+        # Detach from the hook's view so later registry steps cannot alter what it saw.
+        return copy.deepcopy(patched if patched is not None else attrs.object)
 
     async def _validate(self, attrs: AdmissionAttributes, req: Request) -> None:
         if self.admission is not None:
