@@ -144,7 +144,9 @@ async def test_view_serves_records_from_the_informers(view):
     assert view.service_account("default", "default") is not None
     assert view.pvc("default", "dataset").annotations == {NAMES.data_source: "s3://bucket/prefix"}
     assert view.pvc("default", "dataset").labels == {NAMES.data_load_label: "true"}
-    assert view.pvc("default", "scratch") is None
+    # Every PVC is watched (an ordinary PVC must not cost a miss); prefixed annotations only.
+    assert view.pvc("default", "scratch").annotations == {NAMES.data_source: "s3://bucket/prefix"}
+    assert view.pvc("default", "scratch").labels == {}
 
 
 async def test_view_keeps_no_secret_values(view):
@@ -219,7 +221,8 @@ async def test_a_secret_of_another_type_is_fetched_once_and_remembered(view, kub
     assert kubeapi.faults.request_count("GET", r"/secrets/opaque$") == 1
 
 
-async def test_a_pvc_without_the_dataset_label_is_fetched_on_a_miss(view):
+async def test_a_pvc_without_the_dataset_label_is_cached_so_it_costs_no_get(view, kubeapi):
+    kubeapi.faults.reset_counts()
     await view.resolve([ObjectRef("PersistentVolumeClaim", "default", "scratch")])
     assert view.pvc("default", "scratch") == PVCInfo(
         "default",
@@ -228,6 +231,7 @@ async def test_a_pvc_without_the_dataset_label_is_fetched_on_a_miss(view):
         annotations={NAMES.data_source: "s3://bucket/prefix"},
         labels={},
     )
+    assert kubeapi.faults.request_count("GET", r"/persistentvolumeclaims/scratch$") == 0
 
 
 async def test_a_missing_object_is_decided_missing(view, kubeapi):
@@ -239,11 +243,11 @@ async def test_a_missing_object_is_decided_missing(view, kubeapi):
 
 async def test_concurrent_misses_of_one_object_share_one_get(view, kubeapi):
     kubeapi.faults.reset_counts()
-    kubeapi.faults.delay("GET", r"/persistentvolumeclaims/scratch$", 0.3)
-    ref = ObjectRef("PersistentVolumeClaim", "default", "scratch")
+    kubeapi.faults.delay("GET", r"/secrets/opaque$", 0.3)
+    ref = ObjectRef("Secret", "default", "opaque")
     await asyncio.gather(*(view.resolve([ref]) for _ in range(10)))
-    assert view.pvc("default", "scratch") is not None
-    assert kubeapi.faults.request_count("GET", r"/persistentvolumeclaims/scratch$") == 1
+    assert view.secret("default", "opaque") is not None
+    assert kubeapi.faults.request_count("GET", r"/secrets/opaque$") == 1
 
 
 async def test_a_failed_get_is_an_error_not_a_missing_object(view, kubeapi):

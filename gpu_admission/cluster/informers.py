@@ -1,7 +1,9 @@
 """The running service's ClusterView: informer-fed caches, plus a bounded miss resolver.
 
 Five informers feed it: nodes, credential Secrets (one per credential type, by field selector),
-ServiceAccounts and dataset PVCs (by label). Lookups are dictionary reads: no admission request
+ServiceAccounts and PVCs. Every PVC is watched, not only dataset PVCs: a pod that mounts an
+ordinary PVC must not pay a cache miss (a wait plus a GET) on every admission; for a PVC without a
+data source the record is only its name. Lookups are dictionary reads: no admission request
 waits on the API server. The one exception is `resolve`, which the service edge calls before the
 policies run for objects they will look up that are not cached yet (an object created a moment
 before the pod): it waits briefly for the informers, then makes ONE GET per object still missing.
@@ -10,11 +12,10 @@ Records hold what policies read and nothing more: a Secret's type and key names 
 only the annotations under the configured prefix for ServiceAccounts and PVCs (others, such as
 kubectl's last-applied-configuration, can be large and no policy reads them).
 
-Objects fetched by GET that the informers will never hold (a Secret of another type, a PVC without
-the dataset label) go into a small side cache with a short TTL, so the policy can tell "wrong type"
-from "missing" and a burst of pods naming the same object costs one GET, not one each. The informers
-win over the side cache. Lookups and `resolve` run on the event loop thread; the side cache is
-touched only there.
+Objects fetched by GET that the informers will never hold (a Secret of another type) go into a
+small side cache with a short TTL, so the policy can tell "wrong type" from "missing" and a burst
+of pods naming the same object costs one GET, not one each. The informers win over the side cache.
+Lookups and `resolve` run on the event loop thread; the side cache is touched only there.
 """
 
 from __future__ import annotations
@@ -77,7 +78,11 @@ def service_account_record(prefix: str) -> Callable[[dict[str, Any]], ServiceAcc
 def pvc_record(prefix: str) -> Callable[[dict[str, Any]], PVCInfo]:
     def transform(obj: dict[str, Any]) -> PVCInfo:
         info = pvc_info(obj)
-        return dataclasses.replace(info, annotations=_prefixed(info.annotations, prefix))
+        return dataclasses.replace(
+            info,
+            annotations=_prefixed(info.annotations, prefix),
+            labels=_prefixed(info.labels, prefix),
+        )
 
     return transform
 
@@ -163,7 +168,6 @@ class InformerClusterView:
         self.pvc_informer: Informer[PVCInfo] = Informer(
             "persistentvolumeclaims",
             core.list_persistent_volume_claim_for_all_namespaces,
-            label_selector=f"{config.names.data_load_label}=true",
             transform=self._pvc_record,
             **options,
         )
