@@ -1,0 +1,1 @@
+"""Controllers that run inside the gpu-admission process (under leader election)."""

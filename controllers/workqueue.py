@@ -1,0 +1,128 @@
+"""A de-duplicating, rate-limited work queue for asyncio, with client-go's workqueue semantics.
+
+- A key added several times before a worker takes it is processed once (dirty set).
+- A key being processed is never handed to a second worker; if it is added meanwhile, it is
+  queued again when the worker calls `done()`, so the latest state is always reconciled.
+- `add_rate_limited` re-adds after a per-key exponential backoff (base * 2^failures, capped);
+  `forget` resets the key's failure count after a success.
+- `add_after` re-adds after a delay (e.g. "check again when capacity frees up").
+
+Producers on other threads (informer handlers) use `add_threadsafe`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Hashable
+
+
+class ShutDown(Exception):
+    """The queue was shut down; workers should exit."""
+
+
+class RateLimitedQueue:
+    def __init__(self, base_delay: float = 0.005, max_delay: float = 300.0) -> None:
+        self._base = base_delay
+        self._max = max_delay
+        self._queue: deque[Hashable] = deque()
+        self._dirty: set[Hashable] = set()
+        self._processing: set[Hashable] = set()
+        self._failures: dict[Hashable, int] = {}
+        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        self._ready = asyncio.Condition()
+        self._loop = asyncio.get_running_loop()
+        self._shutting_down = False
+
+    # -- adding ---------------------------------------------------------------------------
+
+    def add(self, key: Hashable) -> None:
+        if self._shutting_down or key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key in self._processing:
+            return  # re-queued by done()
+        self._queue.append(key)
+        self._loop.create_task(self._notify())
+
+    def add_threadsafe(self, key: Hashable) -> None:
+        self._loop.call_soon_threadsafe(self.add, key)
+
+    def add_after(self, key: Hashable, delay: float) -> None:
+        if self._shutting_down:
+            return
+        if delay <= 0:
+            self.add(key)
+            return
+        existing = self._timers.get(key)
+        due = self._loop.time() + delay
+        if existing is not None:
+            if existing.when() <= due:
+                return  # an earlier retry is already scheduled
+            existing.cancel()
+        self._timers[key] = self._loop.call_at(due, self._fire, key)
+
+    def _fire(self, key: Hashable) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    def when(self, key: Hashable) -> float:
+        """The backoff the next `add_rate_limited(key)` will use (and count)."""
+        failures = self._failures.get(key, 0)
+        return min(self._max, self._base * (2**failures))
+
+    def add_rate_limited(self, key: Hashable) -> None:
+        delay = self.when(key)
+        self._failures[key] = self._failures.get(key, 0) + 1
+        self.add_after(key, delay)
+
+    def forget(self, key: Hashable) -> None:
+        self._failures.pop(key, None)
+
+    def failures(self, key: Hashable) -> int:
+        return self._failures.get(key, 0)
+
+    # -- taking -----------------------------------------------------------------------------
+
+    async def _notify(self) -> None:
+        async with self._ready:
+            self._ready.notify()
+
+    async def get(self) -> Hashable:
+        """Wait for the next key; raise ShutDown once the queue is shut down and drained."""
+        async with self._ready:
+            while not self._queue:
+                if self._shutting_down:
+                    raise ShutDown
+                await self._ready.wait()
+            key = self._queue.popleft()
+        self._dirty.discard(key)
+        self._processing.add(key)
+        return key
+
+    def done(self, key: Hashable) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._queue.append(key)
+            self._loop.create_task(self._notify())
+
+    # -- state ------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Keys waiting to be processed (not those being processed or waiting on a timer)."""
+        return len(self._queue)
+
+    @property
+    def waiting_on_timers(self) -> int:
+        return len(self._timers)
+
+    async def shutdown(self) -> None:
+        """Stop accepting keys; workers blocked in `get()` see ShutDown once it is empty."""
+        self._shutting_down = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._queue.clear()
+        self._dirty.clear()
+        async with self._ready:
+            self._ready.notify_all()
