@@ -152,6 +152,12 @@ class DatasetConfig(_Model):
     reconcile_workers: Annotated[int, Field(ge=1, le=64)] = 4
     requeue_base_seconds: Annotated[float, Field(gt=0)] = 0.5
     requeue_max_seconds: Annotated[float, Field(gt=0)] = 300.0
+    # Loader container command and extra env (first, so credential refs win on the same name):
+    # e.g. RCLONE_CONFIG_SRC_ENDPOINT for an S3-compatible store read anonymously, or a proxy.
+    loader_command: list[str] = Field(default_factory=lambda: ["gpu-admission", "load"])
+    loader_env: dict[str, str] = Field(default_factory=dict)
+    # Over max_concurrent_loads, a PVC stays Pending and is looked at again after this long.
+    capacity_requeue_seconds: Annotated[float, Field(gt=0)] = 5.0
 
 
 class LeaderElectionConfig(_Model):
