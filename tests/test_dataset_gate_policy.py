@@ -185,3 +185,11 @@ def test_several_datasets_gate_until_all_have_loaded() -> None:
     view = StaticClusterView(pvcs=[loaded, dataset_pvc("coco", "Succeeded")])
     _, _, _, patched = mutate_twice(POLICIES, pod, view)
     assert "schedulingGates" not in patched["spec"]
+
+
+def test_loader_pod_is_neither_gated_nor_made_read_only() -> None:
+    pod = writable_pod()
+    pod["metadata"]["labels"][NAMES.data_load_label] = "true"
+    view = StaticClusterView(pvcs=[dataset_pvc("imagenet", "Loading")])
+    ops, *_ = mutate_twice(POLICIES, pod, view)
+    assert ops == []

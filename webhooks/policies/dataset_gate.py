@@ -72,11 +72,18 @@ def dataset_volumes(
     return found
 
 
-def pvc_refs(request: AdmissionRequest) -> Iterable[ObjectRef]:
+def pvc_refs(request: AdmissionRequest, view: ClusterView | None = None) -> Iterable[ObjectRef]:
     return [
         ObjectRef("PersistentVolumeClaim", request.namespace, claim)
         for _, _, claim in _claim_volumes(request.object)
     ]
+
+
+def is_loader_pod(pod: dict[str, Any], names: Names) -> bool:
+    """The loader Job's own pod writes the dataset: it must not wait for itself. (A user who
+    copies the label only skips the wait, which `dataset-writable` already allows.)"""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get(names.data_load_label) == "true"
 
 
 def _writable(pod: dict[str, Any], names: Names) -> bool:
@@ -109,7 +116,7 @@ def gate_for_datasets(
 ) -> Verdict | None:
     pod = patch.obj
     volumes = dataset_volumes(pod, request.namespace, view, names)
-    if not volumes:
+    if not volumes or is_loader_pod(pod, names):
         return None
     waiting = [(v, p) for v in volumes if (p := load_phase(v.pvc, names)) != PHASE_SUCCEEDED]
     spec = pod.get("spec") or {}
