@@ -209,7 +209,7 @@ async def _admit(
         request = _request(obj, kind, namespace)
         selected = policies.mutating_for(kind) if mutating else policies.validating_for(kind)
         if state.resolver is not None:
-            await state.resolver.resolve(chain.references(request, selected))
+            await chain.resolve_references(request, selected, state.view, state.resolver)
         if mutating:
             outcome = chain.run_mutating(
                 request,

@@ -1,7 +1,3 @@
-"""Shared pytest configuration: the Kubernetes API emulator's fixtures are available to every test."""
+"""Shared pytest configuration: the API emulator's fixtures are available to every test."""
 
-import importlib.util
-
-# TEMP-GUARD: the emulator plugin lands separately; drop this guard once it is in.
-if importlib.util.find_spec("tests.kubeapi.pytest_plugin") is not None:
-    pytest_plugins = ["tests.kubeapi.pytest_plugin"]
+pytest_plugins = ["tests.kubeapi.pytest_plugin"]

@@ -6,11 +6,17 @@ from __future__ import annotations
 import copy
 import json
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import jsonpatch
 
-from gpu_admission.cluster.view import ClusterView, ObjectRef, StaticClusterView
+from gpu_admission.cluster.view import (
+    ClusterView,
+    ObjectRef,
+    ServiceAccountInfo,
+    StaticClusterView,
+)
 from gpu_admission.config import FailureMode
 from webhooks import chain
 from webhooks.patch import Patch
@@ -208,18 +214,62 @@ def test_validating_failure_follows_the_failure_mode():
 def test_references_come_from_applicable_policies_and_a_failing_one_is_skipped(caplog):
     wanted = ObjectRef("Secret", "ml", "gcs-reader")
 
-    def broken(request: AdmissionRequest) -> list[ObjectRef]:
+    def broken(request: AdmissionRequest, view: object) -> list[ObjectRef]:
         raise AttributeError("no")
 
     noop = annotate("x", "y").mutate
     policies = (
-        MutatingPolicy("refs", Scope("Pod"), noop, references=lambda r: [wanted]),
+        MutatingPolicy("refs", Scope("Pod"), noop, references=lambda r, v: [wanted]),
         MutatingPolicy("broken", Scope("Pod"), noop, references=broken),
-        MutatingPolicy("pvc", Scope("PersistentVolumeClaim"), noop, references=lambda r: [wanted]),
+        MutatingPolicy(
+            "pvc", Scope("PersistentVolumeClaim"), noop, references=lambda r, v: [wanted]
+        ),
     )
     caplog.set_level(logging.ERROR)
     assert chain.references(pod_request(), policies) == [wanted]
     assert any("policy broken raised" in r.getMessage() for r in caplog.records)
+
+
+class AccountsView(StaticClusterView):
+    """A view whose ServiceAccounts arrive while the request waits, as a resolver fills them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.accounts: dict[tuple[str, str], ServiceAccountInfo] = {}
+
+    def service_account(self, namespace: str, name: str) -> ServiceAccountInfo | None:
+        return self.accounts.get((namespace, name))
+
+
+class RecordingResolver:
+    """Records what it was asked, and makes the ServiceAccount it is asked for arrive."""
+
+    def __init__(self, view: AccountsView, arriving: dict[ObjectRef, ServiceAccountInfo]) -> None:
+        self.view, self.arriving = view, arriving
+        self.asked: list[list[ObjectRef]] = []
+
+    async def resolve(self, refs: Iterable[ObjectRef]) -> None:
+        self.asked.append(list(refs))
+        for ref in self.asked[-1]:
+            if ref in self.arriving:
+                self.view.accounts[(ref.namespace, ref.name)] = self.arriving[ref]
+
+
+async def test_resolution_asks_again_for_objects_named_by_freshly_fetched_ones():
+    account = ObjectRef("ServiceAccount", "ml", "trainer")
+    secret = ObjectRef("Secret", "ml", "gcs-reader")
+
+    def refs(request, view):
+        found = view.service_account("ml", "trainer") if view is not None else None
+        return [account, *([secret] if found else [])]
+
+    noop = annotate("x", "y").mutate
+    policies = (MutatingPolicy("refs", Scope("Pod"), noop, references=refs),)
+    view = AccountsView()
+    arriving = {account: ServiceAccountInfo("ml", "trainer", {})}
+    resolver = RecordingResolver(view, arriving)
+    await chain.resolve_references(pod_request(), policies, view, resolver)
+    assert resolver.asked == [[account], [secret]]
 
 
 def test_the_working_object_is_the_parsed_one_without_copies():

@@ -260,7 +260,9 @@ async def test_cache_misses_are_resolved_before_policies_run(start, session):
         account = view.service_account(request.namespace, "default")
         patch.set_annotation("test.example/team", account.annotations["test.example/team"])
 
-    policy = MutatingPolicy("team", Scope("Pod"), copy_team, references=lambda request: [trainer])
+    policy = MutatingPolicy(
+        "team", Scope("Pod"), copy_team, references=lambda request, view: [trainer]
+    )
     async with start(PolicySet(mutating=(policy,)), view=view, resolver=resolver) as url:
         _, answer = await post_review(
             session, f"{url}/mutate/pods", fixture_bytes("pod-cpu-cuda-image.mutating.json")
@@ -517,7 +519,9 @@ def needs_account() -> MutatingPolicy:
         "needs account",
         Scope("Pod"),
         mutate,
-        references=lambda request: [ObjectRef("ServiceAccount", request.namespace, "default")],
+        references=lambda request, view: [
+            ObjectRef("ServiceAccount", request.namespace, "default")
+        ],
     )
 
 

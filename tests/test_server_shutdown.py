@@ -65,7 +65,9 @@ def mark() -> MutatingPolicy:
         "mark",
         Scope("Pod"),
         mutate,
-        references=lambda request: [ObjectRef("ServiceAccount", request.namespace, "default")],
+        references=lambda request, _view: [
+            ObjectRef("ServiceAccount", request.namespace, "default")
+        ],
     )
 
 

@@ -9,11 +9,11 @@ with a warning. Either way the failure is logged and reported in `failed_policie
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_admission.cluster.view import ClusterView, ObjectRef
+from gpu_admission.cluster.view import ClusterView, MissResolver, ObjectRef
 from gpu_admission.config import FailureMode
 from webhooks.patch import Patch
 from webhooks.policy import MutatingPolicy, ValidatingPolicy
@@ -59,17 +59,41 @@ def _log_failure(policy_name: str, request: AdmissionRequest) -> None:
 
 
 def references(
-    request: AdmissionRequest, policies: Iterable[MutatingPolicy | ValidatingPolicy]
+    request: AdmissionRequest,
+    policies: Iterable[MutatingPolicy | ValidatingPolicy],
+    view: ClusterView | None = None,
 ) -> list[ObjectRef]:
     """Objects the applicable policies will look up, so a cache miss can be filled first."""
     refs: list[ObjectRef] = []
     for policy in policies:
         if policy.scope.matches(request):
             try:
-                refs.extend(policy.references(request))
+                refs.extend(policy.references(request, view))
             except Exception:  # the policy itself will fail and be handled when it runs
                 _log_failure(policy.name, request)
     return refs
+
+
+RESOLVE_ROUNDS = 2
+
+
+async def resolve_references(
+    request: AdmissionRequest,
+    policies: Sequence[MutatingPolicy | ValidatingPolicy],
+    view: ClusterView,
+    resolver: MissResolver,
+) -> None:
+    """Fill cache misses for what the policies will read. The second round catches objects
+    named by ones the first round fetched; each object is asked for once."""
+    asked: set[ObjectRef] = set()
+    for _ in range(RESOLVE_ROUNDS):
+        refs = [
+            ref for ref in dict.fromkeys(references(request, policies, view)) if ref not in asked
+        ]
+        if not refs:
+            return
+        asked.update(refs)
+        await resolver.resolve(refs)
 
 
 def run_mutating(

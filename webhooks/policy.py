@@ -6,7 +6,9 @@ and returns a denial when the object must not be admitted. A validating policy i
 `(request, view) -> Verdict`. Neither does I/O: everything about the cluster comes from the view.
 
 A policy names the kind, operations and subresources it applies to, and may name the objects it
-will look up (`references`), so the service edge can fill a cache miss before the policy runs.
+will look up (`references(request, view)`), so the service edge can fill a cache miss before the
+policy runs. The edge asks twice: once more after the first misses are filled, so objects named
+by freshly fetched ones (a new ServiceAccount's Secrets) are filled too.
 Re-running a mutating policy on its own output must record no operation (reinvocation safety).
 """
 
@@ -21,10 +23,14 @@ from webhooks.review import AdmissionRequest, Verdict
 
 MutateFn = Callable[[AdmissionRequest, Patch, ClusterView], Verdict | None]
 ValidateFn = Callable[[AdmissionRequest, ClusterView], Verdict]
-ReferencesFn = Callable[[AdmissionRequest], Iterable[ObjectRef]]
+# (request, view) -> objects the policy will look up. With the view, a policy can name objects
+# that cached ones point at (the Secrets a ServiceAccount names).
+ReferencesFn = Callable[[AdmissionRequest, ClusterView | None], Iterable[ObjectRef]]
 
 
-def _no_references(request: AdmissionRequest) -> Iterable[ObjectRef]:
+def _no_references(
+    request: AdmissionRequest, view: ClusterView | None = None
+) -> Iterable[ObjectRef]:
     return ()
 
 

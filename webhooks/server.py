@@ -155,15 +155,13 @@ class AdmissionEndpoint:
     ) -> web.StreamResponse:
         lookup_warning = None
         if self.resolver is not None:
-            refs = chain.references(review, self.policies)
-            if refs:
-                try:
-                    await self.resolver.resolve(refs)
-                except Exception as exc:
-                    refused = self._lookup_failed(review, exc)
-                    if refused is not None:
-                        return self._respond(review, refused, VERDICT_ERROR, started)
-                    lookup_warning = LOOKUP_WARNING
+            try:
+                await chain.resolve_references(review, self.policies, self.view, self.resolver)
+            except Exception as exc:
+                refused = self._lookup_failed(review, exc)
+                if refused is not None:
+                    return self._respond(review, refused, VERDICT_ERROR, started)
+                lookup_warning = LOOKUP_WARNING
         if self.webhook.mutating:
             outcome = chain.run_mutating(
                 review,

@@ -103,6 +103,6 @@ def policies(config: Config) -> list[MutatingPolicy | ValidatingPolicy]:
             name="dataset-pvc",
             scope=SCOPE,
             validate=lambda request, view: validate_dataset_pvc(request, view, names),
-            references=lambda request: credentials_ref(request, names),
+            references=lambda request, view=None: credentials_ref(request, names),
         ),
     ]
