@@ -95,6 +95,10 @@ class MutableView:
     def nodes(self) -> Iterable[NodeInfo]:
         return self.node_records.values()
 
+    def nodes_generation(self) -> int:
+        # Tests change node_records directly: any change of record identity is a new generation.
+        return hash(tuple(map(id, self.node_records.values())))
+
     def node(self, name: str) -> NodeInfo | None:
         return self.node_records.get(name)
 

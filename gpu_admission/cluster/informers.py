@@ -146,8 +146,13 @@ class InformerClusterView:
             "page_size": page_size,
         }
         core = self._core
+        self._nodes_generation = 0
         self.node_informer: Informer[NodeInfo] = Informer(
-            "nodes", core.list_node, transform=node_info, **options
+            "nodes",
+            core.list_node,
+            transform=node_info,
+            handlers=[self._node_changed],
+            **options,
         )
         self.secret_informers: tuple[Informer[SecretInfo], ...] = tuple(
             Informer(
@@ -208,6 +213,13 @@ class InformerClusterView:
 
     def nodes(self) -> Iterable[NodeInfo]:
         return self.node_informer.values()
+
+    def nodes_generation(self) -> int:
+        return self._nodes_generation
+
+    def _node_changed(self, event: Any, old: NodeInfo | None, new: NodeInfo | None) -> None:
+        # Called on the informer thread, the only writer; readers only compare the number.
+        self._nodes_generation += 1
 
     def node(self, name: str) -> NodeInfo | None:
         return self.node_informer.get(name)

@@ -61,6 +61,11 @@ class ClusterView(Protocol):
 
     def nodes(self) -> Iterable[NodeInfo]: ...
 
+    def nodes_generation(self) -> int:
+        """Changes whenever any node record changes, so policies may memoize what they derive
+        from nodes (a pod path that scans every node would not scale to large clusters)."""
+        ...
+
     def node(self, name: str) -> NodeInfo | None: ...
 
     def secret(self, namespace: str, name: str) -> SecretInfo | None: ...
@@ -93,6 +98,9 @@ class StaticClusterView:
 
     def nodes(self) -> Iterable[NodeInfo]:
         return self._nodes.values()
+
+    def nodes_generation(self) -> int:
+        return 0  # the records never change
 
     def node(self, name: str) -> NodeInfo | None:
         return self._nodes.get(name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -288,6 +289,55 @@ def _summary(values: list[tuple[str, str]]) -> str:
     return ",".join(f"{name}={value}" for name, value in values)
 
 
+class ShareCache:
+    """Memoizes compute_share per (resource, placement constraints) until any node changes.
+
+    Pods of one workload share their placement, so most admissions are a dict lookup instead of
+    a scan of every node (which would cost milliseconds per pod in a large cluster)."""
+
+    MAX_ENTRIES = 1024
+
+    def __init__(self, base_name: Callable[[str], str], headroom: Fraction) -> None:
+        self._base_name = base_name
+        self._headroom = headroom
+        self._view: weakref.ref[ClusterView] | None = None
+        self._generation: int | None = None
+        self._results: dict[tuple[str, str], ShareResult] = {}
+
+    def get(
+        self, view: ClusterView, resource: str, spec: Mapping[str, Any], placement: Placement
+    ) -> ShareResult:
+        generation = view.nodes_generation()
+        same_view = self._view is not None and self._view() is view
+        if (
+            not same_view
+            or generation != self._generation
+            or len(self._results) >= self.MAX_ENTRIES
+        ):
+            self._results.clear()
+            self._view = weakref.ref(view)
+            self._generation = generation
+        # repr of JSON values is exact; two orderings of one selector just miss the cache.
+        affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+        key = (
+            resource,
+            repr(
+                (
+                    spec.get("nodeName"),
+                    spec.get("nodeSelector"),
+                    affinity.get("requiredDuringSchedulingIgnoredDuringExecution"),
+                )
+            ),
+        )
+        result = self._results.get(key)
+        if result is None:
+            base = self._base_name(resource)
+            candidates = placement.candidates(view)
+            result = compute_share(resource, base, candidates, self._headroom)
+            self._results[key] = result
+        return result
+
+
 def policies(config: Config) -> list[MutatingPolicy]:
     gpus = GpuResources.from_config(config.gpu)
     settings = config.memory_share
@@ -295,6 +345,7 @@ def policies(config: Config) -> list[MutatingPolicy]:
     profiles = build_profiles(settings.profiles)
     names = config.names
     deny_without_share = settings.on_no_candidates is NoCandidateBehaviour.DENY
+    shares = ShareCache(config.gpu.base_resource_name, headroom)
 
     def profile_rules(request: AdmissionRequest, patch: Patch) -> tuple[EnvRule, ...]:
         chosen = (request.annotations.get(names.gpu_app) or settings.default_profile).strip()
@@ -315,7 +366,8 @@ def policies(config: Config) -> list[MutatingPolicy]:
         ]
         if not wanting:
             return None
-        placement = Placement.of(pod.get("spec") or {})
+        spec = pod.get("spec") or {}
+        placement = Placement.of(spec)
         results: dict[str, ShareResult] = {}
         rules = profile_rules(request, patch)
         fractions: list[tuple[str, str]] = []
@@ -324,8 +376,7 @@ def policies(config: Config) -> list[MutatingPolicy]:
             # A container with two shared resources (rare) gets the smaller share: the safe one.
             for resource in shared:
                 if resource not in results:
-                    base = config.gpu.base_resource_name(resource)
-                    result = compute_share(resource, base, placement.candidates(view), headroom)
+                    result = shares.get(view, resource, spec, placement)
                     results[resource] = result
                     for note in result.notes:
                         patch.warn(note)

@@ -6,6 +6,7 @@ may hold numbers. Exact arithmetic means "2000m" is exactly 2 and "1500m" is not
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 from typing import Any
@@ -47,6 +48,13 @@ def parse_quantity(value: Any) -> Fraction | None:
         return Fraction(value) if value == value and abs(value) != float("inf") else None
     if not isinstance(value, str):
         return None
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Fraction | None:
+    # Cached: the same few strings ("1", "4", node allocatable) come with every pod, and exact
+    # Fraction arithmetic costs microseconds each on the admission hot path.
     match = _QUANTITY.fullmatch(value)
     if match is None:
         return None
