@@ -1,0 +1,126 @@
+"""The service against the API emulator, end to end: certificates in a TLS Secret, caBundle
+published to the webhook configurations from manifests/, readiness waiting for the informers, and
+pods created with the real client mutated or denied by the service over HTTPS."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpu_admission.config import Config
+from gpu_admission.metrics import Metrics
+from gpu_admission.serve import AdmissionServer
+
+from .kubeapi.admission import WebhookAdmission
+
+MANIFESTS = Path(__file__).parent.parent / "manifests"
+SERVICE, NAMESPACE, TLS_SECRET = "gpu-admission", "gpu-admission", "gpu-admission-tls"
+WAIT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def webhook_configurations() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((MANIFESTS / "webhooks.yaml").read_text()) if d]
+
+
+def pod(name: str, resources: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvidia/cuda:12.4.1-base-ubuntu22.04",
+                    "resources": resources or {},
+                }
+            ],
+        },
+    }
+
+
+async def wait_until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)  # polling a condition, bounded by the deadline
+
+
+@pytest.fixture
+def cluster(kubeapi, kube_client):
+    port = free_port()
+    admission = WebhookAdmission(kubeapi.server.list_objects)
+    admission.register_service(NAMESPACE, SERVICE, f"127.0.0.1:{port}")
+    kubeapi.server.admission = admission
+    core = client.CoreV1Api(kube_client)
+    registration = client.AdmissionregistrationV1Api(kube_client)
+    core.create_namespace(
+        {"metadata": {"name": NAMESPACE, "labels": {"gpu-admission.io/exempt": "true"}}}
+    )
+    core.create_namespace({"metadata": {"name": "ml"}})
+    for configuration in webhook_configurations():
+        if configuration["kind"] == "MutatingWebhookConfiguration":
+            registration.create_mutating_webhook_configuration(configuration)
+        else:
+            registration.create_validating_webhook_configuration(configuration)
+    config = Config.model_validate(
+        {
+            "server": {"host": "127.0.0.1", "port": port, "metrics_port": 0},
+            "certs": {"service_name": SERVICE, "namespace": NAMESPACE, "secret_name": TLS_SECRET},
+        }
+    )
+    return config, kube_client, core, registration
+
+
+async def test_service_in_a_cluster_publishes_its_ca_and_admits_pods(cluster):
+    config, api, core, registration = cluster
+    server = AdmissionServer(config, api, metrics=Metrics(process_metrics=False), extra_services=[])
+    await server.start()
+    try:
+        await wait_until(lambda: server.readiness() == [], "certificates and informer sync")
+
+        secret = await asyncio.to_thread(core.read_namespaced_secret, TLS_SECRET, NAMESPACE)
+        assert secret.type == "kubernetes.io/tls"
+        ca_pem = base64.b64decode(secret.data["ca.crt"])
+        for read in (
+            registration.read_mutating_webhook_configuration,
+            registration.read_validating_webhook_configuration,
+        ):
+            configuration = await asyncio.to_thread(read, "gpu-admission")
+            for webhook in configuration.webhooks:
+                assert base64.b64decode(webhook.client_config.ca_bundle) == ca_pem
+
+        created = await asyncio.to_thread(
+            core.create_namespaced_pod, "ml", pod("cpu-only"), _preload_content=False
+        )
+        env = json.loads(created.data)["spec"]["containers"][0]["env"]
+        assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"} in env
+
+        too_many = pod("greedy", {"limits": {"nvidia.com/gpu.shared": "2"}})
+        with pytest.raises(ApiException) as denied:
+            await asyncio.to_thread(core.create_namespaced_pod, "ml", too_many)
+        assert denied.value.status == 403
+        message = json.loads(denied.value.body)["message"]
+        assert message.startswith(
+            'admission webhook "pods.validate.gpu-admission.io" denied the request: '
+        )
+        assert "request 1 nvidia.com/gpu.shared" in message
+    finally:
+        await server.stop()
