@@ -9,6 +9,7 @@ names get the `gpu_admission_` prefix.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar, cast
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -22,6 +23,8 @@ from prometheus_client import (
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
+
+_Metric = TypeVar("_Metric", Counter, Histogram)
 
 METRIC_PREFIX = "gpu_admission"
 EXPOSITION_CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -130,20 +133,20 @@ class AdmissionMetrics:
             "Requests whose referenced objects were neither cached nor fetchable, by webhook path.",
             ["webhook"],
         )
-        self._children: dict[tuple[object, ...], object] = {}
+        self._children: dict[tuple[object, ...], Counter | Histogram] = {}
 
-    def _child(self, metric: Counter | Histogram, *labels: str) -> Counter | Histogram:
+    def _child(self, metric: _Metric, *labels: str) -> _Metric:
         key = (id(metric), *labels)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(*labels)
-        return child  # type: ignore[return-value]
+        return cast(_Metric, child)  # the key holds the metric: same type
 
     def answered(
         self, webhook: str, operation: str, verdict: str, seconds: float, patch_ops: int = 0
     ) -> None:
         self._child(self.requests, webhook, operation, verdict).inc()
-        self._child(self.latency, webhook).observe(seconds)  # type: ignore[union-attr]
+        self._child(self.latency, webhook).observe(seconds)
         if patch_ops:
             self._child(self.patch_operations, webhook).inc(patch_ops)
 

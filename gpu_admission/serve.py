@@ -208,10 +208,13 @@ async def serve(config: Config) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
     loop = asyncio.get_running_loop()
     received: asyncio.Future[str] = loop.create_future()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not received.done():  # a second signal while stopping changes nothing
+            received.set_result(sig.name)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(
-            sig, lambda s=sig: received.done() or received.set_result(signal.Signals(s).name)
-        )
+        loop.add_signal_handler(sig, on_signal, sig)
     api = cluster_client(config)
     server = AdmissionServer(config, api)
     try:
