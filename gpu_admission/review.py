@@ -38,6 +38,7 @@ from webhooks.registry import build_policy_set, webhook_for
 from webhooks.review import AdmissionRequest
 
 EXIT_ALLOWED, EXIT_DENIED, EXIT_USAGE = 0, 1, 2
+LIVE_SYNC_TIMEOUT_SECONDS = 30.0
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 # Where each workload kind keeps its pod template.
@@ -342,14 +343,23 @@ def add_review_parser(subparsers: Any) -> None:
 
 
 async def _live_state(kubeconfig: Path, config: Config) -> tuple[ClusterState, Any]:
+    from kubernetes.client import CoreV1Api
+
     from gpu_admission.cluster.informers import InformerClusterView
     from gpu_admission.cluster.kube import api_client
 
     client = api_client(kubeconfig)
     view = InformerClusterView(client, config)
     view.start()
-    await asyncio.to_thread(view.wait_synced, 30.0)
-    return ClusterState(view, set(), resolver=view), view
+    for informer in view.informers:
+        if not await asyncio.to_thread(informer.wait_synced, LIVE_SYNC_TIMEOUT_SECONDS):
+            view.stop()
+            raise UsageError(f"could not read {informer.name} from the cluster: {view.ready()}")
+    namespaces = await asyncio.to_thread(
+        lambda: CoreV1Api(client).list_namespace(label_selector=f"{config.exempt_label}=true")
+    )
+    exempt = {ns.metadata.name for ns in namespaces.items}
+    return ClusterState(view, exempt, resolver=view), view
 
 
 async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -374,8 +384,9 @@ async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def review_command(
-    args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
     try:
         return asyncio.run(_run(args, out, err))
     except (UsageError, ConfigError) as exc:
