@@ -1,36 +1,35 @@
-"""CertificateService: what `serve` does with certificates, from start-up to shutdown."""
+"""The certificates of `serve` (ServingCertificates): choosing the store, issuing into an empty
+one, publishing caBundle, and only watching certificates managed elsewhere."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import ssl
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from certs.issue import ServingSpec, issue_bundle, renew_bundle
-from certs.service import CertificateService
 from certs.store import FileStore, SecretStore
-from gpu_admission.config import CertConfig
+from gpu_admission.config import CertConfig, ConfigError
+from gpu_admission.serving_certs import ServingCertificates
 
 NAMESPACE = "gpu-system"
 TIMEOUT = 30.0
 
 
 def configuration(name: str = "gpu-admission") -> dict:
+    rule = {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE"],
+        "resources": ["pods"],
+    }
     hook = {
         "name": "pods.gpu-admission.io",
         "clientConfig": {"service": {"namespace": NAMESPACE, "name": "gpu-admission"}},
-        "rules": [
-            {
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE"],
-                "resources": ["pods"],
-            }
-        ],
+        "rules": [rule],
         "sideEffects": "None",
         "admissionReviewVersions": ["v1"],
     }
@@ -50,46 +49,32 @@ async def test_empty_cert_dir_is_filled_served_and_published(
 ) -> None:
     admission = client.AdmissionregistrationV1Api(kube_client)
     admission.create_validating_webhook_configuration(configuration())
-    config = CertConfig(cert_dir=tmp_path, namespace=NAMESPACE, extra_ips=["127.0.0.1"])
-    service = CertificateService(config, admission_api=admission, sync_interval=0.05)
-    assert not service.loaded
-    bundle = await service.start()
+    config = CertConfig(cert_dir=tmp_path, namespace=NAMESPACE)
+    certificates = ServingCertificates(config, kube_client)
+    assert certificates.not_ready() == ["certificates"]
+    await certificates.load()
+    await certificates.start()
     try:
-        assert service.loaded and service.reloader.serial == bundle.serial
-        assert FileStore(tmp_path).load() == bundle
-        assert service.context.minimum_version == ssl.TLSVersion.TLSv1_2
-        wanted = base64.b64encode(bundle.ca_bundle_pem).decode()
+        assert certificates.not_ready() == []
+        stored = FileStore(tmp_path).load()
+        assert stored is not None and certificates.reloader.serial == stored.serial
         hook = admission.read_validating_webhook_configuration("gpu-admission").webhooks[0]
-        assert hook.client_config.ca_bundle == wanted
-        # The Mutating configuration is applied later; the sync loop fills it in.
-        admission.create_mutating_webhook_configuration(configuration())
-        await wait_until(
-            lambda: (
-                admission.read_mutating_webhook_configuration("gpu-admission")
-                .webhooks[0]
-                .client_config.ca_bundle
-                == wanted
-            ),
-            "the late configuration to get the caBundle",
-        )
+        assert hook.client_config.ca_bundle == base64.b64encode(stored.ca_bundle_pem).decode()
     finally:
-        await service.stop()
+        await certificates.stop()
 
 
-async def test_secret_store_is_used_when_named(kube_client: client.ApiClient) -> None:
+async def test_replicas_sharing_a_secret_serve_one_certificate(
+    kube_client: client.ApiClient,
+) -> None:
     core = client.CoreV1Api(kube_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
     config = CertConfig(secret_name="gpu-admission-tls", namespace=NAMESPACE)
-    service = CertificateService(config, core_api=core)
-    bundle = await service.start()
-    try:
-        assert SecretStore(core, NAMESPACE, "gpu-admission-tls").load() == bundle
-        # A second replica starting later serves the same certificate.
-        other = CertificateService(config, core_api=core)
-        assert (await other.start()).serial == bundle.serial
-        await other.stop()
-    finally:
-        await service.stop()
+    replicas = [ServingCertificates(config, kube_client) for _ in range(2)]
+    await asyncio.gather(*(r.load() for r in replicas))
+    stored = SecretStore(core, NAMESPACE, "gpu-admission-tls").load()
+    assert stored is not None
+    assert [r.reloader.serial for r in replicas] == [stored.serial, stored.serial]
 
 
 async def test_a_directory_without_ca_key_is_only_watched(tmp_path: Path) -> None:
@@ -97,22 +82,25 @@ async def test_a_directory_without_ca_key_is_only_watched(tmp_path: Path) -> Non
     first = issue_bundle(spec)
     for name, value in (("tls.crt", first.cert_pem), ("tls.key", first.key_pem)):
         (tmp_path / name).write_bytes(value)
-    service = CertificateService(CertConfig(cert_dir=tmp_path), poll_interval=0.05)
-    await service.start()
+    certificates = ServingCertificates(CertConfig(cert_dir=tmp_path), None, poll_interval=0.05)
+    await certificates.load()
+    await certificates.start()
     try:
-        assert service.reloader.serial == first.serial
+        assert certificates.reloader.serial == first.serial
         second = renew_bundle(first, spec)
         (tmp_path / "tls.key").write_bytes(second.key_pem)
         (tmp_path / "tls.crt").write_bytes(second.cert_pem)
-        await wait_until(lambda: service.reloader.serial == second.serial, "the new certificate")
+        await wait_until(
+            lambda: certificates.reloader.serial == second.serial, "the new certificate"
+        )
         # Nothing was issued or written here: the directory is someone else's.
         assert sorted(p.name for p in tmp_path.iterdir()) == ["tls.crt", "tls.key"]
     finally:
-        await service.stop()
+        await certificates.stop()
 
 
 def test_a_place_for_certificates_is_required() -> None:
-    with pytest.raises(ValueError, match="--cert-dir"):
-        CertificateService(CertConfig())
-    with pytest.raises(ValueError, match="Kubernetes client"):
-        CertificateService(CertConfig(secret_name="tls"))
+    with pytest.raises(ConfigError, match="--cert-dir"):
+        ServingCertificates(CertConfig(), None)
+    with pytest.raises(ConfigError, match="--cert-dir"):
+        ServingCertificates(CertConfig(secret_name="tls"), None)
