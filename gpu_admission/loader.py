@@ -172,7 +172,8 @@ def rclone_env(source: DataSource, environ: Mapping[str, str]) -> dict[str, str]
     prefix = f"RCLONE_CONFIG_{REMOTE.upper()}_"
     env.setdefault(prefix + "TYPE", RCLONE_TYPE[source.scheme])
     if source.scheme == "s3" and not env.get(prefix + "PROVIDER"):
-        env[prefix + "PROVIDER"] = "Other" if env.get(prefix + "ENDPOINT") else "AWS"
+        endpoint = env.get(prefix + "ENDPOINT") or env.get("RCLONE_S3_ENDPOINT")
+        env[prefix + "PROVIDER"] = "Other" if endpoint else "AWS"
     # An empty value from an optional secretKeyRef means "not set", not "set to empty".
     return {k: v for k, v in env.items() if not (k.startswith(prefix) and v == "")}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -102,6 +103,14 @@ class GcsStore:
         self._server = FakeGCSServer()
         previous = os.environ.get("STORAGE_EMULATOR_HOST")
         self._server.start()
+        # The wrapper pipes the server's request log and never reads it: once the pipe is full
+        # the server blocks. Drain it.
+        stderr = self._server._process.stderr  # type: ignore[union-attr]
+        threading.Thread(target=lambda: [None for _ in stderr], daemon=True).start()
+        # The wrapper pipes the server's request log and never reads it: once the pipe is full
+        # the server blocks. Drain it.
+        stderr = self._server._process.stderr  # type: ignore[union-attr]
+        threading.Thread(target=lambda: [None for _ in stderr], daemon=True).start()
         # The wrapper exports STORAGE_EMULATOR_HOST; keep the test process's environment as it was.
         if previous is None:
             os.environ.pop("STORAGE_EMULATOR_HOST", None)

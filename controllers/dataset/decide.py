@@ -1,0 +1,94 @@
+"""What to do for one dataset PVC, decided from the cached PVC and its loader Jobs. Pure.
+
+The reconcile contract is level-based: the plan depends only on the current state, so running it
+again (after a restart, a conflict, or a duplicate event) converges on the same result.
+
+Source edited while a load runs: the old Job is deleted (Foreground propagation, so its pod is
+gone before the Job is) and the new Job is created only once the old one has disappeared, so two
+loaders never write the volume at once. Failed loads are not retried beyond the Job's
+backoffLimit: the PVC stays Failed until its source changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from controllers.dataset.records import JobRecord, PvcRecord
+from gpu_admission.names import PHASE_FAILED, PHASE_LOADING, PHASE_PENDING, PHASE_SUCCEEDED
+from webhooks.datasource import DataSourceError, parse_data_source
+
+REASON_WAITING_FOR_CAPACITY = "WaitingForCapacity"
+REASON_STOPPING_PREVIOUS = "StoppingPreviousLoad"
+REASON_JOB_CREATED = "JobCreated"
+REASON_INVALID_SOURCE = "InvalidSource"
+
+
+@dataclass(frozen=True)
+class Plan:
+    delete_jobs: tuple[str, ...] = ()
+    create_job: bool = False
+    phase: str | None = None  # the phase to record (None: leave the PVC as it is)
+    reason: str = ""
+    message: str = ""
+    finished_job: JobRecord | None = None  # its pods' termination message completes the record
+    requeue_after: float | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def decide(
+    pvc: PvcRecord,
+    jobs: Iterable[JobRecord],
+    running_loads: int,
+    max_running_loads: int,
+    capacity_requeue_seconds: float,
+) -> Plan:
+    """`jobs`: the loader Jobs owned by this PVC (uid match). `running_loads`: unfinished loader
+    Jobs across the cluster, this PVC's excluded."""
+    own = [j for j in jobs if j.pvc_uid == pvc.uid]
+    unfinished = [j for j in own if not j.finished]
+    if pvc.deleting:
+        return Plan(delete_jobs=tuple(j.name for j in unfinished if not j.deleting))
+    current_name = pvc.current_job
+    stale = [j for j in unfinished if j.name != current_name]
+    try:
+        parse_data_source(pvc.source)
+    except DataSourceError as exc:
+        return Plan(
+            delete_jobs=tuple(j.name for j in unfinished if not j.deleting),
+            phase=PHASE_FAILED,
+            reason=REASON_INVALID_SOURCE,
+            message=str(exc),
+        )
+    if stale:
+        return Plan(
+            delete_jobs=tuple(j.name for j in stale if not j.deleting),
+            phase=PHASE_PENDING,
+            reason=REASON_STOPPING_PREVIOUS,
+            message="the data source changed; stopping the previous load before starting anew",
+        )
+    job = next((j for j in own if j.name == current_name), None)
+    if job is None:
+        if pvc.job == current_name and pvc.phase in (PHASE_SUCCEEDED, PHASE_FAILED):
+            return Plan()  # finished earlier; its Job has since been cleaned up
+        if running_loads >= max_running_loads:
+            return Plan(
+                phase=PHASE_PENDING,
+                reason=REASON_WAITING_FOR_CAPACITY,
+                message=f"waiting: {running_loads} loads are running (at most "
+                f"{max_running_loads} at once)",
+                requeue_after=capacity_requeue_seconds,
+            )
+        return Plan(
+            create_job=True,
+            phase=PHASE_PENDING,
+            reason=REASON_JOB_CREATED,
+            message=f"loader Job {current_name} created",
+        )
+    if job.complete:
+        return Plan(phase=PHASE_SUCCEEDED, reason=PHASE_SUCCEEDED, finished_job=job)
+    if job.failed_for_good:
+        return Plan(phase=PHASE_FAILED, reason=PHASE_FAILED, finished_job=job)
+    if job.started:
+        return Plan(phase=PHASE_LOADING, reason=PHASE_LOADING, message=f"copying {pvc.source}")
+    return Plan(phase=PHASE_PENDING, reason=PHASE_PENDING, message=f"loader Job {job.name} pending")

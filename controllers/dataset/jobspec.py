@@ -1,0 +1,196 @@
+"""The loader Job for one (PVC, source): a pure function of the PVC and the config.
+
+Credentials are passed by reference only (secretKeyRef env for S3, a secret volume for a Google
+key file), never copied: the controller never reads a Secret. The pod runs non-root with a
+read-only root filesystem; rclone's config and cache go to an emptyDir.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_admission.config import Config
+from gpu_admission.names import (
+    AWS_ACCESS_KEY_ID,
+    AWS_ENDPOINT_URL,
+    AWS_REGION,
+    AWS_SECRET_ACCESS_KEY,
+    AWS_SESSION_TOKEN,
+    DATA_MOUNT_PATH,
+    GCP_KEY_FILE,
+    GCP_MOUNT_ROOT,
+    NVIDIA_VISIBLE_DEVICES,
+    VISIBLE_DEVICES_NONE,
+)
+from webhooks.datasource import DataSource
+
+CONTAINER_NAME = "loader"
+DATA_VOLUME = "data"
+SCRATCH_VOLUME = "scratch"
+SCRATCH_PATH = "/var/cache/loader"
+CREDENTIALS_VOLUME = "credentials"
+REMOTE_ENV = "RCLONE_CONFIG_SRC_"
+# rclone option <- aws-credential Secret key. Only the keys are required; the rest are optional.
+S3_SECRET_ENV = (
+    ("ACCESS_KEY_ID", AWS_ACCESS_KEY_ID, False),
+    ("SECRET_ACCESS_KEY", AWS_SECRET_ACCESS_KEY, False),
+    ("SESSION_TOKEN", AWS_SESSION_TOKEN, True),
+    ("REGION", AWS_REGION, True),
+    ("ENDPOINT", AWS_ENDPOINT_URL, True),
+)
+
+
+def _secret_env(name: str, secret: str, key: str, optional: bool) -> dict[str, Any]:
+    ref: dict[str, Any] = {"name": secret, "key": key}
+    if optional:
+        ref["optional"] = True
+    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
+
+
+def _env(source: DataSource, secret: str | None, config: Config) -> list[dict[str, Any]]:
+    env = [{"name": k, "value": v} for k, v in config.dataset.loader_env.items()]
+    env += [
+        {"name": NVIDIA_VISIBLE_DEVICES, "value": VISIBLE_DEVICES_NONE},
+        {"name": "HOME", "value": SCRATCH_PATH},
+        {"name": "RCLONE_CONFIG", "value": f"{SCRATCH_PATH}/rclone.conf"},
+        {"name": "RCLONE_CACHE_DIR", "value": f"{SCRATCH_PATH}/cache"},
+        {"name": REMOTE_ENV + "TYPE", "value": "s3" if source.scheme == "s3" else "gcs"},
+    ]
+    if source.scheme == "s3":
+        # Without keys (and env_auth off, rclone's default) rclone reads anonymously.
+        if secret:
+            env += [_secret_env(REMOTE_ENV + o, secret, k, opt) for o, k, opt in S3_SECRET_ENV]
+    elif secret:
+        env.append({"name": REMOTE_ENV + "SERVICE_ACCOUNT_FILE", "value": gcp_key_path(secret)})
+    else:
+        env.append({"name": REMOTE_ENV + "ANONYMOUS", "value": "true"})
+    return env
+
+
+def gcp_key_path(secret: str) -> str:
+    return f"{GCP_MOUNT_ROOT}/{secret}/{GCP_KEY_FILE}"
+
+
+def loader_args(source: DataSource, sync: bool, config: Config) -> list[str]:
+    args = [
+        *config.dataset.loader_command,
+        "--source",
+        source.url,
+        "--dest",
+        DATA_MOUNT_PATH,
+        "--transfers",
+        str(config.dataset.transfers),
+        "--checkers",
+        str(config.dataset.checkers),
+    ]
+    if config.dataset.rclone_path != "rclone":
+        args += ["--rclone", config.dataset.rclone_path]
+    return [*args, "--sync"] if sync else args
+
+
+def build_loader_job(
+    *,
+    job_name: str,
+    pvc_namespace: str,
+    pvc_name: str,
+    pvc_uid: str,
+    source: DataSource,
+    secret: str | None,
+    sync: bool,
+    config: Config,
+) -> dict[str, Any]:
+    names, ds = config.names, config.dataset
+    labels = {names.data_load_label: "true"}
+    mounts: list[dict[str, Any]] = [
+        {"name": DATA_VOLUME, "mountPath": DATA_MOUNT_PATH},
+        {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_PATH},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": pvc_name}},
+        {"name": SCRATCH_VOLUME, "emptyDir": {}},
+    ]
+    if secret and source.scheme == "gs":
+        mounts.append(
+            {
+                "name": CREDENTIALS_VOLUME,
+                "mountPath": f"{GCP_MOUNT_ROOT}/{secret}",
+                "readOnly": True,
+            }
+        )
+        volumes.append(
+            {
+                "name": CREDENTIALS_VOLUME,
+                "secret": {
+                    "secretName": secret,
+                    "items": [{"key": GCP_KEY_FILE, "path": GCP_KEY_FILE}],
+                    "defaultMode": 0o440,
+                },
+            }
+        )
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": ds.loader_run_as_user,
+            "runAsGroup": ds.loader_run_as_user,
+            "fsGroup": ds.loader_run_as_user,  # so the loader can write the volume
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": CONTAINER_NAME,
+                "image": ds.loader_image,
+                "command": loader_args(source, sync, config),
+                "env": _env(source, secret, config),
+                "resources": {
+                    "requests": {"cpu": ds.loader_cpu_request, "memory": ds.loader_memory_request},
+                    "limits": {"cpu": ds.loader_cpu_limit, "memory": ds.loader_memory_limit},
+                },
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "runAsNonRoot": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volumeMounts": mounts,
+                "terminationMessagePath": "/dev/termination-log",
+                # The wrapper writes a summary; if it could not, the log tail tells the cause.
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+            }
+        ],
+        "volumes": volumes,
+    }
+    if ds.service_account:
+        pod_spec["serviceAccountName"] = ds.service_account
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name,
+            "namespace": pvc_namespace,
+            "labels": dict(labels),
+            "annotations": {names.data_source: source.url},
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "name": pvc_name,
+                    "uid": pvc_uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "backoffLimit": ds.backoff_limit,
+            "activeDeadlineSeconds": ds.active_deadline_seconds,
+            "ttlSecondsAfterFinished": ds.ttl_seconds_after_finished,
+            "template": {
+                "metadata": {
+                    "labels": dict(labels),
+                    "annotations": {names.dataset_writable: "true"},
+                },
+                "spec": pod_spec,
+            },
+        },
+    }

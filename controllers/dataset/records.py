@@ -1,0 +1,149 @@
+"""The small records the controller's informers keep (never whole objects), and their converters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_admission.names import PHASE_SUCCEEDED, Names
+from webhooks.datasource import loader_job_name
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+@dataclass(frozen=True, slots=True)
+class PvcRecord:
+    namespace: str
+    name: str
+    uid: str
+    source: str
+    credentials: str | None
+    sync: bool
+    phase: str | None  # the data-load-phase annotation
+    job: str | None  # the data-load-job annotation: which load the phase is about
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def current_job(self) -> str:
+        return loader_job_name(self.name, self.uid, self.source)
+
+    @property
+    def loaded(self) -> bool:
+        """Loaded from its current source (a success for an older source does not count)."""
+        return self.phase == PHASE_SUCCEEDED and self.job == self.current_job
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    namespace: str
+    name: str
+    pvc_name: str
+    pvc_uid: str
+    active: int
+    succeeded: int
+    failed: int
+    complete: bool
+    failed_for_good: bool
+    failure_reason: str
+    failure_message: str
+    started: bool
+    deleting: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return self.complete or self.failed_for_good
+
+    @property
+    def pvc_key(self) -> str:
+        return f"{self.namespace}/{self.pvc_name}"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingPod:
+    namespace: str
+    name: str
+    uid: str
+    claims: tuple[str, ...]
+    gates: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def pvc_record(obj: Mapping[str, Any], names: Names) -> PvcRecord | None:
+    meta = _meta(obj)
+    annotations = meta.get("annotations") or {}
+    source = annotations.get(names.data_source)
+    if not source:
+        return None
+    return PvcRecord(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        source=source,
+        credentials=(annotations.get(names.data_credentials) or "").strip() or None,
+        sync=annotations.get(names.data_load_sync) == "true",
+        phase=annotations.get(names.data_load_phase),
+        job=annotations.get(names.data_load_job),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition
+    return None
+
+
+def job_record(obj: Mapping[str, Any]) -> JobRecord | None:
+    meta = _meta(obj)
+    owner = next(
+        (o for o in meta.get("ownerReferences") or [] if o.get("kind") == "PersistentVolumeClaim"),
+        None,
+    )
+    if owner is None:
+        return None
+    status = obj.get("status") or {}
+    failed = _condition(status, "Failed")
+    return JobRecord(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        pvc_name=owner.get("name", ""),
+        pvc_uid=owner.get("uid", ""),
+        active=int(status.get("active") or 0),
+        succeeded=int(status.get("succeeded") or 0),
+        failed=int(status.get("failed") or 0),
+        complete=_condition(status, "Complete") is not None,
+        failed_for_good=failed is not None,
+        failure_reason=(failed or {}).get("reason", ""),
+        failure_message=(failed or {}).get("message", ""),
+        started=bool(status.get("startTime")) or bool(status.get("active")),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def waiting_pod(obj: Mapping[str, Any]) -> WaitingPod:
+    meta, spec = _meta(obj), obj.get("spec") or {}
+    claims = tuple(
+        v["persistentVolumeClaim"]["claimName"]
+        for v in spec.get("volumes") or []
+        if (v.get("persistentVolumeClaim") or {}).get("claimName")
+    )
+    return WaitingPod(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        claims=claims,
+        gates=tuple(g.get("name", "") for g in spec.get("schedulingGates") or []),
+    )

@@ -1,0 +1,398 @@
+"""The dataset controller end to end: the API emulator, the fake kubelet running the loader Job's
+command (real `gpu-admission load` and real rclone), and moto / fake-gcs-server as the clouds.
+
+PVCs are created already labelled, as the PVC mutating webhook leaves them; consumer pods are
+created with the gate already set, as the pod webhook leaves them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from controllers.dataset import DatasetController
+from gpu_admission.config import Config
+from tests.kubeapi.kubelet import HOST_PATH, FakeKubelet
+from tests.objectstores import GcsStore, S3Store, dataset_files, gcs_store, s3_store, tree
+from webhooks.datasource import loader_job_name
+
+NS = "ml"
+TIMEOUT = 60.0
+VENV_BIN = str(Path(sys.executable).parent)
+PREFIX = "gpu-admission.io/"
+GATE = {"name": f"{PREFIX}data-load"}
+
+
+def make_config(s3_endpoint: str = "", gcs_endpoint: str = "", **dataset: Any) -> Config:
+    env = {"PATH": f"{VENV_BIN}:{HOST_PATH}"}
+    if s3_endpoint:
+        env["RCLONE_S3_ENDPOINT"] = s3_endpoint
+    if gcs_endpoint:
+        env["RCLONE_GCS_ENDPOINT"] = gcs_endpoint
+    return Config.model_validate(
+        {
+            "dataset": {
+                "loader_env": env,
+                # The same `load` sub-command, run as a module from this interpreter.
+                "loader_command": [sys.executable, "-m", "gpu_admission.loader"],
+                "requeue_base_seconds": 0.05,
+                "capacity_requeue_seconds": 0.2,
+                "backoff_limit": 1,
+                **dataset,
+            },
+            "leader_election": {
+                "namespace": "gpu-admission",
+                "lease_duration_seconds": 2,
+                "renew_deadline_seconds": 1.5,
+                "retry_period_seconds": 0.2,
+            },
+        }
+    )
+
+
+async def eventually(check: Callable[[], Any], timeout: float = TIMEOUT, what: str = "") -> Any:
+    """Call `check` (in a thread: it may use the API) until it returns a truthy value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await asyncio.to_thread(check)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def core(kube_client: client.ApiClient) -> client.CoreV1Api:
+    api = client.CoreV1Api(kube_client)
+    for name in (NS, "gpu-admission"):
+        api.create_namespace({"metadata": {"name": name}})
+    return api
+
+
+@pytest.fixture
+def kubelet(
+    kube_client: client.ApiClient, tmp_path: Path, core: client.CoreV1Api
+) -> Iterator[FakeKubelet]:
+    node = FakeKubelet(kube_client, pvc_base_dir=tmp_path / "pvcs")
+    node.start()
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Store]:
+    with s3_store() as store:
+        yield store
+
+
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[GcsStore]:
+    with gcs_store() as store:
+        yield store
+
+
+@pytest.fixture
+async def controllers(kube_client: client.ApiClient) -> AsyncIterator[list[DatasetController]]:
+    started: list[DatasetController] = []
+    yield started
+    for controller in started:
+        await controller.stop()
+
+
+async def start(
+    started: list[DatasetController], api: client.ApiClient, config: Config, name: str = "a"
+) -> DatasetController:
+    controller = DatasetController(api, config, identity=name)
+    await controller.start()
+    started.append(controller)
+    return controller
+
+
+def create_pvc(
+    core: client.CoreV1Api, name: str, source: str, credentials: str | None = None
+) -> dict[str, Any]:
+    annotations = {f"{PREFIX}data-source": source}
+    if credentials:
+        annotations[f"{PREFIX}data-credentials"] = credentials
+    body = {
+        "metadata": {
+            "name": name,
+            "annotations": annotations,
+            "labels": {f"{PREFIX}data-load": "true"},
+        },
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    response = core.create_namespaced_persistent_volume_claim(NS, body, _preload_content=False)
+    return json.loads(response.data)
+
+
+def read_pvc(core: client.CoreV1Api, name: str) -> dict[str, Any]:
+    response = core.read_namespaced_persistent_volume_claim(name, NS, _preload_content=False)
+    return json.loads(response.data)
+
+
+def phase_of(core: client.CoreV1Api, name: str) -> str | None:
+    return (read_pvc(core, name)["metadata"].get("annotations") or {}).get(
+        f"{PREFIX}data-load-phase"
+    )
+
+
+def jobs(kube_client: client.ApiClient) -> list[dict[str, Any]]:
+    response = client.BatchV1Api(kube_client).list_namespaced_job(NS, _preload_content=False)
+    return json.loads(response.data)["items"]
+
+
+def events_for(core: client.CoreV1Api, name: str) -> list[dict[str, Any]]:
+    response = core.list_namespaced_event(NS, _preload_content=False)
+    items = json.loads(response.data)["items"]
+    return [e for e in items if e["involvedObject"]["name"] == name]
+
+
+def create_gated_pod(core: client.CoreV1Api, name: str, claim: str) -> None:
+    body = {
+        "metadata": {"name": name, "labels": {f"{PREFIX}data-wait": "true"}},
+        "spec": {
+            "schedulingGates": [GATE],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "command": ["true"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
+                }
+            ],
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+            ],
+        },
+    }
+    core.create_namespaced_pod(NS, body, _preload_content=False)
+
+
+def read_pod(core: client.CoreV1Api, name: str) -> dict[str, Any]:
+    return json.loads(core.read_namespaced_pod(name, NS, _preload_content=False).data)
+
+
+async def wait_phase(core: client.CoreV1Api, name: str, phase: str) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        pvc = read_pvc(core, name)
+        now = (pvc["metadata"].get("annotations") or {}).get(f"{PREFIX}data-load-phase")
+        if now == phase:
+            return pvc
+        last.update(pvc)
+        if now in ("Succeeded", "Failed"):
+            raise AssertionError(f"PVC {name} ended {now}, expected {phase}: {pvc['status']}")
+        return None
+
+    last: dict[str, Any] = {}
+    try:
+        return await eventually(done, what=f"PVC {name} {phase}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen: {last.get('metadata')} {last.get('status')}")
+
+
+async def test_s3_and_gcs_loads_succeed_and_release_gated_pods(
+    kube_client: client.ApiClient,
+    core: client.CoreV1Api,
+    kubelet: FakeKubelet,
+    s3: S3Store,
+    gcs: GcsStore,
+    controllers: list[DatasetController],
+) -> None:
+    files = dataset_files(files=300, large_bytes=20 * 1024 * 1024)
+    s3.put("imagenet-public", files, prefix="train/", public=True)
+    gcs.put("coco-public", files, prefix="2017/")
+    create_gated_pod(core, "early-reader", "imagenet")
+    await start(controllers, kube_client, make_config(s3.endpoint, gcs.endpoint))
+    imagenet = create_pvc(core, "imagenet", "s3://imagenet-public/train")
+    create_pvc(core, "coco", "gs://coco-public/2017")
+
+    pvc = await wait_phase(core, "imagenet", "Succeeded")
+    await wait_phase(core, "coco", "Succeeded")
+    assert tree(kubelet.pvc_dir(NS, "imagenet")) == files
+    assert tree(kubelet.pvc_dir(NS, "coco")) == files
+
+    annotations = pvc["metadata"]["annotations"]
+    assert annotations[f"{PREFIX}data-load-files"] == str(len(files))
+    assert annotations[f"{PREFIX}data-load-bytes"] == str(sum(map(len, files.values())))
+    assert float(annotations[f"{PREFIX}data-load-duration-seconds"]) > 0
+    job_name = loader_job_name(
+        "imagenet", imagenet["metadata"]["uid"], "s3://imagenet-public/train"
+    )
+    assert annotations[f"{PREFIX}data-load-job"] == job_name
+    [condition] = [c for c in pvc["status"]["conditions"] if c["type"] == "Loading"]
+    assert condition["status"] == "False" and condition["reason"] == "Succeeded"
+    assert condition["lastTransitionTime"]
+    assert sorted(j["metadata"]["name"] for j in jobs(kube_client)) == sorted(
+        [
+            job_name,
+            loader_job_name(
+                "coco", read_pvc(core, "coco")["metadata"]["uid"], "gs://coco-public/2017"
+            ),
+        ]
+    )
+    reasons = [e["reason"] for e in events_for(core, "imagenet")]
+    assert reasons.count("LoadStarted") == 1 and reasons.count("LoadSucceeded") == 1
+    assert all(e["source"]["component"] == "gpu-admission" for e in events_for(core, "imagenet"))
+
+    def released() -> bool:
+        pod = read_pod(core, "early-reader")
+        return not pod["spec"].get("schedulingGates") and f"{PREFIX}data-wait" not in (
+            pod["metadata"].get("labels") or {}
+        )
+
+    await eventually(released, what="the gate to be removed")
+
+
+async def test_private_bucket_with_keys_succeeds_and_wrong_keys_fail_without_endless_retries(
+    kube_client: client.ApiClient,
+    core: client.CoreV1Api,
+    kubelet: FakeKubelet,
+    controllers: list[DatasetController],
+) -> None:
+    with s3_store() as store:
+        store.put("private-data", {"a/b.txt": b"private bytes", "c.txt": b"more"})
+        keys = store.valid_keys()
+        store.require_authentication()
+        for name, secret in (("good-keys", keys[1]), ("bad-keys", "not-the-secret")):
+            data = {
+                "AWS_ACCESS_KEY_ID": keys[0],
+                "AWS_SECRET_ACCESS_KEY": secret,
+                "AWS_REGION": "us-east-1",
+            }
+            core.create_namespaced_secret(
+                NS,
+                {
+                    "metadata": {"name": name},
+                    "type": "aws-credential",
+                    "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+                },
+                _preload_content=False,
+            )
+        await start(controllers, kube_client, make_config(store.endpoint))
+        create_pvc(core, "private", "s3://private-data", credentials="good-keys")
+        create_pvc(core, "wrong", "s3://private-data", credentials="bad-keys")
+        create_gated_pod(core, "waits-for-wrong", "wrong")
+
+        await wait_phase(core, "private", "Succeeded")
+        assert tree(kubelet.pvc_dir(NS, "private")) == {
+            "a/b.txt": b"private bytes",
+            "c.txt": b"more",
+        }
+        pvc = await wait_phase(core, "wrong", "Failed")
+        [condition] = [c for c in pvc["status"]["conditions"] if c["type"] == "Loading"]
+        assert condition["reason"] == "Failed"
+        assert "rejected the credentials" in condition["message"]
+        assert "not-the-secret" not in json.dumps(pvc)
+        failed = [e for e in events_for(core, "wrong") if e["reason"] == "LoadFailed"]
+        assert len(failed) == 1 and failed[0]["type"] == "Warning"
+
+        # The Job's backoffLimit (1) bounds the attempts; no new Job follows.
+        [job] = [
+            j for j in jobs(kube_client) if j["metadata"]["ownerReferences"][0]["name"] == "wrong"
+        ]
+        assert job["status"]["failed"] == 2
+        pod_events = await eventually(
+            lambda: [e for e in events_for(core, "waits-for-wrong") if e["type"] == "Warning"],
+            what="a warning on the waiting pod",
+        )
+        assert pod_events[0]["reason"] == "DatasetLoadFailed"
+        assert read_pod(core, "waits-for-wrong")["spec"]["schedulingGates"] == [GATE]
+
+
+async def test_missing_bucket_fails_with_a_useful_message(
+    kube_client: client.ApiClient,
+    core: client.CoreV1Api,
+    kubelet: FakeKubelet,
+    s3: S3Store,
+    controllers: list[DatasetController],
+) -> None:
+    await start(controllers, kube_client, make_config(s3.endpoint, backoff_limit=0))
+    create_pvc(core, "nothing", "s3://no-such-bucket/x")
+    pvc = await wait_phase(core, "nothing", "Failed")
+    [condition] = [c for c in pvc["status"]["conditions"] if c["type"] == "Loading"]
+    assert "the source was not found" in condition["message"]
+    assert len(jobs(kube_client)) == 1
+
+
+async def test_restarted_controller_adopts_the_running_job(
+    kube_client: client.ApiClient,
+    core: client.CoreV1Api,
+    tmp_path: Path,
+    s3: S3Store,
+    controllers: list[DatasetController],
+) -> None:
+    files = dataset_files(files=50, large_bytes=0)
+    s3.put("restart-data", files, public=True)
+    config = make_config(s3.endpoint, leader_election={"enabled": False})
+    config = config.model_copy(
+        update={"leader_election": config.leader_election.model_copy(update={"enabled": False})}
+    )
+    first = await start(controllers, kube_client, config, "first")
+    create_pvc(core, "restart", "s3://restart-data")
+    await eventually(lambda: jobs(kube_client), what="the loader Job")
+    await first.stop()
+    controllers.remove(first)
+    # The controller is gone; the load runs (and may finish) without it.
+    node = FakeKubelet(kube_client, pvc_base_dir=tmp_path / "pvcs").start()
+    try:
+        await start(controllers, kube_client, config, "second")
+        await wait_phase(core, "restart", "Succeeded")
+        assert len(jobs(kube_client)) == 1
+        assert tree(node.pvc_dir(NS, "restart")) == files
+        started = [e for e in events_for(core, "restart") if e["reason"] == "LoadStarted"]
+        assert len(started) == 1
+    finally:
+        node.stop()
+
+
+async def test_deleting_the_pvc_mid_load_removes_the_job(
+    kube_client: client.ApiClient,
+    core: client.CoreV1Api,
+    s3: S3Store,
+    controllers: list[DatasetController],
+) -> None:
+    # No kubelet: the loader pod never runs, so the load is still in progress when deleted.
+    await start(controllers, kube_client, make_config(s3.endpoint))
+    create_pvc(core, "short-lived", "s3://anything-at-all")
+    await eventually(lambda: jobs(kube_client), what="the loader Job")
+    core.delete_namespaced_persistent_volume_claim("short-lived", NS)
+    await eventually(lambda: not jobs(kube_client), what="the Job to be deleted")
+
+
+async def test_concurrent_load_limit_keeps_extra_pvcs_pending(
+    kube_client: client.ApiClient,
+    core: client.CoreV1Api,
+    s3: S3Store,
+    controllers: list[DatasetController],
+) -> None:
+    await start(controllers, kube_client, make_config(s3.endpoint, max_concurrent_loads=2))
+    for i in range(4):
+        create_pvc(core, f"queued-{i}", f"s3://bucket-{i}")
+    await eventually(lambda: len(jobs(kube_client)) == 2, what="two Jobs")
+    pending = await eventually(
+        lambda: [
+            p
+            for i in range(4)
+            if (p := read_pvc(core, f"queued-{i}"))["status"].get("conditions")
+            and p["status"]["conditions"][0]["reason"] == "WaitingForCapacity"
+        ],
+        what="PVCs waiting for capacity",
+    )
+    assert len(pending) == 2
+    assert all(
+        p["metadata"]["annotations"][f"{PREFIX}data-load-phase"] == "Pending" for p in pending
+    )
+    assert len(jobs(kube_client)) == 2
