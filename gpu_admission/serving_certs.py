@@ -102,6 +102,8 @@ class ServingCertificates:
                 exc.status,
                 exc.reason,
             )
+        except Exception as exc:  # unreachable API server: urllib3 errors, timeouts
+            log.warning("cannot publish caBundle yet (%s); retrying in the background", exc)
 
     async def start(self) -> None:
         self._tasks.append(
