@@ -200,7 +200,8 @@ async def wait_phase(core: client.CoreV1Api, name: str, phase: str) -> dict[str,
     try:
         return await eventually(done, what=f"PVC {name} {phase}")
     except AssertionError as exc:
-        raise AssertionError(f"{exc}; last seen: {last.get('metadata')} {last.get('status')}")
+        seen = f"{last.get('metadata')} {last.get('status')}"
+        raise AssertionError(f"{exc}; last seen: {seen}") from exc
 
 
 async def test_s3_and_gcs_loads_succeed_and_release_gated_pods(
@@ -336,10 +337,9 @@ async def test_restarted_controller_adopts_the_running_job(
 ) -> None:
     files = dataset_files(files=50, large_bytes=0)
     s3.put("restart-data", files, public=True)
-    config = make_config(s3.endpoint, leader_election={"enabled": False})
-    config = config.model_copy(
-        update={"leader_election": config.leader_election.model_copy(update={"enabled": False})}
-    )
+    base = make_config(s3.endpoint)
+    election = base.leader_election.model_copy(update={"enabled": False})
+    config = base.model_copy(update={"leader_election": election})
     first = await start(controllers, kube_client, config, "first")
     create_pvc(core, "restart", "s3://restart-data")
     await eventually(lambda: jobs(kube_client), what="the loader Job")
