@@ -68,6 +68,7 @@ class CertConfig(_Model):
     secret_name: str | None = None  # store certificates in this kubernetes.io/tls Secret
     extra_dns: list[str] = Field(default_factory=list)
     extra_ips: list[str] = Field(default_factory=list)
+    key_type: Literal["ecdsa-p256", "rsa-2048", "rsa-3072"] = "ecdsa-p256"
     renew_fraction: Annotated[float, Field(gt=0, lt=1)] = 2 / 3
     webhook_configuration_name: str = "gpu-admission"
     manage_ca_bundle: bool = True

@@ -17,7 +17,7 @@ from kubernetes.client import AdmissionregistrationV1Api, ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from certs.cabundle import CABundleSyncer
-from certs.issue import CertBundle, ServingSpec
+from certs.issue import CertBundle, KeyType, ServingSpec
 from certs.reloader import DEFAULT_POLL_INTERVAL, CertReloader
 from certs.store import CertStore, FileStore, SecretStore
 from gpu_admission.config import CertConfig, ConfigError
@@ -75,6 +75,7 @@ class ServingCertificates:
             namespace=self.config.namespace,
             dns=tuple(self.config.extra_dns),
             ips=tuple(self.config.extra_ips),
+            key_type=KeyType(self.config.key_type),
         )
 
     async def load(self) -> None:

@@ -104,3 +104,15 @@ def test_a_place_for_certificates_is_required() -> None:
         ServingCertificates(CertConfig(), None)
     with pytest.raises(ConfigError, match="--cert-dir"):
         ServingCertificates(CertConfig(secret_name="tls"), None)
+
+
+async def test_the_configured_key_type_is_issued(tmp_path: Path) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    config = CertConfig(cert_dir=tmp_path, key_type="rsa-2048")
+    certificates = ServingCertificates(config, None, poll_interval=0.05)
+    await certificates.load()
+    cert = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+    assert isinstance(cert.public_key(), rsa.RSAPublicKey)
+    assert cert.public_key().key_size == 2048
