@@ -118,7 +118,9 @@ class ContainerProcess:
         with self._lock:
             self._killed.set()
             if self._process is not None and self._process.poll() is None:
-                os.killpg(self._process.pid, signal.SIGKILL)
+                # The group may exit between poll() and the signal: nothing left to kill.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._process.pid, signal.SIGKILL)
 
     def run(
         self,
