@@ -52,9 +52,14 @@ class BackgroundService(Protocol):
 def background_services(
     config: Config, api: ApiClient | None, metrics: Metrics
 ) -> list[BackgroundService]:
-    """Services beyond the certificates, started after the sites are up (the dataset
-    controller belongs here; it needs cluster access, so it is absent offline)."""
-    return []
+    """Services beyond the certificates, started after the sites are up: the dataset
+    controller, which needs cluster access and so is absent offline. It runs in every
+    replica, but acts only while it holds the leader Lease."""
+    if api is None:
+        return []
+    from controllers.dataset.controller import DatasetController
+
+    return [DatasetController(api, config, metrics)]
 
 
 class _Informers:

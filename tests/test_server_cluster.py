@@ -124,3 +124,48 @@ async def test_service_in_a_cluster_publishes_its_ca_and_admits_pods(cluster):
         assert "request 1 nvidia.com/gpu.shared" in message
     finally:
         await server.stop()
+
+
+async def test_service_runs_the_dataset_controller_under_its_lease(cluster):
+    config, api, core, _ = cluster
+    config = config.model_copy(
+        update={
+            "leader_election": config.leader_election.model_copy(
+                update={"namespace": NAMESPACE, "retry_period_seconds": 0.2}
+            )
+        }
+    )
+    server = AdmissionServer(config, api, metrics=Metrics(process_metrics=False))
+    assert [service.name for service in server.extra_services] == ["dataset-controller"]
+    await server.start()
+    try:
+        await wait_until(lambda: server.readiness() == [], "certificates and informer sync")
+        claim = {
+            "metadata": {
+                "name": "imagenet",
+                "annotations": {"gpu-admission.io/data-source": "s3://ml-datasets/imagenet"},
+            },
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+        await asyncio.to_thread(core.create_namespaced_persistent_volume_claim, "ml", claim)
+        coordination = client.CoordinationV1Api(api)
+        batch = client.BatchV1Api(api)
+
+        def leader() -> str | None:
+            try:
+                lease = coordination.read_namespaced_lease(
+                    config.leader_election.lease_name, NAMESPACE
+                )
+            except ApiException:
+                return None
+            return lease.spec.holder_identity
+
+        await wait_until(lambda: leader() is not None, "the controller to take the Lease")
+        await wait_until(lambda: len(batch.list_namespaced_job("ml").items) == 1, "the loader Job")
+        job = batch.list_namespaced_job("ml").items[0]
+        assert job.metadata.owner_references[0].kind == "PersistentVolumeClaim"
+    finally:
+        await server.stop()
