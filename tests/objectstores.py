@@ -12,6 +12,7 @@ import os
 import threading
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -80,13 +81,15 @@ class S3Store:
             aws_secret_access_key=SETUP_KEYS[1],
             region_name=REGION,
         )
-        iam.create_user(UserName="reader")
+        # moto keeps one in-process backend for every server: a fresh user name each time.
+        user = f"reader-{uuid.uuid4().hex[:8]}"
+        iam.create_user(UserName=user)
         policy = {
             "Version": "2012-10-17",
             "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
         }
-        iam.put_user_policy(UserName="reader", PolicyName="read", PolicyDocument=json.dumps(policy))
-        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        iam.put_user_policy(UserName=user, PolicyName="read", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName=user)["AccessKey"]
         return key["AccessKeyId"], key["SecretAccessKey"]
 
     def require_authentication(self) -> None:

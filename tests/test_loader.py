@@ -109,13 +109,13 @@ def test_gcs_anonymous_copy(gcs: GcsStore, tmp_path: Path) -> None:
 
 def test_private_bucket_needs_valid_keys(tmp_path: Path) -> None:
     with s3_store() as store:
-        store.put("private-data", {"a/b.txt": b"secret data"})
+        store.put("private-loader-data", {"a/b.txt": b"secret data"})
         keys = store.valid_keys()
         store.require_authentication()
-        code, summary, _ = load("s3://private-data", tmp_path / "ok", s3_env(store, keys))
+        code, summary, _ = load("s3://private-loader-data", tmp_path / "ok", s3_env(store, keys))
         assert code == 0 and tree(tmp_path / "ok") == {"a/b.txt": b"secret data"}
         wrong = (keys[0], "not-the-secret")
-        code, summary, _ = load("s3://private-data", tmp_path / "bad", s3_env(store, wrong))
+        code, summary, _ = load("s3://private-loader-data", tmp_path / "bad", s3_env(store, wrong))
         assert code != 0
         assert "rejected the credentials" in summary["cause"]
         assert "not-the-secret" not in json.dumps(summary)
