@@ -1,4 +1,4 @@
-"""The `gpu-admission` command: `serve`, `review` and `certs issue`.
+"""The `gpu-admission` command: `serve`, `review`, `certs issue` and `load`.
 
 Each sub-command's parser sets `func(args) -> int`, the exit status. Usage and configuration
 errors exit 2 with a message that names the flag or config field; failures to start exit 1.
@@ -18,6 +18,7 @@ from certs.cli import add_certs_parser
 from certs.pem import CertificateError
 from gpu_admission.cluster.kube import ClusterConfigError
 from gpu_admission.config import Config, ConfigError, load_config
+from gpu_admission.loader import add_load_parser
 from gpu_admission.logging_setup import LOG_FORMATS, LOG_LEVELS, setup_logging
 from gpu_admission.review import add_review_parser
 from gpu_admission.serve import serve
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(subparsers)
     add_review_parser(subparsers)
     add_certs_parser(subparsers)
+    add_load_parser(subparsers)
     return parser
 
 

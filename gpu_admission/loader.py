@@ -263,7 +263,7 @@ def run_load(
 
 
 def add_load_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register `load` on the CLI's sub-command parsers; the handler is in `args.handler`."""
+    """Register `load` on the CLI's sub-command parsers; the handler is in `args.func`."""
     parser = subparsers.add_parser(
         "load",
         help="copy a dataset from s3:// or gs:// into a directory (run by loader Jobs)",
@@ -281,7 +281,7 @@ def add_load_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--checkers", type=int, default=16)
     parser.add_argument("--rclone", default="rclone", help="the rclone executable")
     parser.add_argument("--termination-log", default=TERMINATION_LOG)
-    parser.set_defaults(handler=main_load)
+    parser.set_defaults(func=main_load)
     return parser
 
 
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu-admission")
     add_load_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["load", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.handler(args))
+    return int(args.func(args))
 
 
 if __name__ == "__main__":

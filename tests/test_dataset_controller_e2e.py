@@ -43,7 +43,7 @@ def make_config(s3_endpoint: str = "", gcs_endpoint: str = "", **dataset: Any) -
             "dataset": {
                 "loader_env": env,
                 # The same `load` sub-command, run as a module from this interpreter.
-                "loader_command": [sys.executable, "-m", "gpu_admission.loader"],
+                "loader_command": [sys.executable, "-m", "gpu_admission", "load"],
                 "requeue_base_seconds": 0.05,
                 "capacity_requeue_seconds": 0.2,
                 "backoff_limit": 1,

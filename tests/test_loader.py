@@ -127,7 +127,8 @@ def test_cli_runs_as_a_subprocess_and_rejects_bad_sources(tmp_path: Path) -> Non
         [
             sys.executable,
             "-m",
-            "gpu_admission.loader",
+            "gpu_admission",
+            "load",
             "--source",
             "s3://Bad_Bucket",
             "--termination-log",
