@@ -35,7 +35,7 @@ def free_port() -> int:
 
 
 def webhook_configurations() -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((MANIFESTS / "webhooks.yaml").read_text()) if d]
+    return [d for d in yaml.safe_load_all((MANIFESTS / "base" / "webhooks.yaml").read_text()) if d]
 
 
 def pod(name: str, resources: dict[str, Any] | None = None) -> dict[str, Any]:
