@@ -118,7 +118,7 @@ def _wrk(name: str, url: str, script: Path, duration: int, connections: int) -> 
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
     def find(pattern: str) -> str:
-        match = re.search(pattern, output)
+        match = re.search(pattern, output, re.MULTILINE)
         assert match, f"no {pattern!r} in wrk output:\n{output}"
         return match[1]
 
@@ -132,8 +132,8 @@ def _wrk(name: str, url: str, script: Path, duration: int, connections: int) -> 
     return Run(
         name,
         float(find(r"Requests/sec:\s+([\d.]+)")),
-        _to_ms(find(r"50%\s+(\S+)")),
-        _to_ms(find(r"99%\s+(\S+)")),
+        _to_ms(find(r"^\s+50%\s+(\S+)$")),
+        _to_ms(find(r"^\s+99%\s+(\S+)$")),
         total_errors,
     )
 
