@@ -135,7 +135,7 @@ class CredentialsConfig(_Model):
 
 
 class DatasetConfig(_Model):
-    loader_image: str = "ghcr.io/gpu-admission/gpu-admission:0.1.0"
+    loader_image: str = "gpu-admission:0.1.0"
     rclone_path: str = "rclone"
     transfers: Annotated[int, Field(ge=1, le=256)] = 8
     checkers: Annotated[int, Field(ge=1, le=256)] = 16
