@@ -1,0 +1,646 @@
+"""Dataset controller benchmarks against the Kubernetes API emulator (tests/kubeapi).
+
+Three processes, so that no two of them share a GIL: the emulator, the controller
+(DatasetController, leader election off), and this one, which writes PVCs and watches Jobs.
+
+- `burst`: once the controller has synced, 1,000 dataset PVCs are written as fast as several
+  client threads can. For each PVC: (Job seen on a watch) - (its create call returned), and
+  (Job seen) - (the last create returned), all on this process's monotonic clock (the emulator's
+  creationTimestamp has whole seconds only). Jobs are only created, never run (no kubelet).
+  Baseline in the same run: the same writers creating 1,000 PVCs that the controller does not
+  select (label value `false`), with the controller running.
+- `memory`: the emulator is seeded with 10,000 dataset PVCs (in process, before anything
+  connects), each already loaded (phase Succeeded, its Job cleaned up: the steady state) or,
+  with `--with-jobs`, each with an unfinished loader Job (both caches full). The controller's
+  RSS: after imports, after its informers synced, after every PVC was reconciled; and an idle
+  process with the same imports and an API client. A full reconcile pass writes nothing here,
+  which the emulator's request counts confirm.
+
+Run: `python -m bench.controller [burst|memory] [--json FILE]` (both by default). The figures
+vary with the machine's load; the emulator is Python too, so absolute latencies say as much
+about it as about the controller: the baseline is there to tell them apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import queue
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+NS = "datasets"
+BASELINE_NS = "baseline"
+SOURCE = "s3://bench-data/{i}"
+LEASE_NS = "gpu-admission"
+CHILD_TIMEOUT = 60.0
+
+
+# -- shared helpers ---------------------------------------------------------------------------
+
+
+def rss_mib(pid: int | str = "self") -> dict[str, float]:
+    """Resident set size now and at its peak, in MiB."""
+    values: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        field, _, rest = line.partition(":")
+        if field in ("VmRSS", "VmHWM"):
+            values["rss" if field == "VmRSS" else "peak"] = int(rest.split()[0]) / 1024
+    return values
+
+
+def cpu_seconds(pid: int | str = "self") -> float:
+    """User + system CPU time the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile (the value at or below which `fraction` of them fall)."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * fraction // 1))  # ceil without floats drifting
+    return ordered[int(rank) - 1]
+
+
+def summary_ms(values: list[float]) -> dict[str, float]:
+    millis = [v * 1000 for v in values]
+    return {
+        "p50_ms": percentile(millis, 0.50),
+        "p99_ms": percentile(millis, 0.99),
+        "max_ms": max(millis),
+    }
+
+
+def pvc_body(name: str, source: str, loadable: bool, prefix: str) -> dict[str, Any]:
+    """A dataset PVC as the PVC webhook leaves it (labelled); `loadable=False`: not selected."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": name,
+            "labels": {f"{prefix}data-load": "true" if loadable else "false"},
+            "annotations": {f"{prefix}data-source": source},
+        },
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
+def bench_config(max_loads: int, workers: int, prefix: str) -> Any:
+    from gpu_admission.config import Config
+
+    return Config.model_validate(
+        {
+            "annotation_prefix": prefix,
+            "dataset": {"max_concurrent_loads": max_loads, "reconcile_workers": workers},
+            "leader_election": {"enabled": False, "namespace": LEASE_NS},
+        }
+    )
+
+
+class Child:
+    """A child process speaking JSON lines on stdout; closing its stdin asks it to stop."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.controller", *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def message(self, timeout: float = CHILD_TIMEOUT) -> dict[str, Any]:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no answer from {self.process.args} in {timeout:g} s") from None
+        if line is None:
+            raise RuntimeError(f"{self.process.args} exited with {self.process.wait()}")
+        return json.loads(line)
+
+    def ask(self, command: str, timeout: float = CHILD_TIMEOUT) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self.message(timeout)
+
+    def stop(self) -> None:
+        if self.process.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@contextlib.contextmanager
+def child(argv: list[str]) -> Iterator[Child]:
+    process = Child(argv)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def say(out: IO[str], **message: Any) -> None:
+    out.write(json.dumps(message) + "\n")
+    out.flush()
+
+
+# -- child: the emulator ----------------------------------------------------------------------
+
+
+async def seed(server: Any, count: int, with_jobs: bool, prefix: str) -> None:
+    """Write `count` dataset PVCs through the emulator's own write pipeline (no HTTP: setup only,
+    nothing is measured here), each already loaded or, `with_jobs`, with its loader Job."""
+    from controllers.dataset.jobspec import build_loader_job
+    from gpu_admission.names import PHASE_PENDING, PHASE_SUCCEEDED
+    from tests.kubeapi.resources import by_plural
+    from tests.kubeapi.server import Request
+    from tests.kubeapi.tls import ADMIN_GROUPS, ADMIN_USER
+    from webhooks.datasource import loader_job_name, parse_data_source
+
+    config = bench_config(max_loads=10, workers=1, prefix=prefix)
+    names = config.names
+    pvcs, jobs = by_plural("persistentvolumeclaims"), by_plural("jobs", "batch")
+    request = Request({"username": ADMIN_USER, "groups": list(ADMIN_GROUPS)}, {})
+    phase = PHASE_PENDING if with_jobs else PHASE_SUCCEEDED
+    for i in range(count):
+        name, source = f"data-{i:05d}", SOURCE.format(i=i)
+        stored = await server.create(pvcs, NS, pvc_body(name, source, True, prefix), request)
+        uid = stored["metadata"]["uid"]
+        job_name = loader_job_name(name, uid, source)
+
+        def annotate(obj: dict[str, Any], job_name: str = job_name) -> dict[str, Any]:
+            obj["metadata"]["annotations"].update(
+                {names.data_load_phase: phase, names.data_load_job: job_name}
+            )
+            return obj
+
+        await server.update(pvcs, NS, name, "", annotate, request)
+        if with_jobs:
+            job = build_loader_job(
+                job_name=job_name,
+                pvc_namespace=NS,
+                pvc_name=name,
+                pvc_uid=uid,
+                source=parse_data_source(source),
+                secret=None,
+                sync=False,
+                config=config,
+            )
+            await server.create(jobs, NS, job, request)
+
+
+def run_emulator(args: argparse.Namespace) -> int:
+    from kubernetes import client, config
+
+    from tests.kubeapi.runner import start_kubeapi
+
+    handle = start_kubeapi(history_size=args.history)
+    if not args.gc:
+        # The emulator's garbage collector compares every object with every other after each
+        # update (O(n^2): ~1.6 s a pass at 2,000 objects), stalling its loop. Nothing here needs
+        # it (no deletions; every Job's owner exists), and the real API server's collector works
+        # from an owner index, so it would only measure the emulator.
+        handle.server._wake_gc = lambda: None  # type: ignore[method-assign]
+    try:
+        api = config.new_client_from_config(str(handle.kubeconfig_path))
+        core = client.CoreV1Api(api)
+        for namespace in (NS, BASELINE_NS, LEASE_NS):
+            core.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
+        api.close()
+        started = time.monotonic()
+        if args.seed:
+            future = asyncio.run_coroutine_threadsafe(
+                seed(handle.server, args.seed, args.with_jobs, args.prefix), handle.server.loop
+            )
+            future.result()
+        say(
+            sys.stdout,
+            kubeconfig=str(handle.kubeconfig_path),
+            seeded=args.seed,
+            seed_seconds=time.monotonic() - started,
+        )
+        faults = handle.server.faults
+        cpu_at_reset = cpu_seconds()
+        for line in sys.stdin:  # commands until the parent closes stdin
+            if line.strip() == "reset":
+                faults.reset_counts()
+                cpu_at_reset = cpu_seconds()
+                say(sys.stdout, ok=True)
+            elif line.strip() == "counts":
+                say(
+                    sys.stdout,
+                    **{m: faults.request_count(m) for m in ("GET", "POST", "PATCH", "DELETE")},
+                    rss=rss_mib(),
+                    cpu_seconds=cpu_seconds() - cpu_at_reset,
+                )
+    finally:
+        handle.stop()
+    return 0
+
+
+# -- child: the controller --------------------------------------------------------------------
+
+
+async def controller_main(args: argparse.Namespace) -> None:
+    from kubernetes import config as kube_config
+
+    from controllers.dataset import DatasetController
+
+    api = kube_config.new_client_from_config(args.kubeconfig)
+    controller = DatasetController(
+        api, bench_config(args.max_loads, args.workers, args.prefix), identity="bench"
+    )
+    say(sys.stdout, stage="imported", **rss_mib())
+    if args.idle:
+        return
+    reconciled = 0
+    all_reconciled = asyncio.Event()
+    reconcile = controller.reconcile_pvc
+
+    async def counting(key: str) -> None:  # counts finished PVC reconciles
+        nonlocal reconciled
+        await reconcile(key)
+        reconciled += 1
+        if args.expect and reconciled >= args.expect:
+            all_reconciled.set()
+
+    controller.reconcile_pvc = counting  # type: ignore[method-assign]
+    started = time.monotonic()
+    await controller.start()
+    await controller.leading.wait()  # informers synced, every cached PVC queued
+    assert controller.pvcs is not None and controller.jobs is not None
+    say(
+        sys.stdout,
+        stage="synced",
+        seconds=time.monotonic() - started,
+        pvcs=len(controller.pvcs),
+        jobs=len(controller.jobs),
+        **rss_mib(),
+    )
+    if args.expect:
+        await asyncio.wait_for(all_reconciled.wait(), args.timeout)
+        say(
+            sys.stdout,
+            stage="reconciled",
+            seconds=time.monotonic() - started,
+            reconciled=reconciled,
+            **rss_mib(),
+        )
+    await asyncio.to_thread(sys.stdin.read)  # until the parent closes stdin
+    await controller.stop()
+    api.close()
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    asyncio.run(controller_main(args))
+    return 0
+
+
+# -- parent: burst ----------------------------------------------------------------------------
+
+
+def _api(kubeconfig: str) -> Any:
+    from kubernetes import config
+
+    return config.new_client_from_config(kubeconfig)
+
+
+def write_burst(
+    kubeconfig: str, namespace: str, count: int, threads: int, loadable: bool, prefix: str
+) -> tuple[dict[str, float], float, float]:
+    """Create `count` PVCs from `threads` threads (one API client each). Returns when each create
+    returned (by name), and the burst's start and end on the monotonic clock."""
+    from kubernetes import client
+
+    clients = [client.CoreV1Api(_api(kubeconfig)) for _ in range(threads)]
+    for core in clients:  # open each keep-alive connection before the clock starts
+        core.list_namespaced_persistent_volume_claim(namespace, limit=1, _preload_content=False)
+    created: dict[str, float] = {}
+    failures: list[BaseException] = []
+    go = threading.Barrier(threads + 1)
+
+    def writer(index: int) -> None:
+        core = clients[index]
+        go.wait()
+        try:
+            for i in range(index, count, threads):
+                name = f"data-{i:05d}"
+                body = pvc_body(name, SOURCE.format(i=i), loadable, prefix)
+                core.create_namespaced_persistent_volume_claim(
+                    namespace, body, _preload_content=False
+                )
+                created[name] = time.monotonic()
+        except BaseException as exc:  # handed to the caller
+            failures.append(exc)
+
+    workers = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    go.wait()
+    started = time.monotonic()
+    for worker in workers:
+        worker.join()
+    for core in clients:
+        core.api_client.close()
+    if failures:
+        raise failures[0]
+    return created, started, max(created.values())
+
+
+class JobWatch:
+    """A raw watch on the namespace's Jobs, recording when each PVC's first Job arrives."""
+
+    def __init__(self, kubeconfig: str, namespace: str, expected: int) -> None:
+        from kubernetes import client
+
+        self._api = _api(kubeconfig)
+        batch = client.BatchV1Api(self._api)
+        listed = batch.list_namespaced_job(namespace, limit=1, _preload_content=False)
+        version = json.loads(listed.data)["metadata"]["resourceVersion"]
+        # Returns once the response headers arrived: the emulator has registered the watch.
+        self._response = batch.list_namespaced_job(
+            namespace,
+            watch=True,
+            resource_version=version,
+            timeout_seconds=3600,
+            _preload_content=False,
+        )
+        self.seen: dict[str, float] = {}
+        self.expected = expected
+        self.done = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        from kubernetes.watch.watch import iter_resp_lines
+
+        for line in iter_resp_lines(self._response):
+            arrived = time.monotonic()
+            event = json.loads(line)
+            if event.get("type") != "ADDED":
+                continue
+            owners = event["object"]["metadata"].get("ownerReferences") or []
+            for owner in owners:
+                if owner.get("kind") == "PersistentVolumeClaim":
+                    self.seen.setdefault(owner["name"], arrived)
+            if len(self.seen) >= self.expected:
+                break
+        self.done.set()
+        self._response.release_conn()
+
+    def close(self) -> None:
+        self._api.close()
+
+
+def burst(args: argparse.Namespace) -> dict[str, Any]:
+    history = 20 * args.pvcs + 10_000  # every write of the run stays in the watch history
+    emulator_argv = ["child-emulator", "--prefix", args.prefix, "--history", str(history)]
+    with child(emulator_argv + (["--gc"] if args.emulator_gc else [])) as emulator:
+        kubeconfig = emulator.message()["kubeconfig"]
+        controller_argv = ["child-controller", "--kubeconfig", kubeconfig, "--prefix", args.prefix]
+        controller_argv += ["--max-loads", str(args.max_loads), "--workers", str(args.workers)]
+        with child(controller_argv) as controller:
+            controller.message()  # imported
+            synced = controller.message()
+            print(f"controller synced in {synced['seconds']:.2f} s; writing the baseline burst")
+            base, base_start, base_end = write_burst(
+                kubeconfig, BASELINE_NS, args.pvcs, args.threads, False, args.prefix
+            )
+            del base
+            watch = JobWatch(kubeconfig, NS, args.pvcs)
+            emulator.ask("reset")
+            controller_cpu = cpu_seconds(controller.process.pid)
+            print(f"writing {args.pvcs} dataset PVCs from {args.threads} threads")
+            created, start, end = write_burst(
+                kubeconfig, NS, args.pvcs, args.threads, True, args.prefix
+            )
+            all_seen = watch.done.wait(args.timeout)
+            last_job = time.monotonic()
+            counts = emulator.ask("counts")
+            controller_cpu = cpu_seconds(controller.process.pid) - controller_cpu
+            watch.close()
+            controller_rss = rss_mib(controller.process.pid)
+    seen = watch.seen
+    missing = sorted(set(created) - set(seen))
+    latencies = [seen[name] - created[name] for name in created if name in seen]
+    after_burst = [seen[name] - end for name in created if name in seen]
+    figures: dict[str, Any] = {
+        "pvcs": args.pvcs,
+        "writer_threads": args.threads,
+        "reconcile_workers": args.workers,
+        "baseline_burst_seconds": base_end - base_start,
+        "baseline_creates_per_second": args.pvcs / (base_end - base_start),
+        "burst_seconds": end - start,
+        "burst_creates_per_second": args.pvcs / (end - start),
+        "jobs_seen": len(seen),
+        "jobs_missing": len(missing),
+        "all_jobs_seen_seconds_after_burst": (max(seen.values()) - end) if seen else None,
+        "jobs_before_burst_end": sum(1 for v in after_burst if v < 0),
+        "job_minus_pvc_created": summary_ms(latencies) if latencies else None,
+        "job_minus_burst_end": summary_ms(after_burst) if after_burst else None,
+        "api_requests_during_burst": {k: counts[k] for k in ("GET", "POST", "PATCH", "DELETE")},
+        "wall_seconds": last_job - start,
+        "emulator_cpu_seconds": counts["cpu_seconds"],
+        "controller_cpu_seconds": controller_cpu,
+        "emulator_rss_mib": counts["rss"]["rss"],
+        "controller_rss_mib": controller_rss.get("rss"),
+    }
+    if not all_seen:
+        figures["timed_out_after_seconds"] = last_job - end
+    return figures
+
+
+def print_burst(f: dict[str, Any]) -> None:
+    print(
+        f"baseline: {f['pvcs']} unselected PVCs written in {f['baseline_burst_seconds']:.2f} s "
+        f"({f['baseline_creates_per_second']:.0f}/s)"
+    )
+    print(
+        f"burst:    {f['pvcs']} dataset PVCs written in {f['burst_seconds']:.2f} s "
+        f"({f['burst_creates_per_second']:.0f}/s); Jobs seen {f['jobs_seen']}/{f['pvcs']}, "
+        f"{f['jobs_before_burst_end']} before the burst ended"
+    )
+    for label, key in (
+        ("job seen - PVC created", "job_minus_pvc_created"),
+        ("job seen - burst end  ", "job_minus_burst_end"),
+    ):
+        s = f[key]
+        if s:
+            print(
+                f"{label}: p50 {s['p50_ms']:8.0f} ms  p99 {s['p99_ms']:8.0f} ms  "
+                f"max {s['max_ms']:8.0f} ms"
+            )
+    requests = f["api_requests_during_burst"]
+    per_pvc = {k: v / f["pvcs"] for k, v in requests.items()}
+    print(
+        "API requests during the burst (the writers' creates included): "
+        + ", ".join(f"{k} {v} ({per_pvc[k]:.1f}/PVC)" for k, v in requests.items())
+    )
+    print(
+        f"CPU from the burst's start to the last Job ({f['wall_seconds']:.1f} s): emulator "
+        f"{f['emulator_cpu_seconds']:.1f} s, controller {f['controller_cpu_seconds']:.1f} s"
+    )
+    print(
+        f"RSS: controller {f['controller_rss_mib']:.1f} MiB, "
+        f"emulator {f['emulator_rss_mib']:.1f} MiB"
+    )
+
+
+# -- parent: memory ---------------------------------------------------------------------------
+
+
+def memory(args: argparse.Namespace) -> dict[str, Any]:
+    history = max(10_000, 3 * args.watched)
+    emulator_argv = ["child-emulator", "--prefix", args.prefix, "--history", str(history)]
+    emulator_argv += ["--seed", str(args.watched)]
+    if args.with_jobs:
+        emulator_argv.append("--with-jobs")
+    if args.emulator_gc:
+        emulator_argv.append("--gc")
+    with child(emulator_argv) as emulator:
+        ready = emulator.message(timeout=args.timeout)
+        kubeconfig = ready["kubeconfig"]
+        print(f"emulator seeded with {args.watched} dataset PVCs in {ready['seed_seconds']:.1f} s")
+        common = ["child-controller", "--kubeconfig", kubeconfig, "--prefix", args.prefix]
+        common += ["--max-loads", str(args.max_loads), "--workers", str(args.workers)]
+        with child([*common, "--idle"]) as idle:
+            idle_rss = idle.message()
+        emulator.ask("reset")
+        argv = [*common, "--expect", str(args.watched)]
+        argv += ["--timeout", str(args.timeout)]
+        with child(argv) as controller:
+            imported = controller.message()
+            synced = controller.message(timeout=args.timeout)
+            reconciled = controller.message(timeout=args.timeout)
+        counts = emulator.ask("counts")
+    return {
+        "watched_pvcs": args.watched,
+        "cached": "PVCs and Jobs" if args.with_jobs else "PVCs (loaded; Jobs cleaned up)",
+        "idle_rss_mib": idle_rss["rss"],
+        "rss_before_start_mib": imported["rss"],
+        "rss_after_sync_mib": synced["rss"],
+        "rss_after_reconcile_mib": reconciled["rss"],
+        "peak_rss_mib": reconciled["peak"],
+        "cached_pvcs": synced["pvcs"],
+        "cached_jobs": synced["jobs"],
+        "sync_seconds": synced["seconds"],
+        "reconcile_all_seconds": reconciled["seconds"],
+        "writes_during_run": counts["POST"] + counts["PATCH"] + counts["DELETE"],
+        "reads_during_run": counts["GET"],
+    }
+
+
+def print_memory(f: dict[str, Any]) -> None:
+    print(
+        f"controller RSS with {f['watched_pvcs']} dataset PVCs watched ({f['cached']} cached): "
+        f"before start {f['rss_before_start_mib']:.1f} MiB, after sync "
+        f"{f['rss_after_sync_mib']:.1f} MiB, after reconciling all "
+        f"{f['rss_after_reconcile_mib']:.1f} MiB (peak {f['peak_rss_mib']:.1f}); "
+        f"idle process with the same imports {f['idle_rss_mib']:.1f} MiB"
+    )
+    print(
+        f"cached {f['cached_pvcs']} PVCs, {f['cached_jobs']} Jobs; synced in "
+        f"{f['sync_seconds']:.1f} s, all reconciled after {f['reconcile_all_seconds']:.1f} s; "
+        f"API writes {f['writes_during_run']}, reads {f['reads_during_run']}"
+    )
+
+
+# -- command line -----------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.controller",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--prefix", default="gpu-admission.io/", help="the annotation prefix")
+    controller = argparse.ArgumentParser(add_help=False, parents=[shared])
+    controller.add_argument("--workers", type=int, default=4, help="controller reconcile workers")
+    controller.add_argument("--max-loads", type=int, default=2000, help="max_concurrent_loads")
+    run = argparse.ArgumentParser(add_help=False, parents=[controller])
+    run.add_argument("--json", type=Path, help="also write the figures here")
+    run.add_argument("--timeout", type=float, default=120.0, help="seconds to wait at most")
+    run.add_argument(
+        "--emulator-gc",
+        action="store_true",
+        help="keep the emulator's garbage collector (quadratic in objects: slows it down)",
+    )
+    burst_options = argparse.ArgumentParser(add_help=False)
+    burst_options.add_argument("--pvcs", type=int, default=1000)
+    burst_options.add_argument("--threads", type=int, default=8, help="client threads writing")
+    memory_options = argparse.ArgumentParser(add_help=False)
+    memory_options.add_argument("--watched", type=int, default=10_000)
+    memory_options.add_argument(
+        "--with-jobs", action="store_true", help="an unfinished loader Job for each PVC"
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser(
+        "all", parents=[run, burst_options, memory_options], help="burst, then memory (default)"
+    )
+    sub.add_parser("burst", parents=[run, burst_options], help="Job latency after a PVC burst")
+    sub.add_parser("memory", parents=[run, memory_options], help="controller RSS, many PVCs")
+    # Internal: the child processes the benchmarks start.
+    e = sub.add_parser("child-emulator", parents=[shared])
+    e.add_argument("--history", type=int, required=True)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--with-jobs", action="store_true")
+    e.add_argument("--gc", action="store_true")
+    c = sub.add_parser("child-controller", parents=[controller])
+    c.add_argument("--kubeconfig", required=True)
+    c.add_argument("--idle", action="store_true", help="report RSS after imports, then exit")
+    c.add_argument("--expect", type=int, default=0, help="report once this many reconciled")
+    c.add_argument("--timeout", type=float, default=120.0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv = ["all", *argv]
+    args = parser().parse_args(argv)
+    children: dict[str, Callable[[argparse.Namespace], int]] = {
+        "child-emulator": run_emulator,
+        "child-controller": run_controller,
+    }
+    if args.command in children:
+        return children[args.command](args)
+    figures: dict[str, Any] = {}
+    if args.command in ("all", "burst"):
+        figures["burst"] = burst(args)
+        print_burst(figures["burst"])
+    if args.command in ("all", "memory"):
+        figures["memory"] = memory(args)
+        print_memory(figures["memory"])
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
