@@ -382,16 +382,18 @@ async def test_concurrent_load_limit_keeps_extra_pvcs_pending(
     for i in range(4):
         create_pvc(core, f"queued-{i}", f"s3://bucket-{i}")
     await eventually(lambda: len(jobs(kube_client)) == 2, what="two Jobs")
-    pending = await eventually(
-        lambda: [
+
+    def waiting() -> list[dict[str, Any]] | None:
+        found = [
             p
             for i in range(4)
             if (p := read_pvc(core, f"queued-{i}"))["status"].get("conditions")
             and p["status"]["conditions"][0]["reason"] == "WaitingForCapacity"
-        ],
-        what="PVCs waiting for capacity",
-    )
-    assert len(pending) == 2
+        ]
+        # Both extra PVCs, not just the first the controller got to.
+        return found if len(found) == 2 else None
+
+    pending = await eventually(waiting, what="two PVCs waiting for capacity")
     assert all(
         p["metadata"]["annotations"][f"{PREFIX}data-load-phase"] == "Pending" for p in pending
     )
