@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import queue
-import statistics
 import subprocess
 import sys
 import threading
@@ -111,6 +110,7 @@ class Child:
     """A child process speaking JSON lines on stdout; closing its stdin asks it to stop."""
 
     def __init__(self, argv: list[str]) -> None:
+        self.name = " ".join(argv[:1])
         self.process = subprocess.Popen(
             [sys.executable, "-m", "bench.controller", *argv],
             stdin=subprocess.PIPE,
@@ -131,9 +131,9 @@ class Child:
         try:
             line = self._lines.get(timeout=timeout)
         except queue.Empty:
-            raise TimeoutError(f"no answer from {self.process.args} in {timeout:g} s") from None
+            raise TimeoutError(f"no answer from {self.name} in {timeout:g} s") from None
         if line is None:
-            raise RuntimeError(f"{self.process.args} exited with {self.process.wait()}")
+            raise RuntimeError(f"{self.name} exited with {self.process.wait()}")
         return json.loads(line)
 
     def ask(self, command: str, timeout: float = CHILD_TIMEOUT) -> dict[str, Any]:
@@ -226,14 +226,16 @@ def run_emulator(args: argparse.Namespace) -> int:
         handle.server._wake_gc = lambda: None  # type: ignore[method-assign]
     try:
         api = config.new_client_from_config(str(handle.kubeconfig_path))
-        core = client.CoreV1Api(api)
+        core: Any = client.CoreV1Api(api)  # raw responses: the client's stubs do not say so
         for namespace in (NS, BASELINE_NS, LEASE_NS):
             core.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
         api.close()
         started = time.monotonic()
         if args.seed:
+            loop = handle.server.loop
+            assert loop is not None  # set once the server has started
             future = asyncio.run_coroutine_threadsafe(
-                seed(handle.server, args.seed, args.with_jobs, args.prefix), handle.server.loop
+                seed(handle.server, args.seed, args.with_jobs, args.prefix), loop
             )
             future.result()
         say(
@@ -301,10 +303,8 @@ async def controller_main(args: argparse.Namespace) -> None:
         **rss_mib(),
     )
     if args.expect:
-        try:
+        with contextlib.suppress(TimeoutError):  # reported: how far it got is a figure too
             await asyncio.wait_for(all_reconciled.wait(), args.timeout)
-        except TimeoutError:
-            pass  # reported as such: how far it got is a figure too
         say(
             sys.stdout,
             stage="reconciled",
@@ -344,7 +344,7 @@ def write_burst(
     returned (by name), and the burst's start and end on the monotonic clock."""
     from kubernetes import client
 
-    clients = [client.CoreV1Api(_api(kubeconfig)) for _ in range(threads)]
+    clients: list[Any] = [client.CoreV1Api(_api(kubeconfig)) for _ in range(threads)]
     for core in clients:  # open each keep-alive connection before the clock starts
         core.list_namespaced_persistent_volume_claim(namespace, limit=1, _preload_content=False)
     created: dict[str, float] = {}
@@ -386,7 +386,7 @@ class JobWatch:
         from kubernetes import client
 
         self._api = _api(kubeconfig)
-        batch = client.BatchV1Api(self._api)
+        batch: Any = client.BatchV1Api(self._api)
         listed = batch.list_namespaced_job(namespace, limit=1, _preload_content=False)
         version = json.loads(listed.data)["metadata"]["resourceVersion"]
         # Returns once the response headers arrived: the emulator has registered the watch.
