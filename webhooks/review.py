@@ -1,6 +1,6 @@
 """AdmissionReview v1: strict request models and response construction.
 
-Requests are parsed from raw bytes with pydantic (fast, and every error names the field). Unknown
+Requests are decoded with orjson and checked with pydantic (every error names the field). Unknown
 fields are ignored so a newer API server does not break the service; the fields used are strict.
 """
 
@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 API_VERSION = "admission.k8s.io/v1"
@@ -94,10 +95,22 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _validate(body: bytes) -> AdmissionReviewModel:
+    """orjson decodes a pod's review in about a third of the time pydantic's own JSON parser
+    takes. It accepts a subset of what that parser does (no integers beyond 64 bits, no lone
+    surrogates), so whatever it refuses goes to pydantic's parser, which accepts or reports it
+    exactly as before."""
+    try:
+        decoded = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return AdmissionReviewModel.model_validate_json(body)
+    return AdmissionReviewModel.model_validate(decoded)
+
+
 def parse_review(body: bytes, expected_kind: str) -> AdmissionRequest:
     """Parse and check an AdmissionReview body; raise ReviewError saying what is wrong."""
     try:
-        review = AdmissionReviewModel.model_validate_json(body)
+        review = _validate(body)
     except ValidationError as exc:
         if any(e["type"] == "json_invalid" for e in exc.errors()):
             raise ReviewError("request body is not valid JSON") from exc
@@ -165,6 +178,15 @@ class Verdict:
 ALLOW = Verdict(True)
 
 
+def dump_json(value: Any) -> bytes:
+    """Compact JSON. orjson is several times faster than the json module; the json module takes
+    what orjson refuses (integers beyond 64 bits, non-string keys), so nothing fails here."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def build_response(
     uid: str,
     allowed: bool,
@@ -180,7 +202,7 @@ def build_response(
         response["status"] = {"code": code, "message": message}
     elif patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+        response["patch"] = base64.b64encode(dump_json(patch)).decode()
     if warnings:
         response["warnings"] = [clip_warning(w) for w in warnings]
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
