@@ -22,6 +22,8 @@ from typing import Any
 from kubernetes.client import ApiClient, CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
 
+from controllers.api import write
+
 log = logging.getLogger(__name__)
 
 
@@ -150,7 +152,7 @@ class LeaderElector:
                 "spec": self._spec(now, now, 0),
             }
             try:
-                self._api.create_namespaced_lease(self.namespace, body, _preload_content=False)
+                write(self._api.create_namespaced_lease, self.namespace, body)
             except ApiException as exc:
                 if exc.status == 409:
                     return False
@@ -171,9 +173,7 @@ class LeaderElector:
             new_spec = self._spec(now, now, transitions + 1)
         lease["spec"] = new_spec
         try:
-            self._api.replace_namespaced_lease(
-                self.name, self.namespace, lease, _preload_content=False
-            )
+            write(self._api.replace_namespaced_lease, self.name, self.namespace, lease)
         except ApiException as exc:
             if exc.status == 409:  # someone else wrote first
                 return False
@@ -196,4 +196,4 @@ class LeaderElector:
         if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
             return
         lease["spec"].update(holderIdentity="", leaseDurationSeconds=1, renewTime=_micro_time())
-        self._api.replace_namespaced_lease(self.name, self.namespace, lease, _preload_content=False)
+        write(self._api.replace_namespaced_lease, self.name, self.namespace, lease)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from controllers.dataset.metrics import DatasetMetrics
-from gpu_admission.cli import build_parser
+from gpu_admission.commands import build_parser
 from gpu_admission.config import Config
 from gpu_admission.metrics import AdmissionMetrics, Metrics
 from gpu_admission.names import DEFAULT_PREFIX, Names

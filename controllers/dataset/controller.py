@@ -21,6 +21,7 @@ from typing import Any
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
+from controllers.api import write
 from controllers.dataset.decide import REASON_WAITING_FOR_CAPACITY, Plan, decide
 from controllers.dataset.jobspec import build_loader_job
 from controllers.dataset.metrics import DatasetMetrics
@@ -294,10 +295,10 @@ class DatasetController:
             )
             try:
                 await asyncio.to_thread(
+                    write,
                     self._batch.create_namespaced_job,
                     pvc.namespace,
                     job,
-                    _preload_content=False,
                 )
             except ApiException as exc:
                 if exc.status != 409:  # 409: the Job exists already (we made it before): adopt
@@ -340,20 +341,20 @@ class DatasetController:
         ops = condition_patch(obj, wanted, now_rfc3339())
         if ops is not None:
             await asyncio.to_thread(
+                write,
                 self._core.patch_namespaced_persistent_volume_claim_status,
                 pvc.name,
                 pvc.namespace,
                 ops,
-                _preload_content=False,
             )
         if pvc.phase == plan.phase and pvc.job == job_name:
             return
         await asyncio.to_thread(
+            write,
             self._core.patch_namespaced_persistent_volume_claim,
             pvc.name,
             pvc.namespace,
             annotation_patch(self.names, plan.phase, job_name, summary),
-            _preload_content=False,
         )
         if plan.phase == PHASE_SUCCEEDED:
             self.metrics.loads_succeeded.inc()
@@ -461,11 +462,11 @@ class DatasetController:
         )
         try:
             await asyncio.to_thread(
+                write,
                 self._core.patch_namespaced_pod,
                 pod.name,
                 pod.namespace,
                 ops,
-                _preload_content=False,
             )
         except ApiException as exc:
             # 404: the pod is gone. 422: our view of its gates is stale (a test op failed);
@@ -507,10 +508,10 @@ class DatasetController:
         }
         try:
             await asyncio.to_thread(
+                write,
                 self._core.create_namespaced_event,
                 ref["namespace"],
                 body,
-                _preload_content=False,
             )
         except ApiException as exc:
             log.warning("cannot record event %s on %s: %s", reason, ref["name"], exc.reason)

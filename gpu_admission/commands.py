@@ -1,0 +1,135 @@
+"""The `gpu-admission` sub-commands: `serve`, `review`, `certs issue` and `load`; their parser.
+
+Each sub-command's parser sets `func(args) -> int`, the exit status. Usage and configuration
+errors exit 2 with a message that names the flag or config field; failures to start exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from certs.cli import add_certs_parser
+from certs.pem import CertificateError
+from gpu_admission.cluster.kube import ClusterConfigError
+from gpu_admission.config import Config, ConfigError, load_config
+from gpu_admission.loader import add_load_parser
+from gpu_admission.logging_setup import LOG_FORMATS, LOG_LEVELS, setup_logging
+from gpu_admission.review import add_review_parser
+from gpu_admission.serve import serve
+
+log = logging.getLogger("gpu_admission")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0-65535)")
+    return value
+
+
+def add_serve_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the admission webhooks and the dataset controller",
+        description="Serve the admission webhooks over HTTPS and metrics over HTTP. Flags "
+        "override the config file, which overrides the defaults. With an empty --cert-dir a "
+        "CA and serving certificate are issued there.",
+    )
+    parser.add_argument("--config", type=Path, metavar="FILE", help="YAML config file")
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="kubeconfig to reach the cluster (default: the pod's in-cluster ServiceAccount; "
+        "with neither, run offline without cluster caches)",
+    )
+    parser.add_argument("--host", metavar="H", help="address to listen on (default 0.0.0.0)")
+    parser.add_argument("--port", type=_port, metavar="PORT", help="HTTPS port (default 8443)")
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="plain-HTTP metrics port (default 9090; 0 turns the metrics listener off)",
+    )
+    parser.add_argument(
+        "--cert-dir", type=Path, metavar="DIR", help="directory of ca.crt, tls.crt and tls.key"
+    )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, help="default: info")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, help="default: json")
+    parser.set_defaults(func=serve_command)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Only the flags given: an absent flag must not override the config file."""
+    server = {
+        key: value
+        for key, value in (
+            ("host", args.host),
+            ("port", args.port),
+            ("metrics_port", args.metrics_port),
+            ("log_level", args.log_level),
+            ("log_format", args.log_format),
+        )
+        if value is not None
+    }
+    overrides: dict[str, Any] = {}
+    if server:
+        overrides["server"] = server
+    if args.cert_dir is not None:
+        overrides["certs"] = {"cert_dir": str(args.cert_dir)}
+    if args.kubeconfig is not None:
+        overrides["kubeconfig"] = str(args.kubeconfig)
+    return overrides
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    try:
+        config: Config = load_config(args.config, _overrides(args))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging(config.server.log_level, config.server.log_format)
+    try:
+        asyncio.run(serve(config))
+    except (ConfigError, ClusterConfigError) as exc:
+        log.error("cannot start: %s", exc)
+        return EXIT_USAGE
+    except (CertificateError, OSError) as exc:
+        # OSError: the port is taken or the certificate directory is not writable.
+        log.error("cannot start: %s", exc)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu-admission",
+        description="Admission webhooks and a dataset-loading controller for Kubernetes GPU "
+        "clusters.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_serve_parser(subparsers)
+    add_review_parser(subparsers)
+    add_certs_parser(subparsers)
+    add_load_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed usage and the error
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    return int(args.func(args))
