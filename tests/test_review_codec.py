@@ -1,6 +1,6 @@
-"""Decoding and encoding JSON on the admission path: the fast decoder must accept and refuse
-exactly what the validator's own JSON parser does, and encoding must never fail on a value the
-json module can write."""
+"""JSON on the admission path: what bodies are accepted and how they are refused (a faster
+decoder must keep both), and response encoding that never fails on a value the json module can
+write."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from webhooks.review import (
 
 from .server_helpers import fixture
 
-BIG = 2**70  # beyond 64 bits: the fast decoder refuses it, the validator's parser accepts it
+BIG = 2**70  # beyond 64 bits: orjson refuses it, the json module and pydantic accept it
 
 
 def _review(change: Any = None) -> dict[str, Any]:
@@ -65,7 +65,7 @@ FIELD_ERRORS = {
     ),
     "object not a mapping": (
         lambda r: r["request"].update(object=[1]),
-        "not a valid AdmissionReview: request.object: Input should be a valid dictionary",
+        "not a valid AdmissionReview: request.object: Input should be an object",
     ),
     "groups not strings": (
         lambda r: r["request"]["userInfo"].update(groups=[1]),
