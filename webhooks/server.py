@@ -31,13 +31,7 @@ from gpu_admission.metrics import (
 from webhooks import chain
 from webhooks.policy import MutatingPolicy, PolicySet, ValidatingPolicy
 from webhooks.registry import WEBHOOKS, Webhook
-from webhooks.review import (
-    AdmissionRequest,
-    ReviewError,
-    build_response,
-    dump_json,
-    parse_review,
-)
+from webhooks.review import AdmissionRequest, ReviewError, build_response, parse_review
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +197,7 @@ class AdmissionEndpoint:
             len(outcome.ops) if outcome.allowed else 0,
         )
         return web.Response(
-            body=dump_json(payload),
+            body=json.dumps(payload, separators=(",", ":")).encode(),
             headers={"Content-Type": JSON_CONTENT_TYPE},
         )
 
