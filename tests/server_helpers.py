@@ -18,12 +18,17 @@ from aiohttp import web
 from certs.issue import CertBundle, ServingSpec, issue_bundle
 from certs.reloader import CertReloader
 from gpu_admission.cluster.view import (
+    ClusterView,
     NodeInfo,
     ObjectRef,
     PVCInfo,
     SecretInfo,
     ServiceAccountInfo,
 )
+from webhooks.patch import Patch
+from webhooks.policies.containers import iter_containers
+from webhooks.policy import MutatingPolicy, Scope
+from webhooks.review import AdmissionRequest
 from webhooks.server import make_runner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "admission-reviews"
@@ -135,3 +140,21 @@ async def post_review(
 ) -> tuple[int, dict[str, Any]]:
     async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
         return r.status, await r.json()
+
+
+# Small real policies for tests of the chain and the service.
+
+
+def annotate(key: str, value: str) -> MutatingPolicy:
+    def mutate(request: AdmissionRequest, patch: Patch, view: ClusterView) -> None:
+        patch.set_annotation(key, value)
+
+    return MutatingPolicy(f"annotate {key}", Scope("Pod"), mutate)
+
+
+def env_everywhere(name: str, value: str) -> MutatingPolicy:
+    def mutate(request: AdmissionRequest, patch: Patch, view: ClusterView) -> None:
+        for ref in iter_containers(request.object):
+            patch.set_env(ref.path, {"name": name, "value": value})
+
+    return MutatingPolicy(f"env {name}", Scope("Pod"), mutate)

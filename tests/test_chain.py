@@ -20,12 +20,11 @@ from gpu_admission.cluster.view import (
 from gpu_admission.config import FailureMode
 from webhooks import chain
 from webhooks.patch import Patch
-from webhooks.policies.containers import iter_containers
 from webhooks.policy import MutatingPolicy, Scope, ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict, parse_review
 
 from .policy_helpers import mutate_twice
-from .server_helpers import fixture_bytes
+from .server_helpers import annotate, env_everywhere, fixture_bytes
 
 VIEW = StaticClusterView()
 POD_REVIEW = fixture_bytes("pod-gpu.mutating.json")
@@ -37,21 +36,6 @@ def pod_request() -> AdmissionRequest:
 
 def fresh_object() -> dict[str, Any]:
     return json.loads(POD_REVIEW)["request"]["object"]
-
-
-def annotate(key: str, value: str) -> MutatingPolicy:
-    def mutate(request: AdmissionRequest, patch: Patch, view: ClusterView) -> None:
-        patch.set_annotation(key, value)
-
-    return MutatingPolicy(f"annotate {key}", Scope("Pod"), mutate)
-
-
-def env_everywhere(name: str, value: str) -> MutatingPolicy:
-    def mutate(request: AdmissionRequest, patch: Patch, view: ClusterView) -> None:
-        for ref in iter_containers(request.object):
-            patch.set_env(ref.path, {"name": name, "value": value})
-
-    return MutatingPolicy(f"env {name}", Scope("Pod"), mutate)
 
 
 def reads_annotation(key: str) -> MutatingPolicy:

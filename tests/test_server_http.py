@@ -25,7 +25,6 @@ from gpu_admission.cluster.view import (
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
 from webhooks.patch import Patch
-from webhooks.policies.containers import iter_containers
 from webhooks.policy import MutatingPolicy, PolicySet, Scope, ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict
 from webhooks.server import create_app, create_metrics_app
@@ -33,8 +32,10 @@ from webhooks.server import create_app, create_metrics_app
 from .server_helpers import (
     FillingResolver,
     MutableView,
+    annotate,
     client_context,
     decode_patch,
+    env_everywhere,
     fixture,
     fixture_bytes,
     issue_localhost_bundle,
@@ -45,21 +46,6 @@ from .server_helpers import (
 
 MAX_BODY = 64 * 1024
 SEEN = "test.example/seen"
-
-
-def annotate(key: str, value: str) -> MutatingPolicy:
-    def mutate(request: AdmissionRequest, patch: Patch, view: ClusterView) -> None:
-        patch.set_annotation(key, value)
-
-    return MutatingPolicy(f"annotate {key}", Scope("Pod"), mutate)
-
-
-def env_everywhere(name: str, value: str) -> MutatingPolicy:
-    def mutate(request: AdmissionRequest, patch: Patch, view: ClusterView) -> None:
-        for ref in iter_containers(request.object):
-            patch.set_env(ref.path, {"name": name, "value": value})
-
-    return MutatingPolicy(f"env {name}", Scope("Pod"), mutate)
 
 
 def raising(kind: str = "Pod", mutating: bool = True) -> MutatingPolicy | ValidatingPolicy:
