@@ -389,6 +389,8 @@ async def test_concurrent_load_limit_keeps_extra_pvcs_pending(
             for i in range(4)
             if (p := read_pvc(core, f"queued-{i}"))["status"].get("conditions")
             and p["status"]["conditions"][0]["reason"] == "WaitingForCapacity"
+            # The phase annotation is a separate write after the condition: wait for both.
+            and (p["metadata"].get("annotations") or {}).get(f"{PREFIX}data-load-phase")
         ]
         # Both extra PVCs, not just the first the controller got to.
         return found if len(found) == 2 else None
