@@ -23,6 +23,7 @@ import re
 import shutil
 import socket
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,9 @@ class Run:
     p50_ms: float
     p99_ms: float
     errors: int
+    # The server's CPU time (user + system) per answered request: unlike req/s, blind to time
+    # the machine's other tenants take from the server's CPU.
+    cpu_us_per_request: float
 
 
 def _free_port() -> int:
@@ -110,12 +114,22 @@ def _to_ms(value: str) -> float:
     return float(match[1]) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[match[2]]
 
 
-def _wrk(name: str, url: str, script: Path, duration: int, connections: int) -> Run:
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    utime, stime = int(fields[11]), int(fields[12])
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+
+def _wrk(
+    name: str, url: str, script: Path, duration: int, connections: int, server_pid: int
+) -> Run:
     command = _pinned(
         LOAD_CPU,
         ["wrk", "--latency", "-t1", f"-c{connections}", f"-d{duration}s", "-s", str(script), url],
     )
+    cpu_before = _cpu_seconds(server_pid)
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    cpu = _cpu_seconds(server_pid) - cpu_before
 
     def find(pattern: str) -> str:
         match = re.search(pattern, output, re.MULTILINE)
@@ -135,6 +149,7 @@ def _wrk(name: str, url: str, script: Path, duration: int, connections: int) -> 
         _to_ms(find(r"^\s+50%\s+(\S+)$")),
         _to_ms(find(r"^\s+99%\s+(\S+)$")),
         total_errors,
+        cpu * 1e6 / max(1, int(find(r"(\d+) requests in"))),
     )
 
 
@@ -151,46 +166,101 @@ def _script(directory: Path, scenario: Scenario, delay_ms: float) -> Path:
     return path
 
 
-def measure(
-    label: str, command: list[str], port: int, ca: Path, args: argparse.Namespace, tmp: Path
-) -> tuple[dict[str, Run], float]:
-    """Start one server, run every scenario against it, and return the runs and its RSS."""
-    process = subprocess.Popen(_pinned(SERVER_CPU, command), stdout=subprocess.DEVNULL)
-    runs: dict[str, Run] = {}
-    try:
-        for scenario in SCENARIOS:
-            answer = _check(port, ca, scenario)
-            assert answer.get("allowed") is not None, answer
-            url = f"https://localhost:{port}{scenario.path}"
-            script = _script(tmp, scenario, 0)
-            _wrk("warm-up", url, script, 2, args.connections)
-            runs[scenario.name] = _wrk(
-                f"{label} {scenario.name}", url, script, args.duration, args.connections
+@dataclass(frozen=True)
+class Server:
+    label: str
+    port: int
+    process: subprocess.Popen[bytes]
+
+    def url(self, path: str) -> str:
+        return f"https://localhost:{self.port}{path}"
+
+
+@dataclass
+class Comparison:
+    """One scenario: each server's median run over the rounds, and the median of the rounds'
+    ratios (project ÷ static)."""
+
+    static: Run
+    project: Run
+    ratio: float
+    ratios: list[float]
+    cpu_ratio: float  # static CPU per request ÷ project CPU per request (median of rounds)
+
+
+def _median_run(runs: list[Run]) -> Run:
+    return sorted(runs, key=lambda r: r.requests_per_second)[len(runs) // 2]
+
+
+def compare(
+    servers: tuple[Server, Server],
+    ca: Path,
+    scenario: Scenario,
+    delay_ms: float,
+    connections: int,
+    args: argparse.Namespace,
+    tmp: Path,
+) -> Comparison:
+    """Alternate the two servers round by round, so drift in the machine's speed (other tenants,
+    thermal limits) falls on both alike; each round gives one ratio."""
+    script = _script(tmp, scenario, delay_ms)
+    for server in servers:
+        answer = _check(server.port, ca, scenario)
+        assert answer.get("allowed") is not None, answer
+        _wrk("warm-up", server.url(scenario.path), script, 2, connections, server.process.pid)
+    runs: dict[str, list[Run]] = {server.label: [] for server in servers}
+    ratios: list[float] = []
+    cpu_ratios: list[float] = []
+    for _ in range(args.rounds):
+        for server in servers:
+            runs[server.label].append(
+                _wrk(
+                    server.label,
+                    server.url(scenario.path),
+                    script,
+                    args.duration,
+                    connections,
+                    server.process.pid,
+                )
             )
-        pod = SCENARIOS[0]
-        # Fixed offered rate: each connection waits so that all together offer `rate` req/s.
-        delay = 1000.0 * args.rate_connections / args.rate
-        runs[f"pod@{args.rate}"] = _wrk(
-            f"{label} pod@{args.rate}",
-            f"https://localhost:{port}{pod.path}",
-            _script(tmp, pod, delay),
-            args.duration,
-            args.rate_connections,
-        )
-        return runs, _rss_mib(process.pid)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+        static, project = runs["static"][-1], runs["project"][-1]
+        ratios.append(project.requests_per_second / static.requests_per_second)
+        cpu_ratios.append(static.cpu_us_per_request / project.cpu_us_per_request)
+    return Comparison(
+        _median_run(runs["static"]),
+        _median_run(runs["project"]),
+        statistics.median(ratios),
+        ratios,
+        statistics.median(cpu_ratios),
+    )
+
+
+def _start(label: str, command: list[str], port: int) -> Server:
+    process = subprocess.Popen(_pinned(SERVER_CPU, command), stdout=subprocess.DEVNULL)
+    return Server(label, port, process)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--duration", type=int, default=5, help="seconds per run")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="runs per server and scenario, alternating"
+    )
     parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--rate-connections", type=int, default=40)
+    parser.add_argument(
+        "--rate", type=int, default=2000, help="offered req/s for pod@rate; 0 skips that run"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=[s.name for s in SCENARIOS],
+        help="run only this scenario (repeatable); default: all",
+    )
     args = parser.parse_args(argv)
+    chosen = set(args.scenario or [s.name for s in SCENARIOS])
+    scenarios = [s for s in SCENARIOS if s.name in chosen]
     if shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
         return 2
@@ -206,17 +276,39 @@ def main(argv: list[str] | None = None) -> int:
         static_command += ["--cert", str(tmp / "tls.crt"), "--key", str(tmp / "tls.key")]
         project_command = [sys.executable, "-m", "bench.project_server"]
         project_command += ["--port", str(project_port), "--cert-dir", str(tmp)]
-        static, static_rss = measure("static", static_command, static_port, ca, args, tmp)
-        project, project_rss = measure("project", project_command, project_port, ca, args, tmp)
+        # Both servers share CPU 0; only the one under load uses it.
+        servers = (
+            _start("static", static_command, static_port),
+            _start("project", project_command, project_port),
+        )
+        try:
+            results: dict[str, Comparison] = {}
+            for scenario in scenarios:
+                results[scenario.name] = compare(
+                    servers, ca, scenario, 0, args.connections, args, tmp
+                )
+            if args.rate:
+                # Fixed offered rate: each connection waits so that all together offer `rate`.
+                delay = 1000.0 * args.rate_connections / args.rate
+                results[f"pod@{args.rate}"] = compare(
+                    servers, ca, SCENARIOS[0], delay, args.rate_connections, args, tmp
+                )
+            static_rss, project_rss = (_rss_mib(server.process.pid) for server in servers)
+        finally:
+            for server in servers:
+                server.process.terminate()
+                server.process.wait(timeout=30)
     figures: dict[str, object] = {"static_rss_mib": static_rss, "project_rss_mib": project_rss}
-    for key in static:
-        base, ours = static[key], project[key]
-        ratio = ours.requests_per_second / base.requests_per_second
-        figures[key] = {"static": asdict(base), "project": asdict(ours), "ratio": ratio}
+    for key, result in results.items():
+        base, ours = result.static, result.project
+        figures[key] = asdict(result)
+        spread = f"{min(result.ratios):.2f}-{max(result.ratios):.2f}"
         print(
             f"{key:16s} static {base.requests_per_second:7.0f} req/s p50 {base.p50_ms:6.2f} "
             f"p99 {base.p99_ms:6.2f} ms | project {ours.requests_per_second:7.0f} req/s "
-            f"p50 {ours.p50_ms:6.2f} p99 {ours.p99_ms:6.2f} ms | ratio {ratio:4.2f} "
+            f"p50 {ours.p50_ms:6.2f} p99 {ours.p99_ms:6.2f} ms | ratio {result.ratio:4.2f} "
+            f"({spread}) | CPU/request {base.cpu_us_per_request:.0f} vs "
+            f"{ours.cpu_us_per_request:.0f} us, ratio {result.cpu_ratio:4.2f} "
             f"| errors {base.errors + ours.errors}"
         )
     print(f"RSS: project server {project_rss:.1f} MiB, static server {static_rss:.1f} MiB")
