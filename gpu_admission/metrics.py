@@ -8,8 +8,9 @@ names get the `gpu_admission_` prefix.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypeVar, cast
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from itertools import accumulate
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -20,11 +21,11 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
-
-_Metric = TypeVar("_Metric", Counter, Histogram)
+from prometheus_client.utils import floatToGoString
 
 METRIC_PREFIX = "gpu_admission"
 EXPOSITION_CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -95,28 +96,97 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+class AnswerTally:
+    """Requests answered, their latency and patch sizes, counted in plain dicts and turned into
+    metric families only when scraped (a custom collector, prometheus_client's extension point).
+
+    Every admission request records here, so it must cost next to nothing: library metrics take a
+    lock per value and a label lookup per call, together several microseconds a request. Records
+    come from the event loop's thread only; a scrape reads copies.
+    """
+
+    def __init__(self, buckets: Sequence[float] = LATENCY_BUCKETS) -> None:
+        self.buckets = tuple(buckets)
+        self.answers: dict[tuple[str, str, str], int] = {}
+        # Per webhook: a count per bucket (the last one is +Inf, beyond every bound), and the sum.
+        self.latency_counts: dict[str, list[int]] = {}
+        self.latency_sums: dict[str, float] = {}
+        self.patch_operations: dict[str, int] = {}
+
+    def record(
+        self, webhook: str, operation: str, verdict: str, seconds: float, patch_ops: int = 0
+    ) -> None:
+        key = (webhook, operation, verdict)
+        self.answers[key] = self.answers.get(key, 0) + 1
+        counts = self.latency_counts.get(webhook)
+        if counts is None:
+            counts = self.latency_counts[webhook] = [0] * (len(self.buckets) + 1)
+            self.latency_sums[webhook] = 0.0
+        # bisect_left: a value equal to a bound belongs to that bound's bucket (le is inclusive).
+        counts[bisect_left(self.buckets, seconds)] += 1
+        self.latency_sums[webhook] += seconds
+        if patch_ops:
+            self.patch_operations[webhook] = self.patch_operations.get(webhook, 0) + patch_ops
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families({}, {}, {}, {})
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families(
+            dict(self.answers),
+            {webhook: list(counts) for webhook, counts in list(self.latency_counts.items())},
+            dict(self.latency_sums),
+            dict(self.patch_operations),
+        )
+
+    def _families(
+        self,
+        answers: dict[tuple[str, str, str], int],
+        latency_counts: dict[str, list[int]],
+        latency_sums: dict[str, float],
+        patch_operations: dict[str, int],
+    ) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            f"{METRIC_PREFIX}_admission_requests",
+            "Admission requests answered, by webhook path, operation and verdict "
+            "(allowed, denied, error).",
+            labels=["webhook", "operation", "verdict"],
+        )
+        for labels, count in answers.items():
+            requests.add_metric(list(labels), count)
+        yield requests
+        latency = HistogramMetricFamily(
+            f"{METRIC_PREFIX}_admission_duration_seconds",
+            "Time from receiving an admission request to having its answer, by webhook path.",
+            labels=["webhook"],
+        )
+        bounds = [floatToGoString(b) for b in self.buckets] + ["+Inf"]
+        for webhook, counts in latency_counts.items():
+            cumulative = list(accumulate(counts))
+            latency.add_metric(
+                [webhook],
+                list(zip(bounds, cumulative, strict=True)),
+                latency_sums.get(webhook, 0.0),
+            )
+        yield latency
+        patches = CounterMetricFamily(
+            f"{METRIC_PREFIX}_admission_patch_operations",
+            "JSON Patch operations returned by mutating webhooks, by webhook path.",
+            labels=["webhook"],
+        )
+        for webhook, count in patch_operations.items():
+            patches.add_metric([webhook], count)
+        yield patches
+
+
 class AdmissionMetrics:
-    """The webhook service's metrics. Label children are cached: `.labels()` costs a lock and a
-    dict lookup per call, and a request touches up to three of them."""
+    """The webhook service's metrics. Answers are tallied by `AnswerTally` (every request);
+    the rare events (failures, refusals) are library counters with cached label children."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self.requests = metrics.counter(
-            "admission_requests_total",
-            "Admission requests answered, by webhook path, operation and verdict "
-            "(allowed, denied, error).",
-            ["webhook", "operation", "verdict"],
-        )
-        self.latency = metrics.histogram(
-            "admission_duration_seconds",
-            "Time from receiving an admission request to having its answer, by webhook path.",
-            ["webhook"],
-        )
-        self.patch_operations = metrics.counter(
-            "admission_patch_operations_total",
-            "JSON Patch operations returned by mutating webhooks, by webhook path.",
-            ["webhook"],
-        )
+        self.tally = AnswerTally()
+        metrics.registry.register(self.tally)
         self.policy_errors = metrics.counter(
             "admission_policy_errors_total",
             "Policies that raised an unexpected error, by webhook path and policy.",
@@ -133,22 +203,16 @@ class AdmissionMetrics:
             "Requests whose referenced objects were neither cached nor fetchable, by webhook path.",
             ["webhook"],
         )
-        self._children: dict[tuple[object, ...], Counter | Histogram] = {}
+        self._children: dict[tuple[object, ...], Counter] = {}
+        # The bound method itself, not a wrapper: one call less on every request.
+        self.answered = self.tally.record
 
-    def _child(self, metric: _Metric, *labels: str) -> _Metric:
+    def _child(self, metric: Counter, *labels: str) -> Counter:
         key = (id(metric), *labels)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(*labels)
-        return cast(_Metric, child)  # the key holds the metric: same type
-
-    def answered(
-        self, webhook: str, operation: str, verdict: str, seconds: float, patch_ops: int = 0
-    ) -> None:
-        self._child(self.requests, webhook, operation, verdict).inc()
-        self._child(self.latency, webhook).observe(seconds)
-        if patch_ops:
-            self._child(self.patch_operations, webhook).inc(patch_ops)
+        return child
 
     def policy_failed(self, webhook: str, policy: str) -> None:
         self._child(self.policy_errors, webhook, policy).inc()
