@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from webhooks.review import (
-    AdmissionReviewModel,
+    REVIEW,
     ReviewError,
     parse_review,
 )
@@ -42,7 +42,7 @@ def test_an_integer_beyond_64_bits_in_the_object_is_kept():
 def test_unusual_strings_are_treated_as_the_validators_parser_treats_them(text: str):
     body = _body(_review()).replace(b'"namespace": "ml"', b'"namespace": ' + text.encode(), 1)
     try:
-        expected = AdmissionReviewModel.model_validate_json(body).request.namespace
+        expected = REVIEW.validate_json(body)["request"]["namespace"]
     except ValidationError:
         with pytest.raises(ReviewError, match="not valid JSON"):
             parse_review(body, "Pod")

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import product
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef
 from webhooks.patch import Patch
-from webhooks.review import AdmissionRequest, Verdict
+from webhooks.review import AdmissionRequest, ScopeKey, Verdict
 
 MutateFn = Callable[[AdmissionRequest, Patch, ClusterView], Verdict | None]
 ValidateFn = Callable[[AdmissionRequest, ClusterView], Verdict]
@@ -36,19 +37,53 @@ def _no_references(
 
 @dataclass(frozen=True)
 class Scope:
-    """Which requests a policy applies to: object kind, operations, and subresources ("" = the
-    object itself)."""
+    """Which requests a policy applies to: object kind, operations, subresources ("" = the
+    object itself) and, when given, the values of the object's `type` field (a Secret's type).
+
+    A path whose policies all name object types answers requests for other types without
+    materialising their objects: such requests are matched on the review's head alone
+    (`parse_review_head`, `typed_scope_keys`).
+    """
 
     kind: str
     operations: frozenset[str] = frozenset({"CREATE"})
     subresources: frozenset[str] = frozenset({""})
+    object_types: frozenset[str] = frozenset()
 
     def matches(self, request: AdmissionRequest) -> bool:
         return (
             request.kind == self.kind
             and request.operation in self.operations
             and request.sub_resource in self.subresources
+            and (not self.object_types or _object_type(request) in self.object_types)
         )
+
+
+def _object_type(request: AdmissionRequest) -> str | None:
+    value = request.object.get("type")
+    return value if isinstance(value, str) else None
+
+
+def scope_key(request: AdmissionRequest) -> ScopeKey:
+    """The key `typed_scope_keys` holds, for a parsed request (a head carries its own)."""
+    return (request.kind, request.operation, request.sub_resource, _object_type(request))
+
+
+def typed_scope_keys(
+    policies: Iterable[MutatingPolicy | ValidatingPolicy],
+) -> frozenset[ScopeKey] | None:
+    """Every key some policy's scope matches, when each scope names its object types (so the set
+    is finite): then `scope_key(request) in keys` is `any(p.scope.matches(request))` in one set
+    lookup. None when a scope takes any object type."""
+    keys: set[ScopeKey] = set()
+    for policy in policies:
+        scope = policy.scope
+        if not scope.object_types:
+            return None
+        keys.update(
+            product((scope.kind,), scope.operations, scope.subresources, scope.object_types)
+        )
+    return frozenset(keys)
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,22 @@ from gpu_admission.metrics import (
     Metrics,
 )
 from webhooks import chain
-from webhooks.policy import MutatingPolicy, PolicySet, ValidatingPolicy
+from webhooks.policy import (
+    MutatingPolicy,
+    PolicySet,
+    ValidatingPolicy,
+    typed_scope_keys,
+)
 from webhooks.registry import WEBHOOKS, Webhook
-from webhooks.review import AdmissionRequest, ReviewError, build_response, parse_review
+from webhooks.review import (
+    AdmissionRequest,
+    ReviewError,
+    ReviewHead,
+    allowed_response_body,
+    build_response,
+    parse_review,
+    parse_review_head,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +84,19 @@ class _BodyTooLarge(Exception):
 async def _read_body(request: web.Request, limit: int) -> bytes:
     """Read the body, refusing it as soon as it passes `limit` bytes: a chunked body announces
     no length, so the cap is enforced while reading, not only from Content-Length."""
+    content = request.content
+    if content.is_eof():
+        # The whole body came in with the headers (the usual case for a review of a few KB):
+        # take it from the buffer without awaiting.
+        body = content.read_nowait()
+        if len(body) > limit:
+            raise _BodyTooLarge
+        return body
     chunks: list[bytes] = []
     size = 0
     # readany() in a plain loop: an `async for` over iter_any() adds an async generator's
     # overhead to every request.
-    while chunk := await request.content.readany():
+    while chunk := await content.readany():
         size += len(chunk)
         if size > limit:
             raise _BodyTooLarge
@@ -104,6 +125,9 @@ class AdmissionEndpoint:
             () if webhook.mutating else policy_set.validating_for(webhook.kind)
         )
         self.policies = self.mutating or self.validating
+        # When every policy here names the object types it applies to, most requests (a
+        # Secret of another type) are answered from the review's head alone.
+        self.head_keys = typed_scope_keys(self.policies)
         self.view = view
         self.resolver = resolver
         self.failure_mode = failure_mode
@@ -124,7 +148,12 @@ class AdmissionEndpoint:
                     Allow="POST",
                 ),
             )
-        if request.content_type != JSON_CONTENT_TYPE:
+        # The exact header the API server sends is compared as is; anything else (parameters,
+        # case) is parsed.
+        if (
+            request.headers.get("Content-Type") != JSON_CONTENT_TYPE
+            and request.content_type != JSON_CONTENT_TYPE
+        ):
             return self._refuse(
                 started,
                 "content_type",
@@ -143,6 +172,10 @@ class AdmissionEndpoint:
         except _BodyTooLarge:
             return self._refuse(started, "too_large", self._too_large())
         try:
+            if self.head_keys is not None:
+                head = parse_review_head(body, self.webhook.kind)
+                if head.scope_key not in self.head_keys:
+                    return self._allow_untouched(head, started)
             review = parse_review(body, self.webhook.kind)
         except ReviewError as exc:
             log.warning(
@@ -178,17 +211,29 @@ class AdmissionEndpoint:
             outcome.warnings.append(lookup_warning)
         return self._respond(review, outcome, self._account(review, outcome), started)
 
+    def _allow_untouched(self, head: ReviewHead, started: float) -> web.Response:
+        """No policy applies: allowed, no patch, no warnings (what `_respond` would answer)."""
+        body = allowed_response_body(head.uid)
+        self.metrics.answered(
+            self.webhook.path, head.operation, VERDICT_ALLOWED, time.perf_counter() - started
+        )
+        return web.Response(body=body, content_type=JSON_CONTENT_TYPE)
+
     def _respond(
         self, review: AdmissionRequest, outcome: chain.Outcome, verdict: str, started: float
     ) -> web.Response:
-        payload = build_response(
-            review.uid,
-            outcome.allowed,
-            patch=outcome.ops,
-            warnings=outcome.warnings,
-            message=outcome.message,
-            code=outcome.code,
-        )
+        if outcome.allowed and not outcome.ops and not outcome.warnings:
+            body = allowed_response_body(review.uid)
+        else:
+            payload = build_response(
+                review.uid,
+                outcome.allowed,
+                patch=outcome.ops,
+                warnings=outcome.warnings,
+                message=outcome.message,
+                code=outcome.code,
+            )
+            body = json.dumps(payload, separators=(",", ":")).encode()
         self.metrics.answered(
             self.webhook.path,
             review.operation,
@@ -196,10 +241,7 @@ class AdmissionEndpoint:
             time.perf_counter() - started,
             len(outcome.ops) if outcome.allowed else 0,
         )
-        return web.Response(
-            body=json.dumps(payload, separators=(",", ":")).encode(),
-            headers={"Content-Type": JSON_CONTENT_TYPE},
-        )
+        return web.Response(body=body, content_type=JSON_CONTENT_TYPE)
 
     def _lookup_failed(self, review: AdmissionRequest, error: Exception) -> chain.Outcome | None:
         """A referenced object is neither cached nor fetchable. Under the deny failure mode the

@@ -21,7 +21,12 @@ from webhooks.policy import Scope, ValidatingPolicy
 from webhooks.review import ALLOW, AdmissionRequest, Verdict
 
 POLICY_NAME = "credential-secrets"
-SCOPE = Scope("Secret", operations=frozenset({"CREATE", "UPDATE"}))
+# Secrets of other types never reach the policy; the service answers them from the review's head.
+SCOPE = Scope(
+    "Secret",
+    operations=frozenset({"CREATE", "UPDATE"}),
+    object_types=frozenset({GCP_CREDENTIAL_TYPE, AWS_CREDENTIAL_TYPE}),
+)
 
 
 def denial_message(name: str, secret_type: str, problems: list[Problem]) -> str:
