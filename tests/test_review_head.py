@@ -16,11 +16,12 @@ from certs.issue import CertBundle
 from gpu_admission.cluster.view import ClusterView, StaticClusterView
 from gpu_admission.config import Config
 from webhooks import server as server_module
-from webhooks.policy import PolicySet, Scope, ValidatingPolicy, scope_key, typed_scope_keys
+from webhooks.policy import PolicySet, Scope, ValidatingPolicy, typed_scope_keys
 from webhooks.registry import build_policy_set
 from webhooks.review import (
     AdmissionRequest,
     ReviewError,
+    ScopeKey,
     Verdict,
     allowed_response_body,
     build_response,
@@ -48,6 +49,17 @@ def _changed(name: str, change: Callable[[dict[str, Any]], Any]) -> bytes:
     review = fixture(name)
     change(review)
     return json.dumps(review).encode()
+
+
+def scope_key(request: AdmissionRequest) -> ScopeKey:
+    """What `Scope.matches` looks at, for a fully parsed request."""
+    object_type = request.object.get("type")
+    return (
+        request.kind,
+        request.operation,
+        request.sub_resource,
+        object_type if isinstance(object_type, str) else None,
+    )
 
 
 # -- parsing ------------------------------------------------------------------------------------

@@ -64,17 +64,13 @@ def _object_type(request: AdmissionRequest) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def scope_key(request: AdmissionRequest) -> ScopeKey:
-    """The key `typed_scope_keys` holds, for a parsed request (a head carries its own)."""
-    return (request.kind, request.operation, request.sub_resource, _object_type(request))
-
-
 def typed_scope_keys(
     policies: Iterable[MutatingPolicy | ValidatingPolicy],
 ) -> frozenset[ScopeKey] | None:
-    """Every key some policy's scope matches, when each scope names its object types (so the set
-    is finite): then `scope_key(request) in keys` is `any(p.scope.matches(request))` in one set
-    lookup. None when a scope takes any object type."""
+    """Every (kind, operation, subresource, object type) some policy's scope matches, when each
+    scope names its object types (so the set is finite): then a request's key being in the set
+    is `any(p.scope.matches(request))` in one lookup (`ReviewHead.scope_key`). None when a scope
+    takes any object type."""
     keys: set[ScopeKey] = set()
     for policy in policies:
         scope = policy.scope

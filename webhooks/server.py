@@ -39,7 +39,6 @@ from webhooks.registry import WEBHOOKS, Webhook
 from webhooks.review import (
     AdmissionRequest,
     ReviewError,
-    ReviewHead,
     allowed_response_body,
     build_response,
     parse_review,
@@ -174,8 +173,10 @@ class AdmissionEndpoint:
         try:
             if self.head_keys is not None:
                 head = parse_review_head(body, self.webhook.kind)
-                if head.scope_key not in self.head_keys:
-                    return self._allow_untouched(head, started)
+                if head.scope_key not in self.head_keys:  # no policy applies
+                    return self._answer(
+                        head.operation, allowed_response_body(head.uid), VERDICT_ALLOWED, started
+                    )
             review = parse_review(body, self.webhook.kind)
         except ReviewError as exc:
             log.warning(
@@ -211,14 +212,6 @@ class AdmissionEndpoint:
             outcome.warnings.append(lookup_warning)
         return self._respond(review, outcome, self._account(review, outcome), started)
 
-    def _allow_untouched(self, head: ReviewHead, started: float) -> web.Response:
-        """No policy applies: allowed, no patch, no warnings (what `_respond` would answer)."""
-        body = allowed_response_body(head.uid)
-        self.metrics.answered(
-            self.webhook.path, head.operation, VERDICT_ALLOWED, time.perf_counter() - started
-        )
-        return web.Response(body=body, content_type=JSON_CONTENT_TYPE)
-
     def _respond(
         self, review: AdmissionRequest, outcome: chain.Outcome, verdict: str, started: float
     ) -> web.Response:
@@ -234,12 +227,15 @@ class AdmissionEndpoint:
                 code=outcome.code,
             )
             body = json.dumps(payload, separators=(",", ":")).encode()
+        patch_ops = len(outcome.ops) if outcome.allowed else 0
+        return self._answer(review.operation, body, verdict, started, patch_ops)
+
+    def _answer(
+        self, operation: str, body: bytes, verdict: str, started: float, patch_ops: int = 0
+    ) -> web.Response:
+        """Count the answer and send it."""
         self.metrics.answered(
-            self.webhook.path,
-            review.operation,
-            verdict,
-            time.perf_counter() - started,
-            len(outcome.ops) if outcome.allowed else 0,
+            self.webhook.path, operation, verdict, time.perf_counter() - started, patch_ops
         )
         return web.Response(body=body, content_type=JSON_CONTENT_TYPE)
 
