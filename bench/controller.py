@@ -174,11 +174,11 @@ async def seed(server: Any, count: int, with_jobs: bool, prefix: str) -> None:
     """Write `count` dataset PVCs through the emulator's own write pipeline (no HTTP: setup only,
     nothing is measured here), each already loaded or, `with_jobs`, with its loader Job."""
     from controllers.dataset.jobspec import build_loader_job
+    from gpu_admission.datasource import loader_job_name, parse_data_source
     from gpu_admission.names import PHASE_PENDING, PHASE_SUCCEEDED
     from tests.kubeapi.resources import by_plural
     from tests.kubeapi.server import Request
     from tests.kubeapi.tls import ADMIN_GROUPS, ADMIN_USER
-    from webhooks.datasource import loader_job_name, parse_data_source
 
     config = bench_config(max_loads=10, workers=1, prefix=prefix)
     names = config.names

@@ -3,10 +3,10 @@
 A moto S3 server (in this process) holds a dataset: by default 300 small files under nested
 prefixes and 4 files of 45 MiB (~181 MiB). Then, alternately and each into a fresh directory:
 - `rclone copy` with exactly the command line and environment the loader gives rclone
-  (`gpu_admission.loader.rclone_command` / `rclone_env`), its JSON log read and dropped;
-- `python -m gpu_admission load --source s3://...` (what loader Jobs run) with the environment
+  (`commands.load.rclone_command` / `rclone_env`), its JSON log read and dropped;
+- `python -m commands load --source s3://...` (what loader Jobs run) with the environment
   a loader Job has (anonymous S3, the endpoint from `RCLONE_S3_ENDPOINT`), its output dropped;
-- `python -m gpu_admission.loader --source s3://...`: the same wrapper without the CLI's
+- `python -m commands.load --source s3://...`: the same wrapper without the CLI's
   imports, which tells the wrapper's cost apart from the start-up of the whole CLI.
 One unmeasured round of each warms the server and the page cache. Every copy is checked (exit
 code, file count, bytes). Reported: the medians, and load/rclone (target at most 1.1).
@@ -32,10 +32,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from commands.load import REMOTE, rclone_command, rclone_env
 from gpu_admission.config import DatasetConfig
-from gpu_admission.loader import REMOTE, rclone_command, rclone_env
+from gpu_admission.datasource import parse_data_source
 from tests.objectstores import S3Store, dataset_files, s3_store
-from webhooks.datasource import parse_data_source
 
 BUCKET = "bench-dataset"
 PREFIX = "train"
@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
 
         contenders: list[tuple[str, Callable[[Path], float]]] = [
             ("rclone", bare),
-            ("load", functools.partial(loader, ["gpu_admission", "load"])),
-            ("module", functools.partial(loader, ["gpu_admission.loader"])),
+            ("load", functools.partial(loader, ["commands", "load"])),
+            ("module", functools.partial(loader, ["commands.load"])),
         ]
         runs: dict[str, list[float]] = {name: [] for name, _ in contenders}
         startup: list[float] = []
@@ -160,9 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             shift = round_number % len(contenders)  # none always goes first
             order = contenders[shift:] + contenders[:shift]
             if round_number:
-                startup.append(
-                    timed([sys.executable, "-m", "gpu_admission", "load", "--help"], env)
-                )
+                startup.append(timed([sys.executable, "-m", "commands", "load", "--help"], env))
             for name, copy in order:
                 dest = work / f"{name}-{round_number}"
                 seconds = copy(dest)
@@ -190,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         f"median of {args.rounds}: rclone copy {medians['rclone']:.2f} s "
         f"({figures['rclone_mib_per_second']:.0f} MiB/s); `gpu-admission load` "
         f"{medians['load']:.2f} s, ratio {figures['ratio']:.3f} (target <= 1.1); "
-        f"`python -m gpu_admission.loader` {medians['module']:.2f} s, ratio "
+        f"`python -m commands.load` {medians['module']:.2f} s, ratio "
         f"{figures['module_ratio']:.3f}"
     )
     print(

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from commands.review import load_cluster_state
 from gpu_admission.config import load_config
-from gpu_admission.review import load_cluster_state
 from webhooks.registry import build_policy_set
 from webhooks.server import create_app, make_runner
 

@@ -1,3 +1,7 @@
-"""gpu-admission: admission webhooks and a dataset loader for Kubernetes GPU clusters."""
+"""gpu-admission's foundation: config, names, the data-source grammar, cluster caches, metrics.
+
+Every other package (`webhooks`, `controllers`, `certs`, and the entry points in `commands`)
+imports this one; it imports none of them.
+"""
 
 __version__ = "0.1.0"

@@ -11,9 +11,9 @@ import pytest
 from kubernetes import client
 
 from certs.issue import ServingSpec, issue_bundle, renew_bundle
+from certs.serving import ServingCertificates
 from certs.store import FileStore, SecretStore
 from gpu_admission.config import CertConfig, ConfigError
-from gpu_admission.serving_certs import ServingCertificates
 
 NAMESPACE = "gpu-system"
 TIMEOUT = 30.0

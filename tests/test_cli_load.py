@@ -7,7 +7,7 @@ import sys
 
 PROBE = """
 import sys
-from gpu_admission.cli import main
+from commands.cli import main
 status = main(["load", "--source", "s3://Bad_Bucket", "--termination-log", sys.argv[1]])
 heavy = sorted(m for m in ("aiohttp", "kubernetes", "webhooks.registry") if m in sys.modules)
 print(status, ",".join(heavy))

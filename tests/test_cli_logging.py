@@ -54,8 +54,8 @@ def test_json_exception_stays_on_one_line(root_logger):
 def test_text_lines_append_fields(root_logger):
     stream = io.StringIO()
     setup_logging("debug", "text", stream)
-    logging.getLogger("gpu_admission.serve").debug("serving", extra={"https": ["0.0.0.0:8443"]})
-    assert 'DEBUG gpu_admission.serve: serving https=["0.0.0.0:8443"]' in stream.getvalue()
+    logging.getLogger("commands.serve").debug("serving", extra={"https": ["0.0.0.0:8443"]})
+    assert 'DEBUG commands.serve: serving https=["0.0.0.0:8443"]' in stream.getvalue()
 
 
 def test_level_filters_and_kubernetes_debug_is_silenced(root_logger):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_admission import cli, commands
+from commands import cli, parser
 
 from .server_helpers import fixture_bytes
 
@@ -63,7 +63,7 @@ def test_serve_offline_answers_reviews_and_exits_0_on_sigterm(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "gpu_admission",
+                "commands",
                 "serve",
                 "--cert-dir",
                 str(cert_dir),
@@ -123,7 +123,7 @@ def _context(cert_dir: Path, process: subprocess.Popen[bytes]) -> ssl.SSLContext
 @pytest.fixture
 def no_logging_setup(monkeypatch):
     # serve configures the root logger for the process; keep pytest's capture in place.
-    monkeypatch.setattr(commands, "setup_logging", lambda *args, **kwargs: None)
+    monkeypatch.setattr(parser, "setup_logging", lambda *args, **kwargs: None)
     for key in list(os.environ):
         if key.startswith(("GPU_ADMISSION_", "KUBERNETES_SERVICE_")):
             monkeypatch.delenv(key)

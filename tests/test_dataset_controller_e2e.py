@@ -21,9 +21,9 @@ from kubernetes import client
 
 from controllers.dataset import DatasetController
 from gpu_admission.config import Config
+from gpu_admission.datasource import loader_job_name
 from tests.kubeapi.kubelet import HOST_PATH, FakeKubelet
 from tests.objectstores import GcsStore, S3Store, dataset_files, gcs_store, s3_store, tree
-from webhooks.datasource import loader_job_name
 
 NS = "ml"
 TIMEOUT = 60.0
@@ -43,7 +43,7 @@ def make_config(s3_endpoint: str = "", gcs_endpoint: str = "", **dataset: Any) -
             "dataset": {
                 "loader_env": env,
                 # The same `load` sub-command, run as a module from this interpreter.
-                "loader_command": [sys.executable, "-m", "gpu_admission", "load"],
+                "loader_command": [sys.executable, "-m", "commands", "load"],
                 "requeue_base_seconds": 0.05,
                 "capacity_requeue_seconds": 0.2,
                 "backoff_limit": 1,

@@ -12,7 +12,7 @@ from controllers.dataset.jobspec import build_loader_job
 from controllers.dataset.records import JobRecord, PvcRecord, job_record, pvc_record
 from controllers.dataset.status import condition_patch, loading_condition, merged_conditions
 from gpu_admission.config import Config
-from webhooks.datasource import loader_job_name, parse_data_source
+from gpu_admission.datasource import loader_job_name, parse_data_source
 
 CONFIG = Config()
 NAMES = CONFIG.names

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhooks.datasource import (
+from gpu_admission.datasource import (
     DataSource,
     DataSourceError,
     load_id,

@@ -25,11 +25,11 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from controllers.dataset import DatasetController
+from gpu_admission.datasource import loader_job_name
 from tests.e2e_harness import WAIT_SECONDS, AdmissionCluster, AdmissionClusterFactory
 from tests.kubeapi.kubelet import FakeKubelet
 from tests.kubeapi.kubelet_watch import Watcher
 from tests.objectstores import S3Store, dataset_files, s3_store, tree
-from webhooks.datasource import loader_job_name
 
 from .test_dataset_controller_e2e import (
     events_for,

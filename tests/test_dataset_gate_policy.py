@@ -8,8 +8,8 @@ import pytest
 
 from gpu_admission.cluster.view import ObjectRef, PVCInfo, StaticClusterView
 from gpu_admission.config import Config
+from gpu_admission.datasource import loader_job_name
 from tests.policy_helpers import FIXTURES, load_fixture, make_request, mutate_twice
-from webhooks.datasource import loader_job_name
 from webhooks.policies.dataset_gate import load_phase, policies
 from webhooks.review import parse_review
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_admission.loader import (
+from commands.load import (
     MAX_SUMMARY_BYTES,
     RunLog,
     encode_summary,
@@ -20,8 +20,8 @@ from gpu_admission.loader import (
     rclone_env,
     run_load,
 )
+from gpu_admission.datasource import parse_data_source
 from tests.objectstores import GcsStore, S3Store, dataset_files, gcs_store, s3_store, tree
-from webhooks.datasource import parse_data_source
 
 FILES = dataset_files(files=40, large_bytes=2 * 1024 * 1024)
 BIN = Path(sys.executable).parent
@@ -127,7 +127,7 @@ def test_cli_runs_as_a_subprocess_and_rejects_bad_sources(tmp_path: Path) -> Non
         [
             sys.executable,
             "-m",
-            "gpu_admission",
+            "commands",
             "load",
             "--source",
             "s3://Bad_Bucket",

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from commands.parser import build_parser
+from commands.review import review_command
 from controllers.dataset.metrics import DatasetMetrics
-from gpu_admission.commands import build_parser
 from gpu_admission.config import Config
 from gpu_admission.metrics import AdmissionMetrics, Metrics
 from gpu_admission.names import DEFAULT_PREFIX, Names
-from gpu_admission.review import review_command
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

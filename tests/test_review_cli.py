@@ -11,7 +11,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from gpu_admission.cli import main
+from commands.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -140,7 +140,7 @@ def test_make_run_command_as_the_readme_gives_it():
         [
             sys.executable,
             "-m",
-            "gpu_admission",
+            "commands",
             "review",
             "-f",
             str(EXAMPLES / "manifests"),

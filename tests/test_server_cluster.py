@@ -17,9 +17,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from commands.serve import AdmissionServer
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
-from gpu_admission.serve import AdmissionServer
 
 from .kubeapi.admission import WebhookAdmission
 

@@ -14,10 +14,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from commands.serve import SHUTTING_DOWN, AdmissionServer
 from gpu_admission.cluster.view import ClusterView, ObjectRef, StaticClusterView
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
-from gpu_admission.serve import SHUTTING_DOWN, AdmissionServer
 from webhooks.patch import Patch
 from webhooks.policy import MutatingPolicy, PolicySet, Scope
 from webhooks.review import AdmissionRequest

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from jsonpointer import escape
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
@@ -44,10 +45,9 @@ from controllers.leader import LeaderElector
 from controllers.workqueue import RateLimitedQueue, ShutDown
 from gpu_admission.cluster.informer import EventType, Informer
 from gpu_admission.config import Config
+from gpu_admission.datasource import parse_data_source
 from gpu_admission.metrics import Metrics
 from gpu_admission.names import PHASE_FAILED, PHASE_SUCCEEDED
-from webhooks.datasource import parse_data_source
-from webhooks.patch import escape
 
 log = logging.getLogger(__name__)
 

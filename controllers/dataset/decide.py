@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from controllers.dataset.records import JobRecord, PvcRecord
+from gpu_admission.datasource import DataSourceError, parse_data_source
 from gpu_admission.names import PHASE_FAILED, PHASE_LOADING, PHASE_PENDING, PHASE_SUCCEEDED
-from webhooks.datasource import DataSourceError, parse_data_source
 
 REASON_WAITING_FOR_CAPACITY = "WaitingForCapacity"
 REASON_STOPPING_PREVIOUS = "StoppingPreviousLoad"

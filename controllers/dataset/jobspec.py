@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_admission.config import Config
+from gpu_admission.datasource import DataSource
 from gpu_admission.names import (
     AWS_ACCESS_KEY_ID,
     AWS_ENDPOINT_URL,
@@ -22,7 +23,6 @@ from gpu_admission.names import (
     NVIDIA_VISIBLE_DEVICES,
     VISIBLE_DEVICES_NONE,
 )
-from webhooks.datasource import DataSource
 
 CONTAINER_NAME = "loader"
 DATA_VOLUME = "data"

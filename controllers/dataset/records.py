@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_admission.datasource import loader_job_name
 from gpu_admission.names import PHASE_SUCCEEDED, Names
-from webhooks.datasource import loader_job_name
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 

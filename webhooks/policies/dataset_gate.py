@@ -18,8 +18,8 @@ from typing import Any
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef, PVCInfo
 from gpu_admission.config import Config
+from gpu_admission.datasource import loader_job_name
 from gpu_admission.names import PHASE_FAILED, PHASE_PENDING, PHASE_SUCCEEDED, Names
-from webhooks.datasource import loader_job_name
 from webhooks.patch import Patch
 from webhooks.policies.containers import iter_containers
 from webhooks.policy import MutatingPolicy, Scope

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef
 from gpu_admission.config import Config
+from gpu_admission.datasource import CLOUD_NAME, DataSourceError, parse_data_source
 from gpu_admission.names import Names
-from webhooks.datasource import CLOUD_NAME, DataSourceError, parse_data_source
 from webhooks.patch import Patch, escape
 from webhooks.policy import MutatingPolicy, Scope, ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict

@@ -21,12 +21,12 @@ from typing import Protocol
 from aiohttp import web
 from kubernetes.client import ApiClient
 
+from certs.serving import ServingCertificates
 from gpu_admission.cluster.informers import InformerClusterView
 from gpu_admission.cluster.kube import api_client, has_cluster_config
 from gpu_admission.cluster.view import ClusterView, MissResolver, StaticClusterView
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
-from gpu_admission.serving_certs import ServingCertificates
 from webhooks.policy import PolicySet
 from webhooks.registry import build_policy_set
 from webhooks.server import create_app, create_metrics_app, make_runner

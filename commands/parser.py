@@ -16,12 +16,12 @@ from typing import Any
 
 from certs.cli import add_certs_parser
 from certs.pem import CertificateError
+from commands.load import add_load_parser
+from commands.review import add_review_parser
+from commands.serve import serve
 from gpu_admission.cluster.kube import ClusterConfigError
 from gpu_admission.config import Config, ConfigError, load_config
-from gpu_admission.loader import add_load_parser
 from gpu_admission.logging_setup import LOG_FORMATS, LOG_LEVELS, setup_logging
-from gpu_admission.review import add_review_parser
-from gpu_admission.serve import serve
 
 log = logging.getLogger("gpu_admission")
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from gpu_admission.datasource import DataSource, DataSourceError, parse_data_source
 from gpu_admission.names import DATA_MOUNT_PATH
-from webhooks.datasource import DataSource, DataSourceError, parse_data_source
 
 REMOTE = "src"  # the rclone remote the Job's environment defines (RCLONE_CONFIG_SRC_*)
 TERMINATION_LOG = "/dev/termination-log"
@@ -303,7 +303,7 @@ def main_load(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run `load` on its own (`python -m gpu_admission.loader --source ...`)."""
+    """Run `load` on its own (`python -m commands.load --source ...`)."""
     parser = argparse.ArgumentParser(prog="gpu-admission")
     add_load_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["load", *(sys.argv[1:] if argv is None else argv)])

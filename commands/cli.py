@@ -14,9 +14,9 @@ from collections.abc import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["load"] and not {"-h", "--help"} & set(args):
-        from gpu_admission.loader import main as load
+        from commands.load import main as load
 
         return load(args[1:])
-    from gpu_admission.commands import main as run
+    from commands.parser import main as run
 
     return run(args)
