@@ -74,12 +74,28 @@ class CertConfig(_Model):
     manage_ca_bundle: bool = True
 
 
+class DraConfig(_Model):
+    """Which Dynamic Resource Allocation (resource.k8s.io/v1) DeviceClasses hand out GPUs.
+
+    A class is a GPU class when it is named here, or when its CEL selectors require
+    `device.driver == "<one of drivers>"` (so a platform team's own classes over NVIDIA's driver,
+    such as one per GPU model, count too). The defaults are the classes NVIDIA's DRA driver for
+    GPUs (k8s-dra-driver-gpu) installs, and its driver name.
+    """
+
+    device_classes: list[str] = Field(
+        default_factory=lambda: ["gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"]
+    )
+    drivers: list[str] = Field(default_factory=lambda: ["gpu.nvidia.com"])
+
+
 class GpuConfig(_Model):
     resource_patterns: list[str] = Field(
         default_factory=lambda: ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"]
     )
     shared_suffixes: list[str] = Field(default_factory=lambda: [".shared"])
     guarded_env: list[str] = Field(default_factory=lambda: ["NVIDIA_VISIBLE_DEVICES"])
+    dra: DraConfig = DraConfig()
 
     @field_validator("resource_patterns", "shared_suffixes")
     @classmethod

@@ -294,3 +294,41 @@ async def test_many_waiters_for_the_same_key_all_wake(core, running):
     await asyncio.to_thread(create, core, "shared", v="1")
     assert await asyncio.gather(*waiters) == [("shared", {"v": "1"})] * 5
     assert await other is None
+
+
+def test_an_optional_informer_counts_an_unserved_resource_as_empty_and_looks_again(
+    kubeapi, kube_client, running
+) -> None:
+    kubeapi.server.unserved_groups.add("resource.k8s.io")
+    dra = client.ResourceV1Api(kube_client)
+    informer: Informer[str] = Informer(
+        "deviceclasses",
+        dra.list_device_class,
+        transform=lambda obj: obj["metadata"]["name"],
+        optional=True,
+        not_served_recheck_seconds=0.05,
+        backoff=FAST_BACKOFF,
+    )
+    running.append(informer)
+    informer.start()
+    assert informer.wait_synced(WAIT)
+    assert not informer.served and informer.values() == []
+    assert informer.last_sync_error is None  # not an error: the cluster has no such API
+    kubeapi.server.unserved_groups.clear()
+    dra.create_device_class({"metadata": {"name": "gpu.nvidia.com"}, "spec": {}})
+    eventually(lambda: informer.values() == ["gpu.nvidia.com"])
+    assert informer.served
+
+
+def test_a_required_informer_reports_an_unserved_resource(kubeapi, kube_client, running) -> None:
+    kubeapi.server.unserved_groups.add("resource.k8s.io")
+    informer: Informer[str] = Informer(
+        "deviceclasses",
+        client.ResourceV1Api(kube_client).list_device_class,
+        transform=lambda obj: obj["metadata"]["name"],
+        backoff=FAST_BACKOFF,
+    )
+    running.append(informer)
+    informer.start()
+    eventually(lambda: (informer.last_sync_error or "").startswith("HTTP 404"))
+    assert not informer.synced

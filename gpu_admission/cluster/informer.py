@@ -146,7 +146,12 @@ class Informer(Generic[T]):
         watch_timeout_seconds: float = 300.0,
         backoff: Backoff = DEFAULT_BACKOFF,
         request_timeout_seconds: float = 60.0,
+        optional: bool = False,
+        not_served_recheck_seconds: float = 300.0,
     ) -> None:
+        """`optional`: the API server may not serve this resource at all (an API group that
+        older clusters lack). A list answered 404 then counts as synced and empty, is logged
+        once, and is tried again every `not_served_recheck_seconds`."""
         self.name = name
         self._list_call = list_call
         self._transform = transform
@@ -162,6 +167,9 @@ class Informer(Generic[T]):
         self._watch_timeout = watch_timeout_seconds
         self._backoff = backoff
         self._request_timeout = request_timeout_seconds
+        self._optional = optional
+        self._recheck = not_served_recheck_seconds
+        self._served = True
 
         self._store: dict[str, T] = {}
         self._resource_version: str | None = None
@@ -203,6 +211,12 @@ class Informer(Generic[T]):
     def last_sync_error(self) -> str | None:
         """The latest list/watch failure, cleared by the next success; for readiness reports."""
         return self._last_error
+
+    @property
+    def served(self) -> bool:
+        """False while the API server answers that it does not serve this resource (optional
+        informers only); nothing of it exists then, so there is nothing to look up."""
+        return self._served
 
     @property
     def resource_version(self) -> str | None:
@@ -285,6 +299,13 @@ class Informer(Generic[T]):
                 if exc.status == 410:  # list continue token or watch RV too old
                     self._resource_version = None
                     continue
+                if exc.status == 404 and self._optional:
+                    if self._resource_version is not None:  # a watch: list to be sure
+                        self._resource_version = None
+                        continue
+                    self._not_served()
+                    self._stop.wait(self._recheck)
+                    continue
                 error = exc
             except Exception as exc:
                 error = exc
@@ -295,6 +316,18 @@ class Informer(Generic[T]):
             self._last_error = describe_error(error)
             log.warning("informer %s: %s; retrying in %.1fs", self.name, self._last_error, delay)
             self._stop.wait(delay)
+
+    def _not_served(self) -> None:
+        if self._served:
+            log.info(
+                "informer %s: the API server does not serve this resource; treating it as "
+                "empty and asking again every %.0fs",
+                self.name,
+                self._recheck,
+            )
+        self._served = False
+        self._replace({}, "")
+        self._resource_version = None  # list again next time
 
     def _call(self, **kwargs: Any) -> urllib3.BaseHTTPResponse:
         kwargs.update(self._selectors)
@@ -335,6 +368,7 @@ class Informer(Generic[T]):
             meta = body.get("metadata") or {}
             token = meta.get("continue")
             if not token:
+                self._served = True
                 self._replace(fresh, meta.get("resourceVersion") or "")
                 return
             if self._stop.is_set():

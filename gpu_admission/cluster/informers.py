@@ -1,9 +1,13 @@
 """The running service's ClusterView: informer-fed caches, plus a bounded miss resolver.
 
-Five informers feed it: nodes, credential Secrets (one per credential type, by field selector),
-ServiceAccounts and PVCs. Every PVC is watched, not only dataset PVCs: a pod that mounts an
-ordinary PVC must not pay a cache miss (a wait plus a GET) on every admission; for a PVC without a
-data source the record is only its name. Lookups are dictionary reads: no admission request
+Informers feed it: nodes, credential Secrets (one per credential type, by field selector),
+ServiceAccounts, PVCs, and the Dynamic Resource Allocation kinds (ResourceClaims,
+ResourceClaimTemplates, DeviceClasses; optional, since clusters before 1.34 may not serve
+resource.k8s.io/v1: there they count as empty and nothing of them is ever fetched).
+
+Every PVC is watched, not only dataset PVCs: a pod that mounts an ordinary PVC must not pay a
+cache miss (a wait plus a GET) on every admission; for a PVC without a data source the record is
+only its name. Lookups are dictionary reads: no admission request
 waits on the API server. The one exception is `resolve`, which the service edge calls before the
 policies run for objects they will look up that are not cached yet (an object created a moment
 before the pod): it waits briefly for the informers, then makes ONE GET per object still missing.
@@ -13,9 +17,9 @@ only the annotations under the configured prefix for ServiceAccounts and PVCs (o
 kubectl's last-applied-configuration, can be large and no policy reads them).
 
 Objects fetched by GET that the informers will never hold (a Secret of another type) go into a
-small side cache with a short TTL, so the policy can tell "wrong type" from "missing" and a burst
-of pods naming the same object costs one GET, not one each. The informers win over the side cache.
-Lookups and `resolve` run on the event loop thread; the side cache is touched only there.
+small side cache (`SideCache`) with a short TTL, so the policy can tell "wrong type" from
+"missing". The informers win over the side cache. Lookups and `resolve` run on the event loop
+thread; the side cache is touched only there.
 """
 
 from __future__ import annotations
@@ -25,14 +29,20 @@ import dataclasses
 import json
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpu_admission.cluster.dra import (
+    ClaimInfo,
+    DeviceClassInfo,
+    device_class_info,
+    resource_claim_info,
+    resource_claim_template_info,
+)
 from gpu_admission.cluster.informer import (
     DEFAULT_BACKOFF,
     Backoff,
@@ -40,81 +50,44 @@ from gpu_admission.cluster.informer import (
     describe_error,
     object_key,
 )
+from gpu_admission.cluster.side_cache import SideCache
 from gpu_admission.cluster.view import (
     NodeInfo,
     ObjectRef,
     PVCInfo,
+    RefKind,
     SecretInfo,
     ServiceAccountInfo,
     node_info,
-    pvc_info,
+    pvc_record,
     secret_info,
-    service_account_info,
+    service_account_record,
 )
 from gpu_admission.config import Config
 from gpu_admission.names import AWS_CREDENTIAL_TYPE, GCP_CREDENTIAL_TYPE
 
 log = logging.getLogger(__name__)
 
-Record = SecretInfo | ServiceAccountInfo | PVCInfo
+Record = SecretInfo | ServiceAccountInfo | PVCInfo | ClaimInfo | DeviceClassInfo
 
 
 class ClusterLookupError(Exception):
     """A cache miss could not be settled: the GET failed. The message says which object and why."""
 
 
-def _prefixed(annotations: Mapping[str, str], prefix: str) -> dict[str, str]:
-    return {k: v for k, v in annotations.items() if k.startswith(prefix)}
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """Where records of one lookup kind come from: the informers that hold them (a Secret may
+    be in either credential type's), the GET for a miss, and what a record of it looks like."""
 
+    informers: tuple[Informer[Any], ...]
+    read: Callable[..., Any]
+    transform: Callable[[dict[str, Any]], Record]
+    record_type: type
 
-def service_account_record(prefix: str) -> Callable[[dict[str, Any]], ServiceAccountInfo]:
-    def transform(obj: dict[str, Any]) -> ServiceAccountInfo:
-        info = service_account_info(obj)
-        return dataclasses.replace(info, annotations=_prefixed(info.annotations, prefix))
-
-    return transform
-
-
-def pvc_record(prefix: str) -> Callable[[dict[str, Any]], PVCInfo]:
-    def transform(obj: dict[str, Any]) -> PVCInfo:
-        info = pvc_info(obj)
-        return dataclasses.replace(
-            info,
-            annotations=_prefixed(info.annotations, prefix),
-            labels=_prefixed(info.labels, prefix),
-        )
-
-    return transform
-
-
-class _SideCache:
-    """GET results by ref, each kept for `ttl` seconds; the oldest go first beyond `max_entries`."""
-
-    def __init__(
-        self, ttl: float, max_entries: int, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._ttl = ttl
-        self._max = max_entries
-        self._clock = clock
-        self._entries: OrderedDict[ObjectRef, tuple[float, Record]] = OrderedDict()
-
-    def get(self, ref: ObjectRef) -> Record | None:
-        entry = self._entries.get(ref)
-        if entry is None:
-            return None
-        if entry[0] <= self._clock():
-            del self._entries[ref]
-            return None
-        return entry[1]
-
-    def put(self, ref: ObjectRef, record: Record) -> None:
-        self._entries.pop(ref, None)
-        self._entries[ref] = (self._clock() + self._ttl, record)
-        while len(self._entries) > self._max:
-            self._entries.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._entries)
+    @property
+    def served(self) -> bool:
+        return any(i.served for i in self.informers)
 
 
 class InformerClusterView:
@@ -132,20 +105,22 @@ class InformerClusterView:
         backoff: Backoff = DEFAULT_BACKOFF,
         page_size: int = 500,
     ) -> None:
-        self._core = client.CoreV1Api(api_client)
+        core = client.CoreV1Api(api_client)
+        dra = client.ResourceV1Api(api_client)
         self._wait_seconds = config.credentials.informer_wait_seconds
         self._get_timeout = get_timeout_seconds
-        self._side = _SideCache(side_cache_ttl_seconds, side_cache_entries)
+        self._side: SideCache[ObjectRef, Record] = SideCache(
+            side_cache_ttl_seconds, side_cache_entries
+        )
         self._inflight: dict[ObjectRef, asyncio.Future[Record | None]] = {}
         prefix = config.annotation_prefix
-        self._sa_record = service_account_record(prefix)
-        self._pvc_record = pvc_record(prefix)
+        sa_record = service_account_record(prefix)
+        pvc_record_of = pvc_record(prefix)
         options: dict[str, Any] = {
             "watch_timeout_seconds": watch_timeout_seconds,
             "backoff": backoff,
             "page_size": page_size,
         }
-        core = self._core
         self._nodes_generation = 0
         self.node_informer: Informer[NodeInfo] = Informer(
             "nodes",
@@ -167,15 +142,71 @@ class InformerClusterView:
         self.service_account_informer: Informer[ServiceAccountInfo] = Informer(
             "serviceaccounts",
             core.list_service_account_for_all_namespaces,
-            transform=self._sa_record,
+            transform=sa_record,
             **options,
         )
         self.pvc_informer: Informer[PVCInfo] = Informer(
             "persistentvolumeclaims",
             core.list_persistent_volume_claim_for_all_namespaces,
-            transform=self._pvc_record,
+            transform=pvc_record_of,
             **options,
         )
+        self.claim_informer: Informer[ClaimInfo] = Informer(
+            "resourceclaims",
+            dra.list_resource_claim_for_all_namespaces,
+            transform=resource_claim_info,
+            optional=True,
+            **options,
+        )
+        self.claim_template_informer: Informer[ClaimInfo] = Informer(
+            "resourceclaimtemplates",
+            dra.list_resource_claim_template_for_all_namespaces,
+            transform=resource_claim_template_info,
+            optional=True,
+            **options,
+        )
+        self.device_class_informer: Informer[DeviceClassInfo] = Informer(
+            "deviceclasses",
+            dra.list_device_class,
+            transform=device_class_info,
+            optional=True,
+            **options,
+        )
+        self._sources: dict[RefKind, _Source] = {
+            "Secret": _Source(
+                self.secret_informers, core.read_namespaced_secret, secret_info, SecretInfo
+            ),
+            "ServiceAccount": _Source(
+                (self.service_account_informer,),
+                core.read_namespaced_service_account,
+                sa_record,
+                ServiceAccountInfo,
+            ),
+            "PersistentVolumeClaim": _Source(
+                (self.pvc_informer,),
+                core.read_namespaced_persistent_volume_claim,
+                pvc_record_of,
+                PVCInfo,
+            ),
+            "ResourceClaim": _Source(
+                (self.claim_informer,),
+                dra.read_namespaced_resource_claim,
+                resource_claim_info,
+                ClaimInfo,
+            ),
+            "ResourceClaimTemplate": _Source(
+                (self.claim_template_informer,),
+                dra.read_namespaced_resource_claim_template,
+                resource_claim_template_info,
+                ClaimInfo,
+            ),
+            "DeviceClass": _Source(
+                (self.device_class_informer,),
+                dra.read_device_class,
+                device_class_info,
+                DeviceClassInfo,
+            ),
+        }
 
     @property
     def informers(self) -> tuple[Informer[Any], ...]:
@@ -184,6 +215,9 @@ class InformerClusterView:
             *self.secret_informers,
             self.service_account_informer,
             self.pvc_informer,
+            self.claim_informer,
+            self.claim_template_informer,
+            self.device_class_informer,
         )
 
     # Lifecycle and readiness.
@@ -225,44 +259,49 @@ class InformerClusterView:
         return self.node_informer.get(name)
 
     def secret(self, namespace: str, name: str) -> SecretInfo | None:
-        key = object_key(namespace, name)
-        for informer in self.secret_informers:
-            found = informer.get(key)
-            if found is not None:
-                return found
-        side = self._side.get(ObjectRef("Secret", namespace, name))
-        return side if isinstance(side, SecretInfo) else None
+        return self.lookup(ObjectRef("Secret", namespace, name))  # type: ignore[return-value]
 
     def service_account(self, namespace: str, name: str) -> ServiceAccountInfo | None:
-        found = self.service_account_informer.get(object_key(namespace, name))
-        if found is not None:
-            return found
-        side = self._side.get(ObjectRef("ServiceAccount", namespace, name))
-        return side if isinstance(side, ServiceAccountInfo) else None
+        return self.lookup(ObjectRef("ServiceAccount", namespace, name))  # type: ignore[return-value]
 
     def pvc(self, namespace: str, name: str) -> PVCInfo | None:
-        found = self.pvc_informer.get(object_key(namespace, name))
-        if found is not None:
-            return found
-        side = self._side.get(ObjectRef("PersistentVolumeClaim", namespace, name))
-        return side if isinstance(side, PVCInfo) else None
+        return self.lookup(ObjectRef("PersistentVolumeClaim", namespace, name))  # type: ignore[return-value]
+
+    def resource_claim(self, namespace: str, name: str) -> ClaimInfo | None:
+        return self.lookup(ObjectRef("ResourceClaim", namespace, name))  # type: ignore[return-value]
+
+    def resource_claim_template(self, namespace: str, name: str) -> ClaimInfo | None:
+        ref = ObjectRef("ResourceClaimTemplate", namespace, name)
+        return self.lookup(ref)  # type: ignore[return-value]
+
+    def device_class(self, name: str) -> DeviceClassInfo | None:
+        return self.lookup(ObjectRef("DeviceClass", "", name))  # type: ignore[return-value]
 
     def lookup(self, ref: ObjectRef) -> Record | None:
-        if ref.kind == "Secret":
-            return self.secret(ref.namespace, ref.name)
-        if ref.kind == "ServiceAccount":
-            return self.service_account(ref.namespace, ref.name)
-        return self.pvc(ref.namespace, ref.name)
+        """The informers' record, else a fresh enough GET result of the same kind."""
+        source = self._sources[ref.kind]
+        key = object_key(ref.namespace, ref.name)
+        for informer in source.informers:
+            found = informer.get(key)
+            if found is not None:
+                return found  # type: ignore[no-any-return]
+        side = self._side.get(ref)
+        return side if isinstance(side, source.record_type) else None
 
     # MissResolver.
 
     async def resolve(self, refs: Iterable[ObjectRef]) -> None:
         """Settle every ref not cached: a bounded wait for the informers, then one GET each.
 
-        Afterwards each ref is either in the view or known not to exist (404). Raises
-        ClusterLookupError when a GET fails, so the request is not judged on a guess.
+        Afterwards each ref is either in the view or known not to exist (404). Refs of a kind the
+        API server does not serve are settled at once: none exists. Raises ClusterLookupError
+        when a GET fails, so the request is not judged on a guess.
         """
-        missing = list(dict.fromkeys(ref for ref in refs if self.lookup(ref) is None))
+        missing = list(
+            dict.fromkeys(
+                ref for ref in refs if self._sources[ref.kind].served and self.lookup(ref) is None
+            )
+        )
         if not missing:
             return
         if self._wait_seconds > 0:
@@ -276,7 +315,8 @@ class InformerClusterView:
         failures = []
         for ref, result in zip(missing, results, strict=True):
             if isinstance(result, BaseException):
-                failures.append(f"{ref.kind} {ref.namespace}/{ref.name}: {describe_error(result)}")
+                where = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+                failures.append(f"{ref.kind} {where}: {describe_error(result)}")
         if failures:
             raise ClusterLookupError(
                 "could not look up "
@@ -286,21 +326,17 @@ class InformerClusterView:
             )
 
     async def _wait_informer(self, ref: ObjectRef) -> Record | None:
+        """The first informer of the ref's kind to hold it, within the wait."""
         key = object_key(ref.namespace, ref.name)
-        if ref.kind == "ServiceAccount":
-            return await self.service_account_informer.wait_for(key, self._wait_seconds)
-        if ref.kind == "PersistentVolumeClaim":
-            return await self.pvc_informer.wait_for(key, self._wait_seconds)
-        # A Secret may arrive through either type's informer: take the first that has it.
-        waits = [
-            asyncio.ensure_future(i.wait_for(key, self._wait_seconds))
-            for i in self.secret_informers
-        ]
+        informers = self._sources[ref.kind].informers
+        if len(informers) == 1:
+            return await informers[0].wait_for(key, self._wait_seconds)  # type: ignore[no-any-return]
+        waits = [asyncio.ensure_future(i.wait_for(key, self._wait_seconds)) for i in informers]
         try:
             for arrival in asyncio.as_completed(waits):
                 value = await arrival
                 if value is not None:
-                    return value
+                    return value  # type: ignore[no-any-return]
             return None
         finally:
             for wait in waits:
@@ -324,24 +360,14 @@ class InformerClusterView:
 
     def _get(self, ref: ObjectRef) -> Record | None:
         """GET one object (worker thread); None when it does not exist."""
-        read: Callable[..., Any]
-        transform: Callable[[dict[str, Any]], Record]
-        if ref.kind == "Secret":
-            read = self._core.read_namespaced_secret
-            transform = secret_info
-        elif ref.kind == "ServiceAccount":
-            read = self._core.read_namespaced_service_account
-            transform = self._sa_record
-        else:
-            read = self._core.read_namespaced_persistent_volume_claim
-            transform = self._pvc_record
+        source = self._sources[ref.kind]
+        args = (ref.name, ref.namespace) if ref.namespace else (ref.name,)
         try:
             # Raw response: the client's model types cannot express _preload_content=False.
             response = cast(
                 urllib3.BaseHTTPResponse,
-                read(
-                    ref.name,
-                    ref.namespace,
+                source.read(
+                    *args,
                     _preload_content=False,
                     _request_timeout=(self._get_timeout, self._get_timeout),
                 ),
@@ -352,6 +378,6 @@ class InformerClusterView:
             raise
         try:
             # Parsed and reduced at once: a Secret's values live only inside this call.
-            return transform(json.loads(response.data))
+            return source.transform(json.loads(response.data))
         finally:
             response.release_conn()

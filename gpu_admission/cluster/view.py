@@ -7,11 +7,21 @@ service uses the informer-fed view in `gpu_admission.cluster.informers`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-RefKind = Literal["Secret", "ServiceAccount", "PersistentVolumeClaim"]
+from gpu_admission.cluster.dra import ClaimInfo, DeviceClassInfo
+
+RefKind = Literal[
+    "Secret",
+    "ServiceAccount",
+    "PersistentVolumeClaim",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+    "DeviceClass",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +59,8 @@ class PVCInfo:
 
 @dataclass(frozen=True, slots=True)
 class ObjectRef:
-    """An object a policy needs to see; the service edge may fetch it on a cache miss."""
+    """An object a policy needs to see; the service edge may fetch it on a cache miss.
+    Cluster-scoped objects (DeviceClasses) have namespace ""."""
 
     kind: RefKind
     namespace: str
@@ -74,6 +85,12 @@ class ClusterView(Protocol):
 
     def pvc(self, namespace: str, name: str) -> PVCInfo | None: ...
 
+    def resource_claim(self, namespace: str, name: str) -> ClaimInfo | None: ...
+
+    def resource_claim_template(self, namespace: str, name: str) -> ClaimInfo | None: ...
+
+    def device_class(self, name: str) -> DeviceClassInfo | None: ...
+
 
 class MissResolver(Protocol):
     """Fills the view on a cache miss (bounded wait for the informer, then one direct GET)."""
@@ -90,11 +107,15 @@ class StaticClusterView:
         secrets: Iterable[SecretInfo] = (),
         service_accounts: Iterable[ServiceAccountInfo] = (),
         pvcs: Iterable[PVCInfo] = (),
+        claims: Iterable[ClaimInfo] = (),
+        device_classes: Iterable[DeviceClassInfo] = (),
     ) -> None:
         self._nodes = {n.name: n for n in nodes}
         self._secrets = {(s.namespace, s.name): s for s in secrets}
         self._service_accounts = {(s.namespace, s.name): s for s in service_accounts}
         self._pvcs = {(p.namespace, p.name): p for p in pvcs}
+        self._claims = {(c.kind, c.namespace, c.name): c for c in claims}
+        self._device_classes = {c.name: c for c in device_classes}
 
     def nodes(self) -> Iterable[NodeInfo]:
         return self._nodes.values()
@@ -113,6 +134,15 @@ class StaticClusterView:
 
     def pvc(self, namespace: str, name: str) -> PVCInfo | None:
         return self._pvcs.get((namespace, name))
+
+    def resource_claim(self, namespace: str, name: str) -> ClaimInfo | None:
+        return self._claims.get(("ResourceClaim", namespace, name))
+
+    def resource_claim_template(self, namespace: str, name: str) -> ClaimInfo | None:
+        return self._claims.get(("ResourceClaimTemplate", namespace, name))
+
+    def device_class(self, name: str) -> DeviceClassInfo | None:
+        return self._device_classes.get(name)
 
 
 # Converters from API objects (plain dicts as the API serves them) to records. The informers and
@@ -163,3 +193,31 @@ def pvc_info(obj: Mapping[str, Any]) -> PVCInfo:
         annotations=dict(meta.get("annotations") or {}),
         labels=dict(meta.get("labels") or {}),
     )
+
+
+# The informers keep only the annotations (and labels) under the configured prefix: others, such
+# as kubectl's last-applied-configuration, can be large and no policy reads them.
+
+
+def _prefixed(annotations: Mapping[str, str], prefix: str) -> dict[str, str]:
+    return {k: v for k, v in annotations.items() if k.startswith(prefix)}
+
+
+def service_account_record(prefix: str) -> Callable[[dict[str, Any]], ServiceAccountInfo]:
+    def transform(obj: dict[str, Any]) -> ServiceAccountInfo:
+        info = service_account_info(obj)
+        return dataclasses.replace(info, annotations=_prefixed(info.annotations, prefix))
+
+    return transform
+
+
+def pvc_record(prefix: str) -> Callable[[dict[str, Any]], PVCInfo]:
+    def transform(obj: dict[str, Any]) -> PVCInfo:
+        info = pvc_info(obj)
+        return dataclasses.replace(
+            info,
+            annotations=_prefixed(info.annotations, prefix),
+            labels=_prefixed(info.labels, prefix),
+        )
+
+    return transform
