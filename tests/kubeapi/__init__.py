@@ -24,6 +24,8 @@ The server object:
   no generated name, Pods with ``status: {}``), registry preparation, built-in validation,
   ``validate``, storage. Warnings become ``Warning: 299 - "..."`` headers; a ``StatusError``
   rejects the request.
+* ``server.unserved_groups``: API groups to answer 404 for, as a cluster without them does
+  (``{"resource.k8s.io"}`` is a cluster before Dynamic Resource Allocation).
 * ``server.get_object(resource, namespace, name)`` and ``server.list_objects(resource,
   namespace=None)``: stored objects (copies), safe from any thread.
 * ``server.faults``: ``fail(method, path_regex, code=500|429, times=1, retry_after=1)``,
@@ -54,8 +56,9 @@ KNOWN GAPS (deliberate shortcuts):
   is not honoured); a watch from a future resourceVersion just waits.
 * Watches always answer JSON (never Table or protobuf); ``kubectl get -w`` is unsupported.
 * Tables have only NAME and AGE columns.
-* Only this built-in validation runs (names, scheduling gates,
-  nodeName with gates, Secret type, Job restartPolicy, Pod spec immutability, finalizers while
-  deleting); the OpenAPI v3 documents contain PATCH parameters only (no schemas).
+* Only this built-in validation runs (names, scheduling gates, nodeName with gates, Secret type,
+  Job restartPolicy, Pod spec immutability, finalizers while deleting, resource.k8s.io/v1 claim
+  requests and a Pod's resource claims, CEL expressions not compiled); the OpenAPI v3 documents
+  contain PATCH parameters only (no schemas).
 * Empty lists/maps are kept as sent (Go's omitempty would drop some of them).
 """

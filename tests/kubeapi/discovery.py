@@ -9,12 +9,12 @@ from .resources import ALL_VERBS, RESOURCES, Resource, group_versions
 
 SERVER_VERSION = {
     "major": "1",
-    "minor": "33",
-    "gitVersion": "v1.33.0",
+    "minor": "36",
+    "gitVersion": "v1.36.2",
     "gitCommit": "0000000000000000000000000000000000000000",
     "gitTreeState": "clean",
     "buildDate": "2025-01-01T00:00:00Z",
-    "goVersion": "go1.24.0",
+    "goVersion": "go1.25.5",
     "compiler": "gc",
     "platform": "linux/amd64",
 }
@@ -124,7 +124,7 @@ def openapi_v3_group_version(group: str, version: str) -> dict[str, Any] | None:
         }
     return {
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": "v1.33.0"},
+        "info": {"title": "Kubernetes", "version": "v1.36.2"},
         "paths": paths,
         "components": {"schemas": {}},
     }

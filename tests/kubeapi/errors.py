@@ -78,6 +78,11 @@ def conflict(resource: str, group: str, name: str) -> StatusError:
     )
 
 
+def cause(reason: str, field: str, message: str) -> dict[str, str]:
+    """One entry of an Invalid Status's details.causes."""
+    return {"reason": reason, "message": message, "field": field}
+
+
 def invalid(kind: str, group: str, name: str, causes: list[dict[str, Any]]) -> StatusError:
     """422 Invalid; each cause is ``{"reason": ..., "message": ..., "field": ...}``."""
     parts = [f"{c['field']}: {c['message']}" if c.get("field") else c["message"] for c in causes]

@@ -9,7 +9,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from .errors import StatusError, invalid
+from . import kinds_dra
+from .errors import StatusError, cause, invalid
 from .resources import Resource
 
 SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
@@ -25,10 +26,6 @@ POD_UPDATE_FORBIDDEN = (
 def random_suffix(length: int = 5) -> str:
     # Same alphabet as k8s.io/apimachinery/pkg/util/rand (no vowels, no confusable digits).
     return "".join(random.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(length))
-
-
-def cause(reason: str, field: str, message: str) -> dict[str, str]:
-    return {"reason": reason, "message": message, "field": field}
 
 
 # ---------------------------------------------------------------- defaulting (on every decode)
@@ -108,6 +105,8 @@ def apply_defaults(resource: Resource, obj: dict[str, Any]) -> None:
         name = obj.get("metadata", {}).get("name")
         if name:
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+    elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
+        kinds_dra.apply_defaults(kind, obj)
     elif kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for webhook in obj.get("webhooks") or []:
             webhook.setdefault("failurePolicy", "Fail")
@@ -255,7 +254,7 @@ def prepare_create(resource: Resource, obj: dict[str, Any], now: str) -> None:
             ]
         status["qosClass"] = _qos_class(spec)
         obj["status"] = status
-    elif kind in ("PersistentVolumeClaim", "Job"):
+    elif kind in ("PersistentVolumeClaim", "Job", "ResourceClaim"):
         obj["status"] = {}
     if kind == "Job":
         _prepare_job_selector(obj)
@@ -369,6 +368,8 @@ def validate_create(resource: Resource, obj: dict[str, Any]) -> None:
             )
         if not spec.get("containers"):
             causes.append(cause("FieldValueRequired", "spec.containers", "Required value"))
+        causes.extend(kinds_dra.pod_claim_causes(spec))
+    causes.extend(kinds_dra.validate_create(resource.kind, obj))
     if resource.kind == "Job":
         restart = obj["spec"]["template"]["spec"].get("restartPolicy")
         if restart not in ("Never", "OnFailure"):
@@ -409,6 +410,7 @@ def validate_update(
         )
     if resource.kind == "Pod" and subresource == "":
         causes.extend(_pod_update_causes(new.get("spec", {}), old.get("spec", {})))
+    causes.extend(kinds_dra.validate_update(resource.kind, subresource, new, old))
     if causes:
         raise invalid(resource.kind, resource.group, _name(new), causes)
 

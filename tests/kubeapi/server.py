@@ -74,6 +74,8 @@ class KubeAPIServer:
         self.bookmark_interval = bookmark_interval
         self.admission: AdmissionHook | None = None
         self.faults = Faults()
+        # API groups answered as a server without them answers (404): an older cluster.
+        self.unserved_groups: set[str] = set()
         self.faults._drop_watches = lambda: self.call_in_loop(self.store.drop_watchers)
         self.faults._compact = lambda: self.call_in_loop(self.store.compact)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -658,7 +660,7 @@ class KubeAPIServer:
         if parts and parts[0] == "openapi":
             return self._openapi(parts)
         route = _parse_resource_path(parts)
-        if route is None:
+        if route is None or route[0].group in self.unserved_groups:
             raise StatusError(
                 404,
                 "NotFound",
