@@ -203,6 +203,13 @@ class AdmissionMetrics:
             "Requests whose referenced objects were neither cached nor fetchable, by webhook path.",
             ["webhook"],
         )
+        self.notices = metrics.counter(
+            "admission_policy_notices_total",
+            "Events policies noticed while admitting, by webhook path and notice: "
+            "unresolved_gpu_claim is a container whose ResourceClaim, template or DeviceClass "
+            "could not be resolved (it was counted as a GPU container).",
+            ["webhook", "notice"],
+        )
         self._children: dict[tuple[object, ...], Counter] = {}
         # The bound method itself, not a wrapper: one call less on every request.
         self.answered = self.tally.record
@@ -222,3 +229,7 @@ class AdmissionMetrics:
 
     def bad_request(self, webhook: str, reason: str) -> None:
         self._child(self.bad_requests, webhook, reason).inc()
+
+    def noticed(self, webhook: str, notices: dict[str, int]) -> None:
+        for notice, count in notices.items():
+            self._child(self.notices, webhook, notice).inc(count)

@@ -45,6 +45,7 @@ from certs.issue import ServingSpec, issue_bundle
 from certs.reloader import CertReloader
 from gpu_admission.cluster.informers import InformerClusterView
 from gpu_admission.config import Config, load_config
+from gpu_admission.metrics import Metrics
 from tests.kubeapi.admission import WebhookAdmission
 from tests.kubeapi.faults import Faults
 from tests.kubeapi.pytest_plugin import TEST_BOOKMARK_INTERVAL, TEST_HISTORY_SIZE
@@ -161,6 +162,7 @@ class AdmissionCluster:
     api: client.ApiClient
     config: Config
     view: InformerClusterView
+    metrics: Metrics  # the service's registry
     webhook_url: str  # https://127.0.0.1:<port>; the certificate names 127.0.0.1 too
     ca_path: Path  # the webhook CA (the caBundle), PEM
     service_address: str  # what the emulator dials for service gpu-admission/gpu-admission
@@ -287,8 +289,9 @@ def start_admission_cluster(
     reloader = CertReloader()
     reloader.reload(bundle)
     policy_set = build_policy_set(config)
+    metrics = Metrics(process_metrics=False)
     service = WebhookServiceThread(
-        lambda: create_app(config, policy_set, view, view, view.ready), reloader.context
+        lambda: create_app(config, policy_set, view, view, view.ready, metrics), reloader.context
     )
     service.start()
     stack.callback(service.stop)
@@ -300,6 +303,7 @@ def start_admission_cluster(
         api=api,
         config=config,
         view=view,
+        metrics=metrics,
         webhook_url=f"https://{address}",
         ca_path=ca_path,
         service_address=address,

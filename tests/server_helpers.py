@@ -17,6 +17,7 @@ from aiohttp import web
 
 from certs.issue import CertBundle, ServingSpec, issue_bundle
 from certs.reloader import CertReloader
+from gpu_admission.cluster.dra import ClaimInfo, DeviceClassInfo
 from gpu_admission.cluster.view import (
     ClusterView,
     NodeInfo,
@@ -115,6 +116,15 @@ class MutableView:
 
     def pvc(self, namespace: str, name: str) -> PVCInfo | None:
         return self.pvcs.get((namespace, name))
+
+    def resource_claim(self, namespace: str, name: str) -> ClaimInfo | None:
+        return None
+
+    def resource_claim_template(self, namespace: str, name: str) -> ClaimInfo | None:
+        return None
+
+    def device_class(self, name: str) -> DeviceClassInfo | None:
+        return None
 
 
 class FillingResolver:

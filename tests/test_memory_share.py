@@ -11,7 +11,7 @@ from gpu_admission.cluster.view import NodeInfo, StaticClusterView
 from gpu_admission.config import Config, MemoryShareConfig, NoCandidateBehaviour
 from tests.policy_helpers import FIXTURES, _run_once, mutate_twice
 from webhooks.policies import memory_share
-from webhooks.policies.memory_share import option_value, with_option
+from webhooks.policies.share_env import option_value, with_option
 from webhooks.review import parse_review
 
 R = "nvidia.com/gpu.shared"
@@ -344,13 +344,47 @@ USER_FRACTION = {"name": "GPU_MEMORY_FRACTION", "value": "0.9"}
             },
             None,
         ),
+        # jax: one name only, the one every jaxlib reads; newer jaxlib refuses the pair.
         (
             "jax",
             [],
-            {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.237", "XLA_CLIENT_MEM_FRACTION": "0.237"},
+            {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.237", "XLA_CLIENT_MEM_FRACTION": None},
             None,
         ),
-        ("tensorflow", [], {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}, None),
+        (
+            "jax",
+            [{"name": "XLA_CLIENT_MEM_FRACTION", "value": ".5"}],
+            {"XLA_CLIENT_MEM_FRACTION": ".5", "XLA_PYTHON_CLIENT_MEM_FRACTION": None},
+            (
+                'container "app": kept your XLA_CLIENT_MEM_FRACTION (computed 0.237); '
+                "no XLA_PYTHON_CLIENT_MEM_FRACTION added"
+            ),
+        ),
+        (
+            "jax",
+            [{"name": "XLA_PYTHON_CLIENT_MEM_FRACTION", "value": ".5"}],
+            {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5", "XLA_CLIENT_MEM_FRACTION": None},
+            'container "app": kept your XLA_PYTHON_CLIENT_MEM_FRACTION, not the computed 0.237',
+        ),
+        (
+            "jax",
+            [
+                {"name": "XLA_PYTHON_CLIENT_MEM_FRACTION", "value": ".5"},
+                {"name": "XLA_CLIENT_MEM_FRACTION", "value": ".5"},
+            ],
+            {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5", "XLA_CLIENT_MEM_FRACTION": ".5"},
+            (
+                'container "app": sets XLA_PYTHON_CLIENT_MEM_FRACTION and '
+                "XLA_CLIENT_MEM_FRACTION: the framework refuses both; keep one"
+            ),
+        ),
+        (
+            "tensorflow",
+            [],
+            {"TF_FORCE_GPU_ALLOW_GROWTH": "true"},
+            "tensorflow takes no GPU memory cap from env: apply GPU_MEMORY_LIMIT_MIB with "
+            "tf.config.set_logical_device_configuration",
+        ),
         # Identical to what would be written: nothing to do, nothing to say.
         (
             "generic",
@@ -370,6 +404,7 @@ def test_profiles_and_user_values(
     assert got["GPU_MEMORY_FRACTION"] == expected.get("GPU_MEMORY_FRACTION", "0.237")
     notes = [w for w in warnings if "across" not in w]
     assert notes == ([warning] if warning else [])
+    assert all(len(note) <= 120 for note in notes)  # the API server's warning length
     if profile == "generic":
         assert "PYTORCH_CUDA_ALLOC_CONF" not in got and "XLA_CLIENT_MEM_FRACTION" not in got
 
@@ -412,7 +447,9 @@ def test_custom_profile_from_config() -> None:
 def test_default_profile_comes_from_config() -> None:
     config = Config(memory_share=MemoryShareConfig(default_profile="jax"))
     _, _, _, patched = mutate_twice(memory_share.policies(config), pod(shared()), TWO_AND_FOUR)
-    assert env_of(patched["spec"]["containers"][0])["XLA_CLIENT_MEM_FRACTION"] == "0.237"
+    env = env_of(patched["spec"]["containers"][0])
+    assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.237"
+    assert "XLA_CLIENT_MEM_FRACTION" not in env
 
 
 def test_unknown_profile_warns_and_applies_generic_only() -> None:

@@ -32,6 +32,7 @@ class Outcome:
     message: str = ""
     code: int = 403
     failed_policies: list[str] = field(default_factory=list)
+    notices: dict[str, int] = field(default_factory=dict)  # see Patch.notice
 
 
 def _failure_message(policy_name: str) -> str:
@@ -129,10 +130,13 @@ def run_mutating(
                     code=verdict.code,
                     warnings=patch.warnings,
                     failed_policies=skipped,
+                    notices=patch.notices,
                 )
         if failed is None:
             warnings = patch.warnings + [_failure_warning(name) for name in skipped]
-            return Outcome(ops=patch.ops, warnings=warnings, failed_policies=skipped)
+            return Outcome(
+                ops=patch.ops, warnings=warnings, failed_policies=skipped, notices=patch.notices
+            )
         if failure_mode is FailureMode.DENY:
             return Outcome(
                 allowed=False,

@@ -39,15 +39,20 @@ class PatchConflict(Exception):
 class Patch:
     """Records JSON Patch operations and applies them to `obj` in place."""
 
-    __slots__ = ("obj", "ops", "warnings")
+    __slots__ = ("notices", "obj", "ops", "warnings")
 
     def __init__(self, obj: dict[str, Any]) -> None:
         self.obj = obj
         self.ops: list[dict[str, Any]] = []
         self.warnings: list[str] = []
+        self.notices: dict[str, int] = {}  # events worth a metric, by name
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
+
+    def notice(self, name: str) -> None:
+        """Count an event the service exposes as a metric (a claim that could not be resolved)."""
+        self.notices[name] = self.notices.get(name, 0) + 1
 
     # -- low level --------------------------------------------------------------------------
 

@@ -228,6 +228,8 @@ class AdmissionEndpoint:
             )
             body = json.dumps(payload, separators=(",", ":")).encode()
         patch_ops = len(outcome.ops) if outcome.allowed else 0
+        if outcome.notices:
+            self.metrics.noticed(self.webhook.path, outcome.notices)
         return self._answer(review.operation, body, verdict, started, patch_ops)
 
     def _answer(

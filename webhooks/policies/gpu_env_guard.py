@@ -1,7 +1,9 @@
 """GPU env tampering: a container granted GPUs may not choose which GPUs it sees.
 
-The device plugin sets `NVIDIA_VISIBLE_DEVICES` to the devices it allocated; a container that sets
-it itself (to `all`, or from a ConfigMap via `valueFrom`) could see GPUs granted to other pods.
+The device plugin (or the DRA driver) sets `NVIDIA_VISIBLE_DEVICES` to the devices it allocated; a
+container that sets it itself (to `all`, or from a ConfigMap via `valueFrom`) could see GPUs
+granted to other pods. GPU containers are those of `gpu_claims`: by extended resource, or through a
+ResourceClaim of a GPU DeviceClass (or one that cannot be resolved).
 `envFrom` cannot be checked here: its keys live in ConfigMaps and Secrets the request does not
 carry.
 """
@@ -10,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpu_admission.cluster.view import ClusterView
+from gpu_admission.cluster.view import ClusterView, ObjectRef
 from gpu_admission.config import Config
 from webhooks.policies.containers import ContainerRef, iter_containers
-from webhooks.policies.gpu_resources import GpuResources
+from webhooks.policies.gpu_claims import GpuDetector, PodGpus
 from webhooks.policies.gpu_visibility import EPHEMERAL_SUBRESOURCE, new_ephemeral_containers
 from webhooks.policy import Scope, ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict
@@ -27,7 +29,7 @@ def _how_set(entry: object) -> str:
 
 
 def tampering(
-    containers: Iterable[ContainerRef], gpus: GpuResources, guarded: frozenset[str]
+    containers: Iterable[ContainerRef], gpus: PodGpus, guarded: frozenset[str]
 ) -> list[str]:
     """One description per GPU container that sets a guarded env name."""
     problems = []
@@ -38,7 +40,7 @@ def tampering(
             for e in env
             if isinstance(e, dict) and e.get("name") in guarded
         }
-        if hits and gpus.requests_gpu(ref):
+        if hits and gpus.of(ref).use.has_gpu:
             which = ", ".join(f"{name} ({how})" for name, how in sorted(hits.items()))
             problems.append(f"{ref.describe} requests a GPU and sets {which}")
     return problems
@@ -53,19 +55,27 @@ def _deny(problems: list[str]) -> Verdict:
 
 
 def policies(config: Config) -> list[ValidatingPolicy]:
-    gpus = GpuResources.from_config(config.gpu)
+    detector = GpuDetector.from_config(config)
     guarded = frozenset(config.gpu.guarded_env)
 
-    def on_create(request: AdmissionRequest, view: ClusterView) -> Verdict:
-        problems = tampering(iter_containers(request.object), gpus, guarded)
+    def check(
+        request: AdmissionRequest, containers: Iterable[ContainerRef], view: ClusterView
+    ) -> Verdict:
+        gpus = detector.pod(request.object, request.namespace, view)
+        problems = tampering(containers, gpus, guarded)
         return _deny(problems) if problems else Verdict.allow()
+
+    def on_create(request: AdmissionRequest, view: ClusterView) -> Verdict:
+        return check(request, iter_containers(request.object), view)
 
     def on_ephemeral(request: AdmissionRequest, view: ClusterView) -> Verdict:
-        problems = tampering(new_ephemeral_containers(request), gpus, guarded)
-        return _deny(problems) if problems else Verdict.allow()
+        return check(request, new_ephemeral_containers(request), view)
+
+    def claims(request: AdmissionRequest, view: ClusterView | None) -> Iterable[ObjectRef]:
+        return detector.references(request.object, request.namespace, view)
 
     return [
-        ValidatingPolicy("gpu-env-guard", Scope("Pod"), on_create),
+        ValidatingPolicy("gpu-env-guard", Scope("Pod"), on_create, references=claims),
         ValidatingPolicy(
             "gpu-env-guard-ephemeral",
             Scope(

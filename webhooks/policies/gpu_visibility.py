@@ -3,7 +3,9 @@
 CUDA base images set `NVIDIA_VISIBLE_DEVICES=all`, and the NVIDIA container runtime honours it for
 any container it starts: without an explicit `none`, a CPU-only container sees every GPU of its
 node. An explicit env entry beats both the image default and `envFrom`. GPU containers are left
-to the device plugin, which sets the variable to the devices it granted.
+to the device plugin or the DRA driver, which set what the container sees: a container gets a GPU
+by a GPU extended resource or through a ResourceClaim of a GPU DeviceClass (`gpu_claims`). One
+whose claim cannot be resolved keeps its GPUs, with a warning and a notice for the metrics.
 """
 
 from __future__ import annotations
@@ -11,16 +13,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpu_admission.cluster.view import ClusterView
+from gpu_admission.cluster.view import ClusterView, ObjectRef
 from gpu_admission.config import Config
 from gpu_admission.names import MIRROR_POD_ANNOTATION, NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
 from webhooks.patch import Patch
 from webhooks.policies.containers import ContainerRef, iter_containers
-from webhooks.policies.gpu_resources import GpuResources
+from webhooks.policies.gpu_claims import GpuDetector, GpuUse, unresolved_warning
 from webhooks.policy import MutatingPolicy, Scope
 from webhooks.review import AdmissionRequest, Verdict
 
 EPHEMERAL_SUBRESOURCE = "ephemeralcontainers"
+UNRESOLVED_GPU_CLAIM = "unresolved_gpu_claim"  # the notice, a label of the notices metric
 
 
 def is_mirror_pod(pod: Mapping[str, Any]) -> bool:
@@ -38,27 +41,41 @@ def new_ephemeral_containers(request: AdmissionRequest) -> Iterable[ContainerRef
             yield ref
 
 
-def _hide_gpus(containers: Iterable[ContainerRef], patch: Patch, gpus: GpuResources) -> None:
+def _hide_gpus(
+    request: AdmissionRequest,
+    containers: Iterable[ContainerRef],
+    patch: Patch,
+    detector: GpuDetector,
+    view: ClusterView,
+) -> None:
+    gpus = detector.pod(request.object, request.namespace, view)
     for ref in containers:
-        if not gpus.requests_gpu(ref):
+        gpu = gpus.of(ref)
+        if gpu.use is GpuUse.NONE:
             patch.set_env(ref.path, {"name": NVIDIA_VISIBLE_DEVICES, "value": VISIBLE_DEVICES_NONE})
+        elif gpu.use is GpuUse.UNRESOLVED:
+            patch.warn(unresolved_warning(ref, gpu))
+            patch.notice(UNRESOLVED_GPU_CLAIM)
 
 
 def policies(config: Config) -> list[MutatingPolicy]:
-    gpus = GpuResources.from_config(config.gpu)
+    detector = GpuDetector.from_config(config)
 
     def on_create(request: AdmissionRequest, patch: Patch, view: ClusterView) -> Verdict | None:
         if not is_mirror_pod(request.object):
-            _hide_gpus(iter_containers(request.object), patch, gpus)
+            _hide_gpus(request, iter_containers(request.object), patch, detector, view)
         return None
 
     def on_ephemeral(request: AdmissionRequest, patch: Patch, view: ClusterView) -> Verdict | None:
         if not is_mirror_pod(request.object):
-            _hide_gpus(new_ephemeral_containers(request), patch, gpus)
+            _hide_gpus(request, new_ephemeral_containers(request), patch, detector, view)
         return None
 
+    def claims(request: AdmissionRequest, view: ClusterView | None) -> Iterable[ObjectRef]:
+        return detector.references(request.object, request.namespace, view)
+
     return [
-        MutatingPolicy("gpu-visibility", Scope("Pod"), on_create),
+        MutatingPolicy("gpu-visibility", Scope("Pod"), on_create, references=claims),
         MutatingPolicy(
             "gpu-visibility-ephemeral",
             Scope(

@@ -21,11 +21,20 @@ from gpu_admission import names as n
 from gpu_admission.cluster.view import ClusterView, NodeInfo
 from gpu_admission.config import Config, NoCandidateBehaviour
 from webhooks.patch import Patch
-from webhooks.policies.containers import ContainerRef, iter_containers
+from webhooks.policies.containers import iter_containers
+from webhooks.policies.gpu_claims import GpuDetector, GpuUse
 from webhooks.policies.gpu_resources import GpuResources
 from webhooks.policies.gpu_visibility import is_mirror_pod
 from webhooks.policies.node_match import Placement
 from webhooks.policies.quantity import is_positive
+from webhooks.policies.share_env import (
+    GENERIC_RULES,
+    PROFILE_WARNINGS,
+    EnvRule,
+    Share,
+    apply_env,
+    build_profiles,
+)
 from webhooks.policy import MutatingPolicy, Scope
 from webhooks.review import AdmissionRequest, Verdict
 
@@ -34,21 +43,6 @@ RESOURCE_CONTAINER_LISTS = ("initContainers", "containers")  # ephemeral ones ca
 
 
 # -- the share ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Share:
-    """One shared resource's memory share, computed over its candidate nodes."""
-
-    resource: str
-    thousandths: int  # the fraction, rounded down to 3 decimals
-    replicas: int
-    limit_mib: int
-
-    @property
-    def fraction(self) -> str:
-        whole, part = divmod(self.thousandths, 1000)
-        return f"{whole}.{part:03d}".rstrip("0").rstrip(".")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,150 +128,6 @@ def compute_share(
     return ShareResult(Share(resource, thousandths, replicas, limit_mib), tuple(notes))
 
 
-# -- profiles: which env each framework reads ----------------------------------------------------
-
-ValueFn = Callable[[Share], str]
-
-
-@dataclass(frozen=True, slots=True)
-class EnvRule:
-    """One env entry a profile writes. `merge_option` makes it an option merged into the user's
-    comma-separated value (PyTorch's allocator config) instead of a whole value."""
-
-    name: str
-    value: ValueFn
-    merge_option: str | None = None
-
-
-GENERIC_RULES = (
-    EnvRule(n.GPU_MEMORY_FRACTION, lambda s: s.fraction),
-    EnvRule(n.GPU_SHARED_REPLICAS, lambda s: str(s.replicas)),
-    EnvRule(n.GPU_MEMORY_LIMIT_MIB, lambda s: str(s.limit_mib)),
-)
-BUILTIN_PROFILES: dict[str, tuple[EnvRule, ...]] = {
-    n.PROFILE_GENERIC: (),
-    # Opt-in: older PyTorch refuses to start on an allocator key it does not know.
-    n.PROFILE_PYTORCH: (
-        EnvRule(
-            n.PYTORCH_CUDA_ALLOC_CONF,
-            lambda s: s.fraction,
-            merge_option=n.PYTORCH_MEMORY_FRACTION_OPTION,
-        ),
-    ),
-    n.PROFILE_JAX: (
-        EnvRule(n.XLA_PYTHON_CLIENT_MEM_FRACTION, lambda s: s.fraction),
-        EnvRule(n.XLA_CLIENT_MEM_FRACTION, lambda s: s.fraction),
-    ),
-    # TensorFlow takes a byte limit only in code; growth at least stops it grabbing everything.
-    n.PROFILE_TENSORFLOW: (EnvRule(n.TF_FORCE_GPU_ALLOW_GROWTH, lambda s: "true"),),
-}
-
-
-def _template_rule(name: str, template: str) -> EnvRule:
-    return EnvRule(
-        name,
-        lambda s: template.format(
-            fraction=s.fraction, replicas=str(s.replicas), limit_mib=str(s.limit_mib)
-        ),
-    )
-
-
-def build_profiles(custom: Mapping[str, Mapping[str, str]]) -> dict[str, tuple[EnvRule, ...]]:
-    """Built-in profiles plus the configured ones (a configured name replaces a built-in)."""
-    profiles = dict(BUILTIN_PROFILES)
-    for profile, env in custom.items():
-        profiles[profile] = tuple(_template_rule(k, v) for k, v in env.items())
-    return profiles
-
-
-# -- env: merging with what the user set ---------------------------------------------------------
-
-
-def option_value(conf: str, key: str) -> str | None:
-    """The value of a top-level `key:value` option in a PyTorch allocator config string, which
-    may hold bracketed lists (`roundup_power2_divisions:[256:1,512:2]`)."""
-    depth, start = 0, 0
-    for i, char in enumerate(conf + ","):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth = max(depth - 1, 0)
-        elif char == "," and depth == 0:
-            option_key, _, option_val = conf[start:i].partition(":")
-            if option_key.strip() == key:
-                return option_val.strip()
-            start = i + 1
-    return None
-
-
-def with_option(conf: str, key: str, value: str) -> str:
-    rest = conf.strip().rstrip(",").strip()
-    return f"{rest},{key}:{value}" if rest else f"{key}:{value}"
-
-
-@dataclass(frozen=True, slots=True)
-class EnvChange:
-    """What one rule does to one container: add, replace at an index, or keep the user's value
-    (`kept` then says what was kept, for the warning)."""
-
-    rule: EnvRule
-    value: str
-    replace_index: int | None = None
-    kept: str | None = None
-
-
-def plan_env(env: list[Any], rule: EnvRule, share: Share) -> EnvChange | None:
-    """None when the container already has exactly what this rule writes (reinvocation)."""
-    wanted = rule.value(share)
-    index = next(
-        (i for i in range(len(env) - 1, -1, -1) if (env[i] or {}).get("name") == rule.name),
-        None,
-    )  # Kubernetes uses the last entry of a name
-    if index is None:
-        if rule.merge_option is not None:
-            return EnvChange(rule, f"{rule.merge_option}:{wanted}")
-        return EnvChange(rule, wanted)
-    entry = env[index]
-    if entry.get("valueFrom") is not None:
-        return EnvChange(rule, wanted, kept=f"{rule.name} (valueFrom)")
-    current = entry.get("value") or ""
-    if rule.merge_option is None:
-        return None if current == wanted else EnvChange(rule, wanted, kept=rule.name)
-    existing = option_value(current, rule.merge_option)
-    if existing is None:
-        return EnvChange(rule, with_option(current, rule.merge_option, wanted), index)
-    if existing == wanted:
-        return None
-    return EnvChange(rule, wanted, kept=f"{rule.merge_option} in {rule.name}")
-
-
-def apply_env(ref: ContainerRef, rules: Iterable[EnvRule], share: Share, patch: Patch) -> None:
-    env = list(ref.container.get("env") or [])
-    changes = [c for c in (plan_env(env, rule, share) for rule in rules) if c is not None]
-    # Replacements first: their indexes are the current ones.
-    for change in changes:
-        if change.replace_index is not None:
-            entry = {"name": change.rule.name, "value": change.value}
-            patch.replace(f"{ref.path}/env/{change.replace_index}", entry)
-    # New entries go first in env, so the user's own entries may use $(GPU_MEMORY_FRACTION).
-    added = [
-        {"name": c.rule.name, "value": c.value}
-        for c in changes
-        if c.replace_index is None and c.kept is None
-    ]
-    if added and ref.container.get("env") is None:
-        if "env" in ref.container:  # env: null
-            patch.replace(f"{ref.path}/env", added)
-        else:
-            patch.add(f"{ref.path}/env", added)
-    else:
-        for position, entry in enumerate(added):
-            patch.add(f"{ref.path}/env/{position}", entry)
-    for change in changes:
-        if change.kept is not None:
-            patch.warn(f"{ref.describe}: kept your {change.kept}, not the computed {change.value}")
-
-
 # -- the policy ----------------------------------------------------------------------------------
 
 
@@ -338,8 +188,26 @@ class ShareCache:
         return result
 
 
+def _claim_gpus_note(
+    request: AdmissionRequest, patch: Patch, view: ClusterView, detector: GpuDetector, key: str
+) -> None:
+    """A pod that asks for a profile but gets its GPUs through ResourceClaims: say that the
+    share is not set for those (it follows time-sliced extended resources only)."""
+    if key not in request.annotations or not (request.object.get("spec") or {}).get(
+        "resourceClaims"
+    ):
+        return
+    gpus = detector.pod(request.object, request.namespace, view)
+    for ref in iter_containers(request.object, RESOURCE_CONTAINER_LISTS):
+        if gpus.of(ref).use is GpuUse.CLAIM:
+            patch.warn(
+                f"{ref.describe} gets its GPU from a ResourceClaim: {key} sets no share for it"
+            )
+
+
 def policies(config: Config) -> list[MutatingPolicy]:
     gpus = GpuResources.from_config(config.gpu)
+    detector = GpuDetector.from_config(config)
     settings = config.memory_share
     headroom = Fraction(str(settings.headroom))
     profiles = build_profiles(settings.profiles)
@@ -350,6 +218,8 @@ def policies(config: Config) -> list[MutatingPolicy]:
     def profile_rules(request: AdmissionRequest, patch: Patch) -> tuple[EnvRule, ...]:
         chosen = (request.annotations.get(names.gpu_app) or settings.default_profile).strip()
         if chosen in profiles:
+            if chosen in PROFILE_WARNINGS and chosen not in settings.profiles:
+                patch.warn(PROFILE_WARNINGS[chosen])
             return GENERIC_RULES + profiles[chosen]
         known = ", ".join(sorted(profiles))
         patch.warn(f'unknown {names.gpu_app} "{chosen}": applied generic only; known: {known}')
@@ -365,6 +235,8 @@ def policies(config: Config) -> list[MutatingPolicy]:
             if (shared := gpus.shared_names(ref.resource_names()))
         ]
         if not wanting:
+            # Claims were resolved for the visibility policy, which runs on the same path.
+            _claim_gpus_note(request, patch, view, detector, names.gpu_app)
             return None
         spec = pod.get("spec") or {}
         placement = Placement.of(spec)
