@@ -11,7 +11,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from commands.review import load_cluster_state
+from commands.review_inputs import load_cluster_state
 from gpu_admission.config import load_config
 from webhooks.registry import build_policy_set
 from webhooks.server import create_app, make_runner

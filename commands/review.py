@@ -15,22 +15,24 @@ import copy
 import json
 import sys
 import uuid
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import yaml
 
-from gpu_admission.cluster.view import (
-    ClusterView,
-    MissResolver,
-    StaticClusterView,
-    node_info,
-    pvc_info,
-    secret_info,
-    service_account_info,
+from commands.review_inputs import (
+    CLAIM_KINDS,
+    ClusterState,
+    Document,
+    UsageError,
+    WithManifestClaims,
+    live_state,
+    load_cluster_state,
+    load_documents,
+    manifest_claims,
 )
+from gpu_admission.cluster.view import ClusterView, StaticClusterView
 from gpu_admission.config import Config, ConfigError, load_config
 from webhooks import chain
 from webhooks.policy import PolicySet
@@ -38,8 +40,6 @@ from webhooks.registry import build_policy_set, webhook_for
 from webhooks.review import AdmissionRequest
 
 EXIT_ALLOWED, EXIT_DENIED, EXIT_USAGE = 0, 1, 2
-LIVE_SYNC_TIMEOUT_SECONDS = 30.0
-MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 # Where each workload kind keeps its pod template.
 POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
@@ -52,17 +52,6 @@ POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
 REVIEWED_KINDS = {"Pod", "Secret", "PersistentVolumeClaim", *POD_TEMPLATE_PATHS}
-CLUSTER_STATE_KINDS = {"Node", "ServiceAccount", "Secret", "PersistentVolumeClaim", "Namespace"}
-
-
-class UsageError(Exception):
-    """Bad input from the user of the command; exit status 2."""
-
-
-@dataclass
-class Document:
-    source: str
-    obj: dict[str, Any]
 
 
 @dataclass
@@ -81,86 +70,6 @@ class Result:
         name = meta.get("name") or f"{meta.get('generateName', '')}<generated>"
         where = f"{namespace}/{name}" if namespace else name
         return f"{self.document.obj.get('kind')} {where} ({self.document.source})"
-
-
-# -- reading manifests -----------------------------------------------------------------------
-
-
-def _parse_stream(text: str, source: str) -> Iterator[Document]:
-    try:
-        documents = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{source}: not valid YAML or JSON: {exc}") from exc
-    # A document may also be a plain YAML list of objects (as cluster-state files are).
-    flattened = [item for doc in documents for item in (doc if isinstance(doc, list) else [doc])]
-    for doc in flattened:
-        if doc is None:
-            continue
-        if not isinstance(doc, dict):
-            raise UsageError(f"{source}: every document must be a Kubernetes object (a mapping)")
-        if doc.get("kind") == "List" or (
-            str(doc.get("kind", "")).endswith("List") and "items" in doc
-        ):
-            for item in doc.get("items") or []:
-                yield Document(source, item)
-        else:
-            yield Document(source, doc)
-
-
-def load_documents(paths: Iterable[str], stdin: TextIO) -> list[Document]:
-    documents: list[Document] = []
-    for raw in paths:
-        if raw == "-":
-            documents.extend(_parse_stream(stdin.read(), "<stdin>"))
-            continue
-        path = Path(raw)
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES)
-        elif path.is_file():
-            files = [path]
-        else:
-            raise UsageError(f"{raw}: no such file or directory")
-        for file in files:
-            documents.extend(_parse_stream(file.read_text(), str(file)))
-    return documents
-
-
-# -- cluster state ---------------------------------------------------------------------------
-
-
-@dataclass
-class ClusterState:
-    view: ClusterView
-    exempt_namespaces: set[str]
-    resolver: MissResolver | None = None
-
-
-def load_cluster_state(path: Path, config: Config) -> ClusterState:
-    try:
-        documents = list(_parse_stream(path.read_text(), str(path)))
-    except OSError as exc:
-        raise UsageError(f"cannot read cluster state {path}: {exc.strerror}") from exc
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for doc in documents:
-        by_kind.setdefault(str(doc.obj.get("kind")), []).append(doc.obj)
-    unknown = set(by_kind) - CLUSTER_STATE_KINDS
-    if unknown:
-        raise UsageError(
-            f"{path}: cluster state holds Nodes, ServiceAccounts, Secrets, PersistentVolumeClaims "
-            f"and Namespaces; found {', '.join(sorted(unknown))}"
-        )
-    view = StaticClusterView(
-        nodes=[node_info(o) for o in by_kind.get("Node", [])],
-        secrets=[secret_info(o) for o in by_kind.get("Secret", [])],
-        service_accounts=[service_account_info(o) for o in by_kind.get("ServiceAccount", [])],
-        pvcs=[pvc_info(o) for o in by_kind.get("PersistentVolumeClaim", [])],
-    )
-    exempt = {
-        (ns.get("metadata") or {}).get("name", "")
-        for ns in by_kind.get("Namespace", [])
-        if ((ns.get("metadata") or {}).get("labels") or {}).get(config.exempt_label) == "true"
-    }
-    return ClusterState(view, exempt)
 
 
 # -- running the chain -----------------------------------------------------------------------
@@ -244,6 +153,9 @@ async def review_document(
     kind = obj.get("kind")
     meta = obj.setdefault("metadata", {}) or {}
     namespace = meta.get("namespace") or "default"
+    if kind in CLAIM_KINDS:
+        result.skipped = "not reviewed; read as cluster state by the pods that use it"
+        return result
     if kind not in REVIEWED_KINDS:
         result.skipped = "no gpu-admission webhook reviews this kind"
         return result
@@ -332,7 +244,8 @@ def add_review_parser(subparsers: Any) -> None:
         "--cluster-state",
         type=Path,
         metavar="FILE",
-        help="YAML list of Nodes, ServiceAccounts, Secrets, PVCs and Namespaces to review against",
+        help="YAML list of Nodes, ServiceAccounts, Secrets, PVCs, Namespaces, DeviceClasses, "
+        "ResourceClaims and ResourceClaimTemplates to review against",
     )
     source.add_argument(
         "--kubeconfig", type=Path, metavar="FILE", help="review against a live cluster"
@@ -342,37 +255,21 @@ def add_review_parser(subparsers: Any) -> None:
     parser.set_defaults(func=review_command)
 
 
-async def _live_state(kubeconfig: Path, config: Config) -> tuple[ClusterState, Any]:
-    from kubernetes.client import CoreV1Api
-
-    from gpu_admission.cluster.informers import InformerClusterView
-    from gpu_admission.cluster.kube import api_client
-
-    client = api_client(kubeconfig)
-    view = InformerClusterView(client, config)
-    view.start()
-    for informer in view.informers:
-        if not await asyncio.to_thread(informer.wait_synced, LIVE_SYNC_TIMEOUT_SECONDS):
-            view.stop()
-            raise UsageError(f"could not read {informer.name} from the cluster: {view.ready()}")
-    namespaces = await asyncio.to_thread(
-        lambda: CoreV1Api(client).list_namespace(label_selector=f"{config.exempt_label}=true")
-    )
-    exempt = {ns.metadata.name for ns in namespaces.items}
-    return ClusterState(view, exempt, resolver=view), view
-
-
 async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = load_config(args.config)
     documents = load_documents(args.paths, sys.stdin)
     policies = build_policy_set(config)
     live = None
     if args.kubeconfig is not None:
-        state, live = await _live_state(args.kubeconfig, config)
+        state, live = await live_state(args.kubeconfig, config)
     elif args.cluster_state is not None:
         state = load_cluster_state(args.cluster_state, config)
     else:
         state = ClusterState(StaticClusterView(), set())
+    claims = manifest_claims(documents)
+    if claims:
+        view = cast(ClusterView, WithManifestClaims(state.view, claims))
+        state = ClusterState(view, state.exempt_namespaces, state.resolver)
     try:
         results = [await review_document(d, policies, state, config) for d in documents]
     finally:

@@ -153,3 +153,43 @@ def test_make_run_command_as_the_readme_gives_it():
     )
     assert result.returncode == 1, result.stderr
     assert "DENIED" in result.stderr and "NVIDIA_VISIBLE_DEVICES" in result.stdout
+
+
+def test_dra_example_keeps_the_claimed_gpu_and_hides_the_rest():
+    code, out, err = run(
+        [
+            "review",
+            "-f",
+            str(EXAMPLES / "manifests" / "08-dra-gpu.yaml"),
+            "--cluster-state",
+            str(STATE),
+        ]
+    )
+    assert code == 0, err
+    printed = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(out)}
+    spec = printed[("Job", "finetune-dra")]["spec"]["template"]["spec"]
+    visible = {
+        c["name"]: env_of(c).get("NVIDIA_VISIBLE_DEVICES")
+        for c in spec["initContainers"] + spec["containers"]
+    }
+    # h100 is the cluster's own class over NVIDIA's driver; rdma-nic draws from another driver.
+    assert visible == {"warm-cache": "none", "trainer": None, "log-shipper": "none"}
+    assert "ResourceClaimTemplate ml/one-h100" in err and "read as cluster state" in err
+    assert "warning" not in err
+
+
+def test_a_pod_whose_template_is_nowhere_keeps_its_gpu_with_a_warning():
+    manifest = """
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: ml}
+spec:
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: missing}]
+  containers:
+    - {name: app, image: nvidia/cuda:12.4.1-base-ubuntu22.04, resources: {claims: [{name: gpu}]}}
+"""
+    code, out, err = run(["review", "-f", "-", "--cluster-state", str(STATE)], stdin=manifest)
+    assert code == 0
+    (pod,) = yaml.safe_load_all(out)
+    assert "NVIDIA_VISIBLE_DEVICES" not in env_of(pod["spec"]["containers"][0])
+    assert 'warning: container "app": ResourceClaimTemplate "missing" was not found' in err

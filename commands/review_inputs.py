@@ -1,0 +1,187 @@
+"""What `gpu-admission review` reads: the manifests to review, and the cluster they are reviewed
+against (a cluster-state file, a live cluster, plus the claims among the manifests)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from gpu_admission.cluster.dra import (
+    ClaimInfo,
+    device_class_info,
+    resource_claim_info,
+    resource_claim_template_info,
+)
+from gpu_admission.cluster.view import (
+    ClusterView,
+    MissResolver,
+    StaticClusterView,
+    node_info,
+    pvc_info,
+    secret_info,
+    service_account_info,
+)
+from gpu_admission.config import Config
+
+LIVE_SYNC_TIMEOUT_SECONDS = 30.0
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+# Dynamic Resource Allocation objects a pod's claims name: from the cluster state, and from the
+# reviewed manifests too (applied together, they exist before the pods that use them).
+CLAIM_KINDS = {
+    "ResourceClaim": resource_claim_info,
+    "ResourceClaimTemplate": resource_claim_template_info,
+}
+CLUSTER_STATE_KINDS = {
+    "Node",
+    "ServiceAccount",
+    "Secret",
+    "PersistentVolumeClaim",
+    "Namespace",
+    "DeviceClass",
+    *CLAIM_KINDS,
+}
+
+
+class UsageError(Exception):
+    """Bad input from the user of the command; exit status 2."""
+
+
+@dataclass
+class Document:
+    source: str
+    obj: dict[str, Any]
+
+
+def _parse_stream(text: str, source: str) -> Iterator[Document]:
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{source}: not valid YAML or JSON: {exc}") from exc
+    # A document may also be a plain YAML list of objects (as cluster-state files are).
+    flattened = [item for doc in documents for item in (doc if isinstance(doc, list) else [doc])]
+    for doc in flattened:
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise UsageError(f"{source}: every document must be a Kubernetes object (a mapping)")
+        if doc.get("kind") == "List" or (
+            str(doc.get("kind", "")).endswith("List") and "items" in doc
+        ):
+            for item in doc.get("items") or []:
+                yield Document(source, item)
+        else:
+            yield Document(source, doc)
+
+
+def load_documents(paths: Iterable[str], stdin: TextIO) -> list[Document]:
+    documents: list[Document] = []
+    for raw in paths:
+        if raw == "-":
+            documents.extend(_parse_stream(stdin.read(), "<stdin>"))
+            continue
+        path = Path(raw)
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES)
+        elif path.is_file():
+            files = [path]
+        else:
+            raise UsageError(f"{raw}: no such file or directory")
+        for file in files:
+            documents.extend(_parse_stream(file.read_text(), str(file)))
+    return documents
+
+
+@dataclass
+class ClusterState:
+    view: ClusterView
+    exempt_namespaces: set[str]
+    resolver: MissResolver | None = None
+
+
+def load_cluster_state(path: Path, config: Config) -> ClusterState:
+    try:
+        documents = list(_parse_stream(path.read_text(), str(path)))
+    except OSError as exc:
+        raise UsageError(f"cannot read cluster state {path}: {exc.strerror}") from exc
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for doc in documents:
+        by_kind.setdefault(str(doc.obj.get("kind")), []).append(doc.obj)
+    unknown = set(by_kind) - CLUSTER_STATE_KINDS
+    if unknown:
+        raise UsageError(
+            f"{path}: cluster state holds Nodes, ServiceAccounts, Secrets, PersistentVolumeClaims, "
+            "Namespaces, DeviceClasses, ResourceClaims and ResourceClaimTemplates; found "
+            f"{', '.join(sorted(unknown))}"
+        )
+    view = StaticClusterView(
+        nodes=[node_info(o) for o in by_kind.get("Node", [])],
+        secrets=[secret_info(o) for o in by_kind.get("Secret", [])],
+        service_accounts=[service_account_info(o) for o in by_kind.get("ServiceAccount", [])],
+        pvcs=[pvc_info(o) for o in by_kind.get("PersistentVolumeClaim", [])],
+        claims=[convert(o) for kind, convert in CLAIM_KINDS.items() for o in by_kind.get(kind, [])],
+        device_classes=[device_class_info(o) for o in by_kind.get("DeviceClass", [])],
+    )
+    exempt = {
+        (ns.get("metadata") or {}).get("name", "")
+        for ns in by_kind.get("Namespace", [])
+        if ((ns.get("metadata") or {}).get("labels") or {}).get(config.exempt_label) == "true"
+    }
+    return ClusterState(view, exempt)
+
+
+class WithManifestClaims:
+    """The cluster view, plus the ResourceClaims and templates among the reviewed manifests."""
+
+    def __init__(self, base: ClusterView, claims: Iterable[ClaimInfo]) -> None:
+        self._base = base
+        self._claims = {(c.kind, c.namespace, c.name): c for c in claims}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
+
+    def resource_claim(self, namespace: str, name: str) -> ClaimInfo | None:
+        found = self._claims.get(("ResourceClaim", namespace, name))
+        return found or self._base.resource_claim(namespace, name)
+
+    def resource_claim_template(self, namespace: str, name: str) -> ClaimInfo | None:
+        found = self._claims.get(("ResourceClaimTemplate", namespace, name))
+        return found or self._base.resource_claim_template(namespace, name)
+
+
+def manifest_claims(documents: Iterable[Document]) -> list[ClaimInfo]:
+    claims = []
+    for document in documents:
+        convert = CLAIM_KINDS.get(str(document.obj.get("kind")))
+        if convert is not None:
+            obj = copy.deepcopy(document.obj)
+            meta = obj.setdefault("metadata", {}) or {}
+            meta.setdefault("namespace", "default")
+            claims.append(convert(obj))
+    return claims
+
+
+async def live_state(kubeconfig: Path, config: Config) -> tuple[ClusterState, Any]:
+    from kubernetes.client import CoreV1Api
+
+    from gpu_admission.cluster.informers import InformerClusterView
+    from gpu_admission.cluster.kube import api_client
+
+    client = api_client(kubeconfig)
+    view = InformerClusterView(client, config)
+    view.start()
+    for informer in view.informers:
+        if not await asyncio.to_thread(informer.wait_synced, LIVE_SYNC_TIMEOUT_SECONDS):
+            view.stop()
+            raise UsageError(f"could not read {informer.name} from the cluster: {view.ready()}")
+    namespaces = await asyncio.to_thread(
+        lambda: CoreV1Api(client).list_namespace(label_selector=f"{config.exempt_label}=true")
+    )
+    exempt = {ns.metadata.name for ns in namespaces.items}
+    return ClusterState(view, exempt, resolver=view), view
