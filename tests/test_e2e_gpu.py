@@ -221,6 +221,46 @@ def test_shared_gpu_pod_gets_the_memory_share_of_the_nodes_it_may_run_on(
     }
 
 
+def test_jax_pods_get_exactly_one_fraction_name_and_keep_their_own(
+    admission_cluster_factory: AdmissionClusterFactory,
+) -> None:
+    # Current jaxlib refuses XLA_CLIENT_MEM_FRACTION next to XLA_PYTHON_CLIENT_MEM_FRACTION and
+    # then runs on the CPU: the stored pod must never carry both.
+    cluster = admission_cluster_factory(nodes=SHARED_NODES)
+    jax = {"annotations": {"gpu-admission.io/gpu-app": "jax"}}
+    plain = pod(
+        "jax-plain",
+        container("main", {"nvidia.com/gpu.shared": "1"}),
+        nodeSelector={"gpu-pool": "batch"},
+        metadata=jax,
+    )
+    own = pod(
+        "jax-own",
+        container(
+            "main",
+            {"nvidia.com/gpu.shared": "1"},
+            env=[{"name": "XLA_CLIENT_MEM_FRACTION", "value": ".2"}],
+        ),
+        nodeSelector={"gpu-pool": "batch"},
+        metadata=jax,
+    )
+
+    assert "Warning" not in kubectl_create(cluster, plain)
+    warnings = kubectl_create(cluster, own)
+
+    plain_env = env_values(stored(cluster, "jax-plain"), "main")
+    assert plain_env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.237"
+    assert "XLA_CLIENT_MEM_FRACTION" not in plain_env
+    own_env = env_values(stored(cluster, "jax-own"), "main")
+    assert own_env["XLA_CLIENT_MEM_FRACTION"] == ".2"
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in own_env
+    assert own_env["GPU_MEMORY_FRACTION"] == "0.237"
+    assert (
+        'container "main": kept your XLA_CLIENT_MEM_FRACTION (computed 0.237); '
+        "no XLA_PYTHON_CLIENT_MEM_FRACTION added" in warnings
+    )
+
+
 def test_nodes_added_after_start_reach_the_service_through_its_informer(
     admission_cluster: AdmissionCluster,
 ) -> None:
