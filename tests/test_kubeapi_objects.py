@@ -222,7 +222,8 @@ def test_status_subresource_isolation(kube_client: client.ApiClient) -> None:
         {"metadata": {"labels": {"x": "y"}}, "status": {"phase": "Bound"}},
     )
     assert main.status.phase == "Pending" and main.metadata.labels == {"x": "y"}
-    # ...and a status write changes only status.
+    # ...and a status write cannot touch the spec. The PVC status strategy resets only the spec
+    # (persistentvolumeclaimStatusStrategy.PrepareForUpdate), so its metadata may change.
     condition = {"type": "Loading", "status": "True", "reason": "Loading", "message": "copying"}
     updated = core.patch_namespaced_persistent_volume_claim_status(
         "data",
@@ -233,7 +234,7 @@ def test_status_subresource_isolation(kube_client: client.ApiClient) -> None:
             "status": {"conditions": [condition]},
         },
     )
-    assert updated.metadata.labels == {"x": "y"} and updated.spec.volume_name is None
+    assert updated.metadata.labels == {"x": "z"} and updated.spec.volume_name is None
     assert updated.status.phase == "Pending"
     assert updated.status.conditions[0].type == "Loading"
     assert updated.metadata.finalizers == ["kubernetes.io/pvc-protection"]
@@ -266,3 +267,31 @@ def test_finalizers_hold_deletion_until_removed(kube_client: client.ApiClient) -
     with pytest.raises(ApiException) as gone:
         core.read_namespaced_config_map("held", "default")
     assert gone.value.status == 404
+
+
+def test_status_writes_keep_metadata_as_each_kinds_strategy_does(kube_client) -> None:
+    core = client.CoreV1Api(kube_client)
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u-1"}
+    core.create_namespaced_pod(
+        "default", {**_pod("p"), "metadata": {"name": "p", "ownerReferences": [owner]}}
+    )
+    pod = core.patch_namespaced_pod_status(
+        "p",
+        "default",
+        {
+            "metadata": {"labels": {"seen": "yes"}, "ownerReferences": None},
+            "status": {"phase": "Running"},
+        },
+    )
+    # podStatusStrategy keeps ownerReferences (old kubelets corrupted them) but not labels.
+    assert pod.metadata.labels == {"seen": "yes"}
+    assert [o.uid for o in pod.metadata.owner_references] == ["u-1"]
+    dra = client.ResourceV1Api(kube_client)
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    dra.create_namespaced_resource_claim(
+        "default", {"metadata": {"name": "c"}, "spec": {"devices": {"requests": [request]}}}
+    )
+    claim = dra.patch_namespaced_resource_claim_status(
+        "c", "default", {"metadata": {"labels": {"x": "y"}}, "status": {}}
+    )
+    assert claim.metadata.labels is None  # ResetObjectMetaForStatus

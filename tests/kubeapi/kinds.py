@@ -292,6 +292,15 @@ _STATUS_METADATA = (
     "deletionTimestamp",
     "generation",
 )
+# What a kind's status strategy keeps from the stored object's metadata (its PrepareForUpdate).
+_STATUS_RESETS: dict[str, tuple[str, ...]] = {
+    "Pod": ("ownerReferences", "deletionTimestamp", "generation"),
+    "PersistentVolumeClaim": ("deletionTimestamp", "generation"),
+    "Job": ("deletionTimestamp", "generation"),
+    "Node": ("deletionTimestamp", "generation"),
+    "Namespace": ("deletionTimestamp", "generation"),
+    "ResourceClaim": _STATUS_METADATA,
+}
 
 
 def prepare_update(
@@ -299,13 +308,21 @@ def prepare_update(
 ) -> None:
     """Keep what the endpoint may not change; bump generation on spec changes."""
     if subresource == "status":
-        # ResetObjectMetaForStatus + spec reset: a status write changes status only.
+        # Every status strategy resets the spec. Most core ones (PVC, Pod, Job, Node,
+        # Namespace) keep the writer's metadata, so a status write may change labels and
+        # annotations too; the Pod's keeps ownerReferences and deletionTimestamp. Those that
+        # call ResetObjectMetaForStatus (ResourceClaim here) keep all of it.
         status = new.get("status")
         meta = new.get("metadata", {})
         kept = copy.deepcopy(old)
-        for key, value in meta.items():
-            if key not in _STATUS_METADATA and key not in ("uid", "creationTimestamp"):
-                kept["metadata"][key] = value
+        reset = _STATUS_RESETS.get(resource.kind, ())
+        for key in (*meta, *kept["metadata"]):
+            if key in reset or key in ("uid", "creationTimestamp", "name", "namespace"):
+                continue
+            if key in meta:
+                kept["metadata"][key] = meta[key]
+            else:
+                kept["metadata"].pop(key, None)
         if status is None:
             kept.pop("status", None)
         else:
