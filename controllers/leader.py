@@ -23,8 +23,28 @@ from kubernetes.client import ApiClient, CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
 
 from controllers.api import write
+from gpu_admission.cluster.informer import describe_error
+from gpu_admission.metrics import Metrics
+from gpu_admission.quiet_log import QuietLog
 
 log = logging.getLogger(__name__)
+
+
+def lease_trouble(namespace: str, name: str, error: BaseException) -> str:
+    """One line: what is wrong with taking the Lease, and what to do about it."""
+    where = f"lease {namespace}/{name}"
+    if isinstance(error, ApiException):
+        if error.status == 404:
+            return (
+                f"{where}: namespace {namespace} does not exist; create it, or set "
+                "leader_election.namespace to the namespace the controller runs in"
+            )
+        if error.status == 403:
+            return (
+                f"{where}: {describe_error(error)}; grant get, create and update on leases in "
+                f"namespace {namespace} to the controller's ServiceAccount"
+            )
+    return f"{where}: cannot be read or written: {describe_error(error)}; retrying"
 
 
 def _micro_time(moment: dt.datetime | None = None) -> str:
@@ -45,6 +65,7 @@ class LeaderElector:
         on_started_leading: Callable[[], Awaitable[None]],
         on_stopped_leading: Callable[[], Awaitable[None]],
         clock: Callable[[], float] = time.monotonic,
+        metrics: Metrics | None = None,
     ) -> None:
         self._api = CoordinationV1Api(api_client)
         self.namespace, self.name, self.identity = namespace, name, identity
@@ -59,10 +80,24 @@ class LeaderElector:
         self._leading = False
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._quiet = QuietLog(log)
+        self._trouble: str | None = None
+        registry = metrics or Metrics(process_metrics=False)
+        self._leader_gauge = registry.gauge(
+            "leader", "1 while this replica holds the controller's Lease, else 0"
+        )
+        self._failures = registry.counter(
+            "leader_election_failures",
+            "Lease reads or writes that failed (see /readyz or the logs for why)",
+        )
 
     @property
     def is_leader(self) -> bool:
         return self._leading
+
+    def trouble(self) -> list[str]:
+        """Why this replica cannot take part in the election right now, for /readyz."""
+        return [self._trouble] if self._trouble else []
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"leader-election-{self.name}")
@@ -81,6 +116,7 @@ class LeaderElector:
         while not self._stopping.is_set():
             if await self._attempt():
                 self._leading = True
+                self._leader_gauge.set(1)
                 log.info(
                     "%s: became leader of lease %s/%s", self.identity, self.namespace, self.name
                 )
@@ -112,6 +148,7 @@ class LeaderElector:
         if not self._leading:
             return
         self._leading = False
+        self._leader_gauge.set(0)
         try:
             await self._on_stopped()
         except Exception:
@@ -123,10 +160,16 @@ class LeaderElector:
 
     async def _attempt(self) -> bool:
         try:
-            return await asyncio.to_thread(self._try_acquire_or_renew)
+            won = await asyncio.to_thread(self._try_acquire_or_renew)
         except Exception as exc:  # the API being unreachable must not kill the campaign
-            log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+            self._failures.inc()
+            self._trouble = lease_trouble(self.namespace, self.name, exc)
+            self._quiet.failed("lease", self._trouble)  # said once, then at debug level
             return False
+        if self._trouble is not None:
+            self._trouble = None
+            self._quiet.recovered("lease", f"lease {self.namespace}/{self.name}: reachable again")
+        return won
 
     # -- Lease calls (in a thread) ----------------------------------------------------------
 

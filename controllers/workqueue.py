@@ -6,6 +6,9 @@
 - `add_rate_limited` re-adds after a per-key exponential backoff (base * 2^failures, capped);
   `forget` resets the key's failure count after a success.
 - `add_after` re-adds after a delay (e.g. "check again when capacity frees up").
+- With a `shard` function (a key's namespace, say), keys are handed out round-robin across
+  shards: a shard with hundreds of keys (retrying, or a burst) delays another shard's key by at
+  most one of its own, never by all of them.
 
 Producers on other threads (informer handlers) use `add_threadsafe`.
 """
@@ -14,18 +17,30 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 
 class ShutDown(Exception):
     """The queue was shut down; workers should exit."""
 
 
+def _one_shard(key: Hashable) -> Hashable:
+    return None
+
+
 class RateLimitedQueue:
-    def __init__(self, base_delay: float = 0.005, max_delay: float = 300.0) -> None:
+    def __init__(
+        self,
+        base_delay: float = 0.005,
+        max_delay: float = 300.0,
+        shard: Callable[[Hashable], Hashable] = _one_shard,
+    ) -> None:
         self._base = base_delay
         self._max = max_delay
-        self._queue: deque[Hashable] = deque()
+        self._shard = shard
+        self._shards: dict[Hashable, deque[Hashable]] = {}  # shard -> its waiting keys
+        self._turns: deque[Hashable] = deque()  # shards with waiting keys, in serving order
+        self._size = 0
         self._dirty: set[Hashable] = set()
         self._processing: set[Hashable] = set()
         self._failures: dict[Hashable, int] = {}
@@ -42,8 +57,28 @@ class RateLimitedQueue:
         self._dirty.add(key)
         if key in self._processing:
             return  # re-queued by done()
-        self._queue.append(key)
+        self._enqueue(key)
+
+    def _enqueue(self, key: Hashable) -> None:
+        shard = self._shard(key)
+        waiting = self._shards.get(shard)
+        if waiting is None:
+            waiting = self._shards[shard] = deque()
+            self._turns.append(shard)
+        waiting.append(key)
+        self._size += 1
         self._loop.create_task(self._notify())
+
+    def _dequeue(self) -> Hashable:
+        shard = self._turns.popleft()
+        waiting = self._shards[shard]
+        key = waiting.popleft()
+        if waiting:
+            self._turns.append(shard)  # its next key waits for the other shards' turns
+        else:
+            del self._shards[shard]
+        self._size -= 1
+        return key
 
     def add_threadsafe(self, key: Hashable) -> None:
         self._loop.call_soon_threadsafe(self.add, key)
@@ -91,11 +126,11 @@ class RateLimitedQueue:
     async def get(self) -> Hashable:
         """Wait for the next key; raise ShutDown once the queue is shut down and drained."""
         async with self._ready:
-            while not self._queue:
+            while not self._size:
                 if self._shutting_down:
                     raise ShutDown
                 await self._ready.wait()
-            key = self._queue.popleft()
+            key = self._dequeue()
         self._dirty.discard(key)
         self._processing.add(key)
         return key
@@ -103,14 +138,13 @@ class RateLimitedQueue:
     def done(self, key: Hashable) -> None:
         self._processing.discard(key)
         if key in self._dirty:
-            self._queue.append(key)
-            self._loop.create_task(self._notify())
+            self._enqueue(key)
 
     # -- state ------------------------------------------------------------------------------
 
     def __len__(self) -> int:
         """Keys waiting to be processed (not those being processed or waiting on a timer)."""
-        return len(self._queue)
+        return self._size
 
     @property
     def waiting_on_timers(self) -> int:
@@ -122,7 +156,9 @@ class RateLimitedQueue:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        self._queue.clear()
+        self._shards.clear()
+        self._turns.clear()
+        self._size = 0
         self._dirty.clear()
         async with self._ready:
             self._ready.notify_all()

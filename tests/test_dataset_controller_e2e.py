@@ -121,7 +121,11 @@ async def start(
 
 
 def create_pvc(
-    core: client.CoreV1Api, name: str, source: str, credentials: str | None = None
+    core: client.CoreV1Api,
+    name: str,
+    source: str,
+    credentials: str | None = None,
+    namespace: str = NS,
 ) -> dict[str, Any]:
     annotations = {f"{PREFIX}data-source": source}
     if credentials:
@@ -134,7 +138,9 @@ def create_pvc(
         },
         "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
     }
-    response = core.create_namespaced_persistent_volume_claim(NS, body, _preload_content=False)
+    response = core.create_namespaced_persistent_volume_claim(
+        namespace, body, _preload_content=False
+    )
     return json.loads(response.data)
 
 
@@ -244,7 +250,14 @@ async def test_s3_and_gcs_loads_succeed_and_release_gated_pods(
             ),
         ]
     )
-    reasons = [e["reason"] for e in events_for(core, "imagenet")]
+    reasons = await eventually(  # the Event follows the status write
+        lambda: (
+            (r := [e["reason"] for e in events_for(core, "imagenet")])
+            and "LoadSucceeded" in r
+            and r
+        ),
+        what="the LoadSucceeded event",
+    )
     assert reasons.count("LoadStarted") == 1 and reasons.count("LoadSucceeded") == 1
     assert all(e["source"]["component"] == "gpu-admission" for e in events_for(core, "imagenet"))
 
@@ -297,7 +310,11 @@ async def test_private_bucket_with_keys_succeeds_and_wrong_keys_fail_without_end
         assert condition["reason"] == "Failed"
         assert "rejected the credentials" in condition["message"]
         assert "not-the-secret" not in json.dumps(pvc)
-        failed = [e for e in events_for(core, "wrong") if e["reason"] == "LoadFailed"]
+        # The Event follows the status write that the phase came with.
+        failed = await eventually(
+            lambda: [e for e in events_for(core, "wrong") if e["reason"] == "LoadFailed"],
+            what="the LoadFailed event",
+        )
         assert len(failed) == 1 and failed[0]["type"] == "Warning"
 
         # The Job's backoffLimit (1) bounds the attempts; no new Job follows.

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import jsonpatch
-
-from controllers.dataset.controller import summary_from_pods
 from controllers.dataset.decide import decide
 from controllers.dataset.jobspec import build_loader_job
-from controllers.dataset.records import JobRecord, PvcRecord, job_record, pvc_record
-from controllers.dataset.status import condition_patch, loading_condition, merged_conditions
+from controllers.dataset.records import (
+    JOB_NAME_LABEL,
+    Condition,
+    JobRecord,
+    LoaderPod,
+    PvcRecord,
+    job_record,
+    loader_pod,
+    pvc_record,
+)
+from controllers.dataset.status import status_patch
+from controllers.dataset.summary import summary_from_pods
 from gpu_admission.config import Config
 from gpu_admission.datasource import loader_job_name, parse_data_source
 
@@ -83,45 +90,55 @@ def test_invalid_source_fails_without_a_job() -> None:
     assert plan.phase == "Failed" and not plan.create_job and "lowercase" in plan.message
 
 
-def test_condition_patch_keeps_other_conditions_and_sets_transition_time() -> None:
-    pvc = {
-        "metadata": {"resourceVersion": "7"},
-        "status": {"conditions": [{"type": "Resizing", "status": "True"}]},
+def test_one_status_write_carries_the_condition_and_the_annotations() -> None:
+    patch = status_patch(NAMES, PVC, "Loading", "Loading", "copying", PVC.current_job, None, "T1")
+    assert patch == {
+        "metadata": {
+            "uid": PVC.uid,  # a precondition: never written onto a re-created PVC
+            "annotations": {
+                NAMES.data_load_phase: "Loading",
+                NAMES.data_load_job: PVC.current_job,
+                NAMES.data_load_bytes: None,
+                NAMES.data_load_files: None,
+                NAMES.data_load_duration: None,
+            },
+        },
+        "status": {
+            "conditions": [
+                {
+                    "type": "Loading",
+                    "status": "True",
+                    "reason": "Loading",
+                    "message": "copying",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": "T1",
+                }
+            ]
+        },
     }
-    wanted = loading_condition("Loading", "Loading", "copying")
-    ops = condition_patch(pvc, wanted, "2026-01-01T00:00:00Z")
-    assert ops is not None and ops[0] == {
-        "op": "test",
-        "path": "/metadata/resourceVersion",
-        "value": "7",
-    }
-    patched = jsonpatch.apply_patch(pvc, ops)
-    assert [c["type"] for c in patched["status"]["conditions"]] == ["Resizing", "Loading"]
-    assert patched["status"]["conditions"][1]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
-    # Same condition again: nothing to write. New message, same status: time kept.
-    assert condition_patch(patched, wanted, "2026-01-02T00:00:00Z") is None
-    again = merged_conditions(
-        patched["status"]["conditions"], loading_condition("Loading", "Loading", "more"), "T2"
+
+
+def test_status_write_keeps_the_transition_time_and_skips_what_is_already_there() -> None:
+    loading = replace(
+        PVC,
+        phase="Loading",
+        job=PVC.current_job,
+        condition=Condition("True", "Loading", "copying", "T1"),
     )
-    assert again is not None and again[1]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
-    done = merged_conditions(again, loading_condition("Succeeded", "Succeeded", "ok"), "T3")
-    assert done is not None and done[1]["status"] == "False"
-    assert done[1]["lastTransitionTime"] == "T3"
-
-
-def test_null_transition_time_from_another_writer_is_filled_in() -> None:
-    current = [
-        {
-            "type": "Loading",
-            "status": "True",
-            "reason": "Loading",
-            "message": "copying",
-            "lastProbeTime": None,
-            "lastTransitionTime": None,
-        }
-    ]
-    result = merged_conditions(current, loading_condition("Loading", "Loading", "copying"), "T")
-    assert result is not None and result[0]["lastTransitionTime"] == "T"
+    job = PVC.current_job
+    assert status_patch(NAMES, loading, "Loading", "Loading", "copying", job, None, "T2") is None
+    moved = status_patch(NAMES, loading, "Loading", "Loading", "more", job, None, "T2")
+    assert moved is not None
+    assert moved["status"]["conditions"][0]["lastTransitionTime"] == "T1"
+    done = status_patch(NAMES, loading, "Succeeded", "Succeeded", "ok", job, {"files": 3}, "T3")
+    assert done is not None
+    assert done["status"]["conditions"][0]["lastTransitionTime"] == "T3"
+    assert done["status"]["conditions"][0]["status"] == "False"
+    assert done["metadata"]["annotations"][NAMES.data_load_files] == "3"
+    # A condition another writer left without a transition time gets one.
+    untimed = replace(loading, condition=Condition("True", "Loading", "copying", ""))
+    filled = status_patch(NAMES, untimed, "Loading", "Loading", "copying", job, None, "T4")
+    assert filled is not None and filled["status"]["conditions"][0]["lastTransitionTime"] == "T4"
 
 
 def test_job_spec_s3_with_credentials_by_reference() -> None:
@@ -208,8 +225,9 @@ def test_pvc_record_only_for_dataset_pvcs() -> None:
 
 
 def test_summary_from_the_last_attempt_and_deadline_cause() -> None:
-    def pod(finished: str, code: int, message: str) -> dict:
-        return {
+    def pod(finished: str, code: int, message: str) -> LoaderPod:
+        obj = {
+            "metadata": {"name": finished, "namespace": "ml", "labels": {JOB_NAME_LABEL: "j"}},
             "status": {
                 "containerStatuses": [
                     {
@@ -222,8 +240,11 @@ def test_summary_from_the_last_attempt_and_deadline_cause() -> None:
                         }
                     }
                 ]
-            }
+            },
         }
+        record = loader_pod(obj)
+        assert record is not None and record.job == "j"
+        return record
 
     pods = [pod("T2", 1, '{"cause": "second"}'), pod("T1", 1, '{"cause": "first"}')]
     assert summary_from_pods(pods, job(failed_for_good=True), 60)["cause"] == "second"

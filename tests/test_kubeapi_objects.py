@@ -295,3 +295,17 @@ def test_status_writes_keep_metadata_as_each_kinds_strategy_does(kube_client) ->
         "c", "default", {"metadata": {"labels": {"x": "y"}}, "status": {}}
     )
     assert claim.metadata.labels is None  # ResetObjectMetaForStatus
+
+
+def test_a_uid_in_a_patch_is_a_precondition(kube_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(kube_client)
+    made = core.create_namespaced_config_map("default", {"metadata": {"name": "cm"}})
+    core.patch_namespaced_config_map("cm", "default", {"metadata": {"uid": made.metadata.uid}})
+    with pytest.raises(ApiException) as err:
+        core.patch_namespaced_config_map("cm", "default", {"metadata": {"uid": "someone-else"}})
+    status = _status(err.value)
+    assert err.value.status == 409 and status["reason"] == "Conflict"
+    assert status["message"].endswith(
+        f"Precondition failed: UID in precondition: someone-else, UID in object meta: "
+        f"{made.metadata.uid}"
+    )

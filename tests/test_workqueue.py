@@ -111,3 +111,18 @@ async def test_many_workers_never_share_a_key() -> None:
     await queue.shutdown()
     await asyncio.wait_for(asyncio.gather(*workers), TIMEOUT)
     assert set(seen) == set(range(10))
+
+
+async def test_shards_take_turns_so_a_crowded_namespace_cannot_starve_another() -> None:
+    queue = RateLimitedQueue(shard=lambda key: key[0])
+    for i in range(100):
+        queue.add(("crowded", i))
+    queue.add(("quiet", 0))
+    first, second = await queue.get(), await queue.get()
+    assert first == ("crowded", 0) and second == ("quiet", 0)
+    assert len(queue) == 99
+    queue.done(first)
+    queue.done(second)
+    queue.add(("quiet", 1))  # arrives late, still served before most of the crowd
+    order = [await queue.get() for _ in range(3)]
+    assert ("quiet", 1) in order

@@ -91,4 +91,9 @@ def decide(
         return Plan(phase=PHASE_FAILED, reason=PHASE_FAILED, finished_job=job)
     if job.started:
         return Plan(phase=PHASE_LOADING, reason=PHASE_LOADING, message=f"copying {pvc.source}")
-    return Plan(phase=PHASE_PENDING, reason=PHASE_PENDING, message=f"loader Job {job.name} pending")
+    # Created, not started yet: the same words as when it was created, so nothing is rewritten.
+    return Plan(
+        phase=PHASE_PENDING,
+        reason=REASON_JOB_CREATED,
+        message=f"loader Job {current_name} created",
+    )

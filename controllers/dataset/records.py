@@ -7,9 +7,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_admission.datasource import loader_job_name
-from gpu_admission.names import PHASE_SUCCEEDED, Names
+from gpu_admission.names import LOADING_CONDITION, PHASE_SUCCEEDED, Names
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """The PVC's `Loading` condition as last seen: what the next status write compares with."""
+
+    status: str
+    reason: str
+    message: str
+    last_transition: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +33,7 @@ class PvcRecord:
     phase: str | None  # the data-load-phase annotation
     job: str | None  # the data-load-job annotation: which load the phase is about
     deleting: bool = False
+    condition: Condition | None = None
 
     @property
     def key(self) -> str:
@@ -96,7 +107,20 @@ def pvc_record(obj: Mapping[str, Any], names: Names) -> PvcRecord | None:
         phase=annotations.get(names.data_load_phase),
         job=annotations.get(names.data_load_job),
         deleting=bool(meta.get("deletionTimestamp")),
+        condition=_loading_condition(obj.get("status") or {}),
     )
+
+
+def _loading_condition(status: Mapping[str, Any]) -> Condition | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == LOADING_CONDITION:
+            return Condition(
+                str(condition.get("status") or ""),
+                str(condition.get("reason") or ""),
+                str(condition.get("message") or ""),
+                str(condition.get("lastTransitionTime") or ""),
+            )
+    return None
 
 
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
@@ -146,4 +170,42 @@ def waiting_pod(obj: Mapping[str, Any]) -> WaitingPod:
         uid=meta.get("uid", ""),
         claims=claims,
         gates=tuple(g.get("name", "") for g in spec.get("schedulingGates") or []),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LoaderPod:
+    """A loader Job's pod, as far as its outcome goes: the loader's summary is its
+    termination message."""
+
+    namespace: str
+    name: str
+    job: str
+    exit_code: int | None  # None while it runs
+    finished_at: str
+    message: str
+
+    @property
+    def job_key(self) -> str:
+        return f"{self.namespace}/{self.job}"
+
+
+def loader_pod(obj: Mapping[str, Any]) -> LoaderPod | None:
+    meta = _meta(obj)
+    job = (meta.get("labels") or {}).get(JOB_NAME_LABEL)
+    if not job:
+        return None
+    terminated: Mapping[str, Any] = {}
+    for status in (obj.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        if terminated:
+            break
+    exit_code = terminated.get("exitCode")
+    return LoaderPod(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        job=job,
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        finished_at=str(terminated.get("finishedAt") or ""),
+        message=str(terminated.get("message") or ""),
     )

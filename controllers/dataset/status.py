@@ -1,9 +1,13 @@
-"""The state a load leaves on its PVC: annotations and the `Loading` condition. Pure builders.
+"""The state a load leaves on its PVC, written in one PATCH of the status subresource. Pure.
 
-The condition is written through the status subresource with a JSON Patch that first tests the
-resourceVersion it was computed from, so a concurrent writer's conditions are never lost (a
-failed test means: read again and retry). lastTransitionTime changes only when the status does;
-the API server does not fill it in.
+The PVC status strategy resets only the spec (kube-apiserver's
+persistentvolumeclaimStatusStrategy.PrepareForUpdate), so one write to `persistentvolumeclaims/
+status` carries both the `Loading` condition and the phase annotations. It is a strategic merge
+patch: PVC conditions merge by `type`, so conditions other writers own are never touched, and no
+read comes first. The patch names the PVC's uid, which the API server treats as a precondition: a
+PVC deleted and re-created under the same name is never given the old one's state.
+lastTransitionTime changes only when the condition's status does (the API server does not fill it
+in); the last one seen comes from the informer.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from controllers.dataset.records import PvcRecord
 from gpu_admission.names import LOADING_CONDITION, PHASE_FAILED, PHASE_SUCCEEDED, Names
 
 
@@ -19,19 +24,19 @@ def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def annotation_patch(
+def annotations(
     names: Names, phase: str, job: str, summary: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    """A merge patch for the phase annotations; figures are cleared when not known."""
+) -> dict[str, str | None]:
+    """The phase annotations; figures are cleared (None) when not known."""
     summary = summary or {}
     figures = {
         names.data_load_bytes: summary.get("bytes"),
         names.data_load_files: summary.get("files"),
         names.data_load_duration: summary.get("durationSeconds"),
     }
-    annotations: dict[str, Any] = {names.data_load_phase: phase, names.data_load_job: job}
-    annotations.update({k: None if v is None else str(v) for k, v in figures.items()})
-    return {"metadata": {"annotations": annotations}}
+    values: dict[str, str | None] = {names.data_load_phase: phase, names.data_load_job: job}
+    values.update({k: None if v is None else str(v) for k, v in figures.items()})
+    return values
 
 
 def loading_condition(phase: str, reason: str, message: str) -> dict[str, Any]:
@@ -44,42 +49,31 @@ def loading_condition(phase: str, reason: str, message: str) -> dict[str, Any]:
     }
 
 
-def merged_conditions(
-    current: list[Mapping[str, Any]] | None, wanted: Mapping[str, Any], now: str
-) -> list[dict[str, Any]] | None:
-    """Conditions with ours set to `wanted`, others untouched; None if nothing changes."""
-    conditions = [dict(c) for c in current or []]
-    for i, condition in enumerate(conditions):
-        if condition.get("type") != wanted["type"]:
-            continue
-        same = all(condition.get(k) == wanted[k] for k in ("status", "reason", "message"))
-        if same and condition.get("lastTransitionTime"):
-            return None
-        changed = condition.get("status") != wanted["status"]
-        transition = condition.get("lastTransitionTime")
-        conditions[i] = {
-            **wanted,
-            "lastProbeTime": None,
-            "lastTransitionTime": now if changed or not transition else transition,
-        }
-        return conditions
-    return [*conditions, {**wanted, "lastProbeTime": None, "lastTransitionTime": now}]
-
-
-def condition_patch(
-    obj: Mapping[str, Any], wanted: Mapping[str, Any], now: str
-) -> list[dict[str, Any]] | None:
-    """JSON Patch for the status subresource, guarded by the object's resourceVersion."""
-    status = obj.get("status") or {}
-    conditions = merged_conditions(status.get("conditions"), wanted, now)
-    if conditions is None:
+def status_patch(
+    names: Names,
+    pvc: PvcRecord,
+    phase: str,
+    reason: str,
+    message: str,
+    job: str,
+    summary: Mapping[str, Any] | None,
+    now: str,
+) -> dict[str, Any] | None:
+    """The strategic merge patch for `pvc`'s status subresource; None when the PVC already
+    shows all of it."""
+    wanted = loading_condition(phase, reason, message)
+    current = pvc.condition
+    same_condition = current is not None and (
+        (current.status, current.reason, current.message)
+        == (wanted["status"], wanted["reason"], wanted["message"])
+        and bool(current.last_transition)
+    )
+    if same_condition and pvc.phase == phase and pvc.job == job:
         return None
-    version = (obj.get("metadata") or {}).get("resourceVersion")
-    ops: list[dict[str, Any]] = [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": version}
-    ]
-    if "status" not in obj or obj.get("status") is None:
-        ops.append({"op": "add", "path": "/status", "value": {"conditions": conditions}})
-    else:
-        ops.append({"op": "add", "path": "/status/conditions", "value": conditions})
-    return ops
+    keep_transition = current is not None and current.status == wanted["status"]
+    transition = current.last_transition if keep_transition and current else ""
+    condition = {**wanted, "lastProbeTime": None, "lastTransitionTime": transition or now}
+    return {
+        "metadata": {"uid": pvc.uid, "annotations": annotations(names, phase, job, summary)},
+        "status": {"conditions": [condition]},
+    }

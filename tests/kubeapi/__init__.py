@@ -24,6 +24,8 @@ The server object:
   no generated name, Pods with ``status: {}``), registry preparation, built-in validation,
   ``validate``, storage. Warnings become ``Warning: 299 - "..."`` headers; a ``StatusError``
   rejects the request.
+* ``server.pause_gc(paused=True)``: hold the garbage collector and namespace finalization, as a
+  slow kube-controller-manager would (a terminating namespace keeps its objects meanwhile).
 * ``server.unserved_groups``: API groups to answer 404 for, as a cluster without them does
   (``{"resource.k8s.io"}`` is a cluster before Dynamic Resource Allocation).
 * ``server.get_object(resource, namespace, name)`` and ``server.list_objects(resource,

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from . import discovery, kinds
 from .admission_types import AdmissionAttributes, AdmissionHook
-from .errors import StatusError, already_exists, bad_request, conflict, not_found
+from .errors import StatusError, already_exists, bad_request, conflict, not_found, qualified
 from .faults import Faults
 from .patch import apply_patch
 from .resources import RESOURCES, Resource, by_plural, lookup
@@ -82,6 +82,7 @@ class KubeAPIServer:
         self._loop_thread: int | None = None
         self._ca_pem = ca_pem
         self._gc_wakeup: asyncio.Event | None = None
+        self._gc_paused = False
         self._gc_task: asyncio.Task[None] | None = None
         self._watch_tasks: set[asyncio.Task[Any]] = set()
         self.app = web.Application(middlewares=[self._middleware], client_max_size=16 * 2**20)
@@ -160,8 +161,20 @@ class KubeAPIServer:
         return obj
 
     def _wake_gc(self) -> None:
-        if self._gc_wakeup is not None:
+        if self._gc_wakeup is not None and not self._gc_paused:
             self._gc_wakeup.set()
+
+    def pause_gc(self, paused: bool = True) -> None:
+        """Hold the garbage collector and the namespace controller (as when
+        kube-controller-manager is slow or down): deletions that wait on them stay pending.
+        Safe from any thread."""
+
+        def apply() -> None:
+            self._gc_paused = paused
+            if not paused:
+                self._wake_gc()
+
+        self.call_in_loop(apply)
 
     # ================================================================= admission
     def _attributes(
@@ -373,6 +386,22 @@ class KubeAPIServer:
         requested_rv = meta.get("resourceVersion")
         if requested_rv and requested_rv != old["metadata"]["resourceVersion"]:
             raise conflict(r.plural, r.group, name)
+        # A uid in the written object is a precondition (defaultUpdatedObjectInfo.Preconditions):
+        # a write meant for an object since deleted and re-created under the name fails.
+        requested_uid = meta.get("uid")
+        if requested_uid and requested_uid != old["metadata"]["uid"]:
+            raise StatusError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {qualified(r.plural, r.group)} "{name}": '
+                f"StorageError: invalid object, Code: 4, Key: /registry/{r.plural}/"
+                f"{namespace + '/' if namespace else ''}{name}, ResourceVersion: 0, "
+                f"AdditionalErrorMsg: Precondition failed: UID in precondition: {requested_uid}, "
+                f"UID in object meta: {old['metadata']['uid']}",
+                {"name": name, "group": r.group, "kind": r.plural}
+                if r.group
+                else {"name": name, "kind": r.plural},
+            )
         for field in (
             "name",
             "uid",

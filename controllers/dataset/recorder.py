@@ -1,0 +1,111 @@
+"""Writing a load's state to its PVC: one status write per change, and on a finished load its
+summary (from the loader pods informer), metrics and an Event."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from controllers.dataset.decide import Plan
+from controllers.dataset.metrics import DatasetMetrics
+from controllers.dataset.records import JOB_NAME_LABEL, JobRecord, LoaderPod, PvcRecord, loader_pod
+from controllers.dataset.status import now_rfc3339, status_patch
+from controllers.dataset.summary import success_message, summary_from_pods
+from controllers.dataset.writes import ApiWriter
+from gpu_admission.cluster.informer import Informer
+from gpu_admission.names import PHASE_FAILED, PHASE_SUCCEEDED, Names
+
+# The finished loader pod's event races the Job's (two watches): wait this many passes, this
+# far apart, before settling it with a LIST.
+SUMMARY_WAITS, SUMMARY_WAIT_SECONDS = 10, 0.5
+
+
+def pvc_ref(pvc: PvcRecord) -> dict[str, str]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "namespace": pvc.namespace,
+        "name": pvc.name,
+        "uid": pvc.uid,
+    }
+
+
+class LoadRecorder:
+    def __init__(
+        self,
+        api: ApiWriter,
+        names: Names,
+        metrics: DatasetMetrics,
+        loader_pods: Informer[LoaderPod],
+        deadline_seconds: int,
+        retry_later: Callable[[PvcRecord, float], None],
+    ) -> None:
+        self.api, self.names, self.metrics = api, names, metrics
+        self.loader_pods = loader_pods
+        self._deadline = deadline_seconds
+        self._retry_later = retry_later
+        self._summary_waits: dict[str, int] = {}  # job key -> passes without its pod's outcome
+
+    async def record(self, pvc: PvcRecord, plan: Plan) -> None:
+        """One status write (condition and annotations) when anything changes; on a finished
+        load, metrics and an Event."""
+        assert plan.phase is not None
+        job_name = pvc.current_job
+        finished = pvc.phase != plan.phase or pvc.job != job_name
+        summary = None
+        if plan.finished_job is not None and finished:
+            summary = await self._summary(plan.finished_job)
+            if summary is None:  # the loader pod's outcome has not reached the cache yet
+                self._retry_later(pvc, SUMMARY_WAIT_SECONDS)
+                return
+        message = plan.message
+        if plan.phase == PHASE_SUCCEEDED and summary is not None:
+            message = success_message(pvc.source, summary)
+        elif plan.phase == PHASE_FAILED and plan.finished_job is not None and summary is not None:
+            message = f"loading {pvc.source} failed: {summary.get('cause', '')}"
+        elif plan.phase in (PHASE_SUCCEEDED, PHASE_FAILED) and pvc.condition is not None:
+            message = pvc.condition.message  # already recorded; keep its words
+        patch = status_patch(
+            self.names, pvc, plan.phase, plan.reason, message, job_name, summary, now_rfc3339()
+        )
+        if patch is None:
+            return
+        if not await self.api.patch_pvc_status(pvc.namespace, pvc.name, patch):
+            return  # gone, or re-created: its own events will come
+        if not finished:
+            return
+        if plan.phase == PHASE_SUCCEEDED:
+            self.metrics.loads_succeeded.inc()
+            self._observe(summary)
+            await self.api.event(pvc_ref(pvc), "Normal", "LoadSucceeded", message)
+        elif plan.phase == PHASE_FAILED:
+            self.metrics.loads_failed.inc()
+            await self.api.event(pvc_ref(pvc), "Warning", "LoadFailed", message)
+
+    def _observe(self, summary: Mapping[str, Any] | None) -> None:
+        if not summary:
+            return
+        if isinstance(summary.get("durationSeconds"), int | float):
+            self.metrics.load_duration.observe(summary["durationSeconds"])
+        if isinstance(summary.get("bytes"), int):
+            self.metrics.bytes_copied.inc(summary["bytes"])
+
+    async def _summary(self, job: JobRecord) -> dict[str, Any] | None:
+        """The loader's summary, from the loader pods informer. Without the finished pod's
+        outcome there, None: the pod's own event (or a short timer) brings the PVC back; after
+        SUMMARY_WAITS such passes, one LIST settles it."""
+        key = f"{job.namespace}/{job.name}"
+        pods = [
+            p
+            for p in self.loader_pods.values()
+            if p.namespace == job.namespace and p.job == job.name
+        ]
+        if not any(p.exit_code is not None for p in pods):
+            waits = self._summary_waits.get(key, 0)
+            if waits < SUMMARY_WAITS:
+                self._summary_waits[key] = waits + 1
+                return None
+            found = await self.api.list_job_pods(job.namespace, job.name, JOB_NAME_LABEL)
+            pods = [p for obj in found if (p := loader_pod(obj)) is not None]
+        self._summary_waits.pop(key, None)
+        return summary_from_pods(pods, job, self._deadline)

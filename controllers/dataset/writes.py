@@ -1,0 +1,152 @@
+"""The dataset controller's calls to the Kubernetes API, and what their failures mean.
+
+Calls run on the controller's own bounded thread pool (one thread per reconcile worker, as many
+pooled connections), so a burst is written in parallel without opening a connection per call.
+Each write reads its answer to the end (`controllers.api.write`) so the connection goes back to
+the pool. A write refused because its namespace is being deleted raises NamespaceTerminating:
+that work is dropped, not retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+from controllers.api import write
+from controllers.dataset.status import now_rfc3339
+from gpu_admission.cluster.informer import describe_error
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "gpu-admission"
+
+
+class NamespaceTerminating(Exception):
+    """The namespace is being deleted: nothing can be created in it any more."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(f"namespace {namespace} is being deleted")
+        self.namespace = namespace
+
+
+def _terminating(exc: ApiException) -> bool:
+    if exc.status != 403:
+        return False
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        body = json.loads(exc.body or "{}")
+        causes = (body.get("details") or {}).get("causes") or []
+        return any(c.get("reason") == "NamespaceTerminating" for c in causes)
+    return False
+
+
+class ApiWriter:
+    def __init__(self, api_client: ApiClient, identity: str, threads: int) -> None:
+        self.core = CoreV1Api(api_client)
+        self.batch = BatchV1Api(api_client)
+        self.identity = identity
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dataset-api")
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _run(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(call, *args, **kwargs))
+
+    async def _write(self, namespace: str, call: Callable[..., Any], *args: Any) -> None:
+        try:
+            await self._run(write, call, *args)
+        except ApiException as exc:
+            if _terminating(exc):
+                raise NamespaceTerminating(namespace) from None
+            raise
+
+    async def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
+        """False when the Job exists already (made by an earlier pass: adopt it)."""
+        try:
+            await self._write(namespace, self.batch.create_namespaced_job, namespace, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        body = {"propagationPolicy": "Foreground"}
+        try:
+            await self._run(write, self.batch.delete_namespaced_job, name, namespace, body=body)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def patch_pvc_status(self, namespace: str, name: str, body: dict[str, Any]) -> bool:
+        """False when the PVC is gone, or is another one under the same name (uid mismatch)."""
+        call = self.core.patch_namespaced_persistent_volume_claim_status
+        try:
+            await self._write(namespace, call, name, namespace, body)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
+    async def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> bool:
+        """False when the pod is gone (404) or the patch's test failed (422: stale view)."""
+        try:
+            await self._write(namespace, self.core.patch_namespaced_pod, name, namespace, ops)
+        except ApiException as exc:
+            if exc.status in (404, 422):
+                return False
+            raise
+        return True
+
+    async def list_job_pods(self, namespace: str, job: str, label: str) -> list[dict[str, Any]]:
+        response = await self._run(
+            self.core.list_namespaced_pod,
+            namespace,
+            label_selector=f"{label}={job}",
+            _preload_content=False,
+        )
+        return json.loads(response.data).get("items") or []  # type: ignore[no-any-return]
+
+    async def event(self, ref: dict[str, str], kind: str, reason: str, message: str) -> None:
+        """A core/v1 Event; failing to record one never fails the reconcile."""
+        now = now_rfc3339()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{ref['name']}.{uuid.uuid4().hex[:16]}",
+                "namespace": ref["namespace"],
+            },
+            "involvedObject": ref,
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.identity,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self._run(write, self.core.create_namespaced_event, ref["namespace"], body)
+        except ApiException as exc:
+            log.info(
+                "no event %s on %s/%s: %s",
+                reason,
+                ref["namespace"],
+                ref["name"],
+                describe_error(exc),
+            )
