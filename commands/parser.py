@@ -16,10 +16,11 @@ from typing import Any
 
 from certs.cli import add_certs_parser
 from certs.pem import CertificateError
+from commands.controller import run_controller
 from commands.load import add_load_parser
 from commands.review import add_review_parser
 from commands.serve import serve
-from gpu_admission.cluster.kube import ClusterConfigError
+from gpu_admission.cluster.kube import ClusterConfigError, api_client
 from gpu_admission.config import Config, ConfigError, load_config
 from gpu_admission.logging_setup import LOG_FORMATS, LOG_LEVELS, setup_logging
 
@@ -38,36 +39,53 @@ def _port(text: str) -> int:
     return value
 
 
-def add_serve_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "serve",
-        help="run the admission webhooks and the dataset controller",
-        description="Serve the admission webhooks over HTTPS and metrics over HTTP. Flags "
-        "override the config file, which overrides the defaults. With an empty --cert-dir a "
-        "CA and serving certificate are issued there.",
-    )
+def _common_flags(parser: argparse.ArgumentParser, offline: str) -> None:
     parser.add_argument("--config", type=Path, metavar="FILE", help="YAML config file")
     parser.add_argument(
         "--kubeconfig",
         type=Path,
         metavar="FILE",
-        help="kubeconfig to reach the cluster (default: the pod's in-cluster ServiceAccount; "
-        "with neither, run offline without cluster caches)",
+        help=f"kubeconfig to reach the cluster (default: the pod's in-cluster ServiceAccount; "
+        f"{offline})",
     )
     parser.add_argument("--host", metavar="H", help="address to listen on (default 0.0.0.0)")
-    parser.add_argument("--port", type=_port, metavar="PORT", help="HTTPS port (default 8443)")
     parser.add_argument(
         "--metrics-port",
         type=_port,
         metavar="PORT",
         help="plain-HTTP metrics port (default 9090; 0 turns the metrics listener off)",
     )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, help="default: info")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, help="default: json")
+
+
+def add_serve_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the admission webhooks",
+        description="Serve the admission webhooks over HTTPS and metrics over HTTP. Flags "
+        "override the config file, which overrides the defaults. With an empty --cert-dir a "
+        "CA and serving certificate are issued there. The dataset controller runs apart: "
+        "`gpu-admission controller`.",
+    )
+    _common_flags(parser, "with neither, run offline without cluster caches")
+    parser.add_argument("--port", type=_port, metavar="PORT", help="HTTPS port (default 8443)")
     parser.add_argument(
         "--cert-dir", type=Path, metavar="DIR", help="directory of ca.crt, tls.crt and tls.key"
     )
-    parser.add_argument("--log-level", choices=LOG_LEVELS, help="default: info")
-    parser.add_argument("--log-format", choices=LOG_FORMATS, help="default: json")
     parser.set_defaults(func=serve_command)
+
+
+def add_controller_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "controller",
+        help="run the dataset controller (its own process, beside `serve`)",
+        description="Run the dataset loader controller: every replica campaigns for the "
+        "leader Lease, the leader reconciles. Serves /metrics, /healthz and /readyz over plain "
+        "HTTP on the metrics port. Flags override the config file.",
+    )
+    _common_flags(parser, "the controller needs one of the two")
+    parser.set_defaults(func=controller_command)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -76,7 +94,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         key: value
         for key, value in (
             ("host", args.host),
-            ("port", args.port),
+            ("port", getattr(args, "port", None)),
             ("metrics_port", args.metrics_port),
             ("log_level", args.log_level),
             ("log_format", args.log_format),
@@ -86,20 +104,28 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     if server:
         overrides["server"] = server
-    if args.cert_dir is not None:
+    if getattr(args, "cert_dir", None) is not None:
         overrides["certs"] = {"cert_dir": str(args.cert_dir)}
     if args.kubeconfig is not None:
         overrides["kubeconfig"] = str(args.kubeconfig)
     return overrides
 
 
-def serve_command(args: argparse.Namespace) -> int:
+def _configured(args: argparse.Namespace) -> Config | None:
+    """The config, with logging set up from it; None (after saying why) when it is unusable."""
     try:
         config: Config = load_config(args.config, _overrides(args))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return None
     setup_logging(config.server.log_level, config.server.log_format)
+    return config
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    config = _configured(args)
+    if config is None:
+        return EXIT_USAGE
     try:
         asyncio.run(serve(config))
     except (ConfigError, ClusterConfigError) as exc:
@@ -112,6 +138,25 @@ def serve_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def controller_command(args: argparse.Namespace) -> int:
+    config = _configured(args)
+    if config is None:
+        return EXIT_USAGE
+    try:
+        api = api_client(config.kubeconfig)
+    except ClusterConfigError as exc:
+        log.error("cannot start: %s", exc)
+        return EXIT_USAGE
+    try:
+        asyncio.run(run_controller(config, api))
+    except OSError as exc:  # the metrics port is taken
+        log.error("cannot start: %s", exc)
+        return EXIT_FAILED
+    finally:
+        api.close()
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu-admission",
@@ -120,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_parser(subparsers)
+    add_controller_parser(subparsers)
     add_review_parser(subparsers)
     add_certs_parser(subparsers)
     add_load_parser(subparsers)

@@ -1,5 +1,6 @@
-"""`gpu-admission serve`: the webhooks, their certificates, the cluster caches, the metrics
-listener and background services in one process, with a graceful shutdown.
+"""`gpu-admission serve`: the webhooks, their certificates, the cluster caches and the metrics
+listener in one process, with a graceful shutdown. The dataset controller is a process of its
+own (`gpu-admission controller`), so its bursts never take the webhooks' interpreter.
 
 Start-up order: certificates (the HTTPS site needs one), cluster caches, the HTTPS and metrics
 sites, then background services. /readyz reports what is not ready yet: certificates, cache sync.
@@ -26,10 +27,11 @@ from gpu_admission.cluster.informers import InformerClusterView
 from gpu_admission.cluster.kube import api_client, has_cluster_config
 from gpu_admission.cluster.view import ClusterView, MissResolver, StaticClusterView
 from gpu_admission.config import Config
+from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.metrics import Metrics
 from webhooks.policy import PolicySet
 from webhooks.registry import build_policy_set
-from webhooks.server import create_app, create_metrics_app, make_runner
+from webhooks.server import create_app, make_runner
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ INFORMER_JOIN_SECONDS = 5.0
 
 
 class BackgroundService(Protocol):
-    """Something that runs beside the webhooks (certificate renewal, the dataset controller).
+    """Something that runs beside the webhooks (certificate renewal, the informers).
     `start` returns once it is running; `stop` returns once it has stopped."""
 
     name: str
@@ -47,19 +49,6 @@ class BackgroundService(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
-
-
-def background_services(
-    config: Config, api: ApiClient | None, metrics: Metrics
-) -> list[BackgroundService]:
-    """Services beyond the certificates, started after the sites are up: the dataset
-    controller, which needs cluster access and so is absent offline. It runs in every
-    replica, but acts only while it holds the leader Lease."""
-    if api is None:
-        return []
-    from controllers.dataset.controller import DatasetController
-
-    return [DatasetController(api, config, metrics)]
 
 
 class _Informers:
@@ -97,11 +86,7 @@ class AdmissionServer:
         self.api = api
         self.policy_set = policy_set if policy_set is not None else build_policy_set(config)
         self.metrics = metrics or Metrics()
-        self.extra_services = (
-            list(extra_services)
-            if extra_services is not None
-            else background_services(config, api, self.metrics)
-        )
+        self.extra_services = list(extra_services or ())
         self.certificates = ServingCertificates(config.certs, api)
         self.cluster = cluster
         self.informers: InformerClusterView | None = None

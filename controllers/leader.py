@@ -51,6 +51,17 @@ def _micro_time(moment: dt.datetime | None = None) -> str:
     return (moment or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+class LeaderMetrics:
+    def __init__(self, metrics: Metrics) -> None:
+        self.leader = metrics.gauge(
+            "leader", "1 while this replica holds the controller's Lease, else 0"
+        )
+        self.failures = metrics.counter(
+            "leader_election_failures",
+            "Lease reads or writes that failed (see /readyz or the logs for why)",
+        )
+
+
 class LeaderElector:
     def __init__(
         self,
@@ -82,14 +93,7 @@ class LeaderElector:
         self._task: asyncio.Task[None] | None = None
         self._quiet = QuietLog(log)
         self._trouble: str | None = None
-        registry = metrics or Metrics(process_metrics=False)
-        self._leader_gauge = registry.gauge(
-            "leader", "1 while this replica holds the controller's Lease, else 0"
-        )
-        self._failures = registry.counter(
-            "leader_election_failures",
-            "Lease reads or writes that failed (see /readyz or the logs for why)",
-        )
+        self._metrics = LeaderMetrics(metrics or Metrics(process_metrics=False))
 
     @property
     def is_leader(self) -> bool:
@@ -116,7 +120,7 @@ class LeaderElector:
         while not self._stopping.is_set():
             if await self._attempt():
                 self._leading = True
-                self._leader_gauge.set(1)
+                self._metrics.leader.set(1)
                 log.info(
                     "%s: became leader of lease %s/%s", self.identity, self.namespace, self.name
                 )
@@ -148,7 +152,7 @@ class LeaderElector:
         if not self._leading:
             return
         self._leading = False
-        self._leader_gauge.set(0)
+        self._metrics.leader.set(0)
         try:
             await self._on_stopped()
         except Exception:
@@ -162,7 +166,7 @@ class LeaderElector:
         try:
             won = await asyncio.to_thread(self._try_acquire_or_renew)
         except Exception as exc:  # the API being unreachable must not kill the campaign
-            self._failures.inc()
+            self._metrics.failures.inc()
             self._trouble = lease_trouble(self.namespace, self.name, exc)
             self._quiet.failed("lease", self._trouble)  # said once, then at debug level
             return False

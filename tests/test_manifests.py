@@ -116,3 +116,43 @@ def test_the_shipped_config_is_valid(docs, tmp_path):
     path.write_text(one(docs, "ConfigMap")["data"]["config.yaml"])
     config = load_config(path, environ={})
     assert config.certs.service_name == one(docs, "Service")["metadata"]["name"]
+
+
+def _rules(docs: tuple[dict[str, Any], ...], account: str) -> list[dict[str, Any]]:
+    """Every rule bound to the ServiceAccount `account` (ClusterRoles and Roles)."""
+    rules = []
+    for binding in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        if any(s.get("name") == account for s in binding["subjects"]):
+            role = one(docs, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+            rules += role["rules"]
+    return rules
+
+
+def _may(rules: list[dict[str, Any]], verb: str, resource: str) -> bool:
+    return any(verb in r["verbs"] and resource in r["resources"] for r in rules)
+
+
+def test_the_controller_is_its_own_deployment_with_only_its_own_rights(docs):
+    controller = one(docs, "Deployment", "gpu-admission-controller")
+    spec = controller["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "gpu-admission-controller"
+    (container,) = spec["containers"]
+    assert container["args"][0] == "controller"
+    assert (
+        container["image"]
+        == one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    )  # one image
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    # Not behind the webhook Service, which must reach webhook pods only.
+    selector = one(docs, "Service")["spec"]["selector"]
+    labels = controller["spec"]["template"]["metadata"]["labels"]
+    assert not all(labels.get(k) == v for k, v in selector.items())
+    webhook = _rules(docs, "gpu-admission")
+    mine = _rules(docs, "gpu-admission-controller")
+    assert _may(mine, "create", "jobs") and not _may(webhook, "create", "jobs")
+    assert _may(mine, "patch", "persistentvolumeclaims/status")
+    assert not _may(webhook, "patch", "persistentvolumeclaims/status")
+    assert _may(mine, "update", "leases") and not _may(webhook, "update", "leases")
+    assert not _may(mine, "get", "secrets")  # the controller never reads a Secret
+    assert _may(webhook, "update", "mutatingwebhookconfigurations")

@@ -14,6 +14,7 @@ import yaml
 from commands.parser import build_parser
 from commands.review import review_command
 from controllers.dataset.metrics import DatasetMetrics
+from controllers.leader import LeaderMetrics
 from gpu_admission.config import Config
 from gpu_admission.metrics import AdmissionMetrics, Metrics
 from gpu_admission.names import DEFAULT_PREFIX, Names
@@ -88,7 +89,13 @@ def _synopsis() -> dict[tuple[str, ...], set[str]]:
 
 def test_every_flag_in_the_synopsis_exists():
     synopsis = _synopsis()
-    assert set(synopsis) == {("serve",), ("review",), ("certs", "issue"), ("load",)}
+    assert set(synopsis) == {
+        ("serve",),
+        ("controller",),
+        ("review",),
+        ("certs", "issue"),
+        ("load",),
+    }
     for words, flags in synopsis.items():
         parser = build_parser()
         for word in words:
@@ -113,6 +120,7 @@ def test_every_metric_in_the_readme_is_exported():
     metrics = Metrics(process_metrics=False)
     AdmissionMetrics(metrics)
     DatasetMetrics(metrics)
+    LeaderMetrics(metrics)
     exported = set(re.findall(r"^# TYPE (\S+)", metrics.exposition().decode(), re.M))
     documented = set(re.findall(r"`(gpu_admission_[a-z_]+)`", README))
     assert documented == exported

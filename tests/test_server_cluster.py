@@ -17,6 +17,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from commands.controller import ControllerProcess
 from commands.serve import AdmissionServer
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
@@ -126,18 +127,22 @@ async def test_service_in_a_cluster_publishes_its_ca_and_admits_pods(cluster):
         await server.stop()
 
 
-async def test_service_runs_the_dataset_controller_under_its_lease(cluster):
+async def test_the_webhooks_label_a_dataset_pvc_and_the_controller_process_loads_it(cluster):
+    """The two processes of an install, side by side: `serve` labels the PVC at admission,
+    `controller` (its own object, here in-process) takes the Lease and creates the Job."""
     config, api, core, _ = cluster
     config = config.model_copy(
         update={
             "leader_election": config.leader_election.model_copy(
                 update={"namespace": NAMESPACE, "retry_period_seconds": 0.2}
-            )
+            ),
+            "server": config.server.model_copy(update={"metrics_port": 0}),
         }
     )
     server = AdmissionServer(config, api, metrics=Metrics(process_metrics=False))
-    assert [service.name for service in server.extra_services] == ["dataset-controller"]
+    controller = ControllerProcess(config, api, Metrics(process_metrics=False))
     await server.start()
+    await controller.start()
     try:
         await wait_until(lambda: server.readiness() == [], "certificates and informer sync")
         claim = {
@@ -167,5 +172,7 @@ async def test_service_runs_the_dataset_controller_under_its_lease(cluster):
         await wait_until(lambda: len(batch.list_namespaced_job("ml").items) == 1, "the loader Job")
         job = batch.list_namespaced_job("ml").items[0]
         assert job.metadata.owner_references[0].kind == "PersistentVolumeClaim"
+        assert controller.readiness() == []
     finally:
+        await controller.stop()
         await server.stop()

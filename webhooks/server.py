@@ -12,15 +12,21 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from gpu_admission.cluster.view import ClusterView, MissResolver
 from gpu_admission.config import Config, FailureMode
+from gpu_admission.http_probes import (
+    HEALTH_PATH,
+    JSON_CONTENT_TYPE,
+    READY_PATH,
+    Readiness,
+    error_response,
+    health_handlers,
+)
 from gpu_admission.metrics import (
-    EXPOSITION_CONTENT_TYPE,
     UNKNOWN_OPERATION,
     VERDICT_ALLOWED,
     VERDICT_DENIED,
@@ -47,10 +53,6 @@ from webhooks.review import (
 
 log = logging.getLogger(__name__)
 
-JSON_CONTENT_TYPE = "application/json"
-HEALTH_PATH = "/healthz"
-READY_PATH = "/readyz"
-METRICS_PATH = "/metrics"
 LINGER_SECONDS = 2.0
 
 LOOKUP_WARNING = (
@@ -58,22 +60,7 @@ LOOKUP_WARNING = (
     "not have run"
 )
 
-Readiness = Callable[[], list[str]]
-"""Names of what is not ready yet (certificates, caches, shutdown); empty when ready."""
-
 ADMISSION_METRICS = web.AppKey("admission_metrics", AdmissionMetrics)
-
-
-def _json(status: int, payload: dict[str, Any], **headers: str) -> web.Response:
-    return web.Response(
-        status=status,
-        body=json.dumps(payload).encode(),
-        headers={"Content-Type": JSON_CONTENT_TYPE, **headers},
-    )
-
-
-def _error(status: int, message: str, **headers: str) -> web.Response:
-    return _json(status, {"error": message}, **headers)
 
 
 class _BodyTooLarge(Exception):
@@ -140,7 +127,7 @@ class AdmissionEndpoint:
             return self._refuse(
                 started,
                 "method",
-                _error(
+                error_response(
                     405,
                     f"{path} accepts POST only (got {request.method}); the API server POSTs "
                     "AdmissionReviews here",
@@ -156,7 +143,7 @@ class AdmissionEndpoint:
             return self._refuse(
                 started,
                 "content_type",
-                _error(
+                error_response(
                     415,
                     f"Content-Type must be {JSON_CONTENT_TYPE}, got "
                     f"{request.headers.get('Content-Type', 'none')!r}; send the AdmissionReview "
@@ -183,7 +170,7 @@ class AdmissionEndpoint:
                 "bad admission request",
                 extra={"webhook": path, "reason": str(exc), "peer": request.remote},
             )
-            return self._refuse(started, "invalid_review", _error(400, str(exc)))
+            return self._refuse(started, "invalid_review", error_response(400, str(exc)))
         return await self._review(review, body, started)
 
     async def _review(
@@ -296,7 +283,7 @@ class AdmissionEndpoint:
         return VERDICT_DENIED
 
     def _too_large(self) -> web.Response:
-        response = _error(
+        response = error_response(
             413,
             f"request body is larger than the {self.max_body_bytes}-byte limit "
             "(server.max_body_bytes); an AdmissionReview this large is not a normal object",
@@ -311,32 +298,11 @@ class AdmissionEndpoint:
         return response
 
 
-def _get_only(handler: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
-    async def guarded(request: web.Request) -> web.StreamResponse:
-        if request.method not in ("GET", "HEAD"):
-            return _error(405, f"{request.path} accepts GET only", Allow="GET, HEAD")
-        return await handler(request)
-
-    return guarded
-
-
-def _health_handlers(readiness: Readiness) -> tuple[Callable, Callable]:  # type: ignore[type-arg]
-    async def healthz(request: web.Request) -> web.Response:
-        # Answering at all proves the event loop runs; nothing else belongs in liveness.
-        return _json(200, {"status": "ok"})
-
-    async def readyz(request: web.Request) -> web.Response:
-        waiting = readiness()
-        if waiting:
-            return _json(503, {"status": "not ready", "waiting_for": waiting})
-        return _json(200, {"status": "ready"})
-
-    return _get_only(healthz), _get_only(readyz)
-
-
 async def _not_found(request: web.Request) -> web.Response:
     paths = ", ".join(w.path for w in WEBHOOKS)
-    return _error(404, f"nothing is served at {request.path}; the webhook paths are {paths}")
+    return error_response(
+        404, f"nothing is served at {request.path}; the webhook paths are {paths}"
+    )
 
 
 def create_app(
@@ -366,7 +332,7 @@ def create_app(
             admission_metrics,
         )
         app.router.add_route("*", webhook.path, endpoint.handle)
-    healthz, readyz = _health_handlers(readiness)
+    healthz, readyz = health_handlers(readiness)
     app.router.add_route("*", HEALTH_PATH, healthz)
     app.router.add_route("*", READY_PATH, readyz)
     app.router.add_route("*", "/{tail:.*}", _not_found)
@@ -384,22 +350,3 @@ def make_runner(app: web.Application, shutdown_timeout: float) -> web.AppRunner:
         shutdown_timeout=shutdown_timeout,
         lingering_time=LINGER_SECONDS,
     )
-
-
-def create_metrics_app(metrics: Metrics) -> web.Application:
-    """The plain-HTTP metrics application: GET /metrics in the Prometheus text format."""
-
-    async def exposition(request: web.Request) -> web.Response:
-        return web.Response(
-            body=metrics.exposition(),
-            headers={"Content-Type": EXPOSITION_CONTENT_TYPE},
-        )
-
-    app = web.Application()
-    app.router.add_route("*", METRICS_PATH, _get_only(exposition))
-    app.router.add_route("*", "/{tail:.*}", _not_found_metrics)
-    return app
-
-
-async def _not_found_metrics(request: web.Request) -> web.Response:
-    return _error(404, f"nothing is served at {request.path}; metrics are at {METRICS_PATH}")

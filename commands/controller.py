@@ -1,0 +1,107 @@
+"""`gpu-admission controller`: the dataset controller, in a process of its own.
+
+The webhooks answer the API server on every pod creation; the controller reconciles bursts of
+dataset PVCs. In one process they shared one interpreter and one GIL, so a burst of reconciles
+showed up as admission latency for every pod in the cluster. Here each has its own: the
+controller runs as a second Deployment of the same image and config (as Kyverno runs its
+background and cleanup controllers beside its admission controller), with its own
+ServiceAccount, so each side holds only the permissions it uses. Every replica campaigns for the
+Lease; only the leader reconciles.
+
+It serves plain HTTP on the metrics port: /metrics, /healthz (the event loop answers) and /readyz
+(its caches have listed, and the Lease can be read: a standby that cannot reach its Lease says
+why). SIGTERM stops the work, releases the Lease (so a standby takes over at once) and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+from kubernetes.client import ApiClient
+
+from controllers.dataset import DatasetController
+from gpu_admission.config import Config
+from gpu_admission.http_probes import create_metrics_app
+from gpu_admission.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+SHUTTING_DOWN = "shutdown in progress"
+
+
+class ControllerProcess:
+    """Everything `controller` runs, startable and stoppable in-process."""
+
+    def __init__(
+        self,
+        config: Config,
+        api: ApiClient,
+        metrics: Metrics | None = None,
+        *,
+        identity: str | None = None,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self.controller = DatasetController(api, config, self.metrics, identity=identity)
+        self.draining = False
+        self._runner: web.AppRunner | None = None
+
+    def readiness(self) -> list[str]:
+        return ([SHUTTING_DOWN] if self.draining else []) + self.controller.readiness()
+
+    def addresses(self) -> list[str]:
+        if self._runner is None:
+            return []
+        return [f"{a[0]}:{a[1]}" for a in self._runner.addresses]
+
+    async def start(self) -> None:
+        server = self.config.server
+        if server.metrics_port:
+            app = create_metrics_app(self.metrics, self.readiness)
+            self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await self._runner.setup()
+            await web.TCPSite(self._runner, server.host, server.metrics_port).start()
+        try:
+            await self.controller.start()
+        except BaseException:
+            await self.stop()
+            raise
+        log.info(
+            "dataset controller started",
+            extra={"identity": self.controller.identity, "metrics": self.addresses()},
+        )
+
+    async def stop(self) -> None:
+        self.draining = True
+        try:
+            await self.controller.stop()  # stops reconciling, then releases the Lease
+        finally:
+            if self._runner is not None:
+                await self._runner.cleanup()
+                self._runner = None
+
+
+async def run_controller(config: Config, api: ApiClient) -> None:
+    """Run until SIGTERM or SIGINT, then stop cleanly."""
+    loop = asyncio.get_running_loop()
+    received: asyncio.Future[str] = loop.create_future()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not received.done():
+            received.set_result(sig.name)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    process = ControllerProcess(config, api)
+    try:
+        await process.start()
+        name = await received
+        log.info("received %s: stopping the controller", name)
+        await process.stop()
+        log.info("stopped")
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
