@@ -292,6 +292,42 @@ async def test_unusable_reviews_get_400_saying_what_is_wrong(start, session, cas
     assert expected in answer["error"]
 
 
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        (
+            lambda r: r["request"]["object"]["spec"]["containers"][0].update(env="A=1"),
+            "request.object.spec.containers[0].env: expected a list",
+        ),
+        (
+            lambda r: r["request"]["object"]["spec"].update(containers={"name": "x"}),
+            "request.object.spec.containers: expected a list",
+        ),
+    ],
+)
+async def test_an_object_of_no_kubernetes_shape_is_bad_input_not_a_policy_error(
+    start, session, caplog, change, path
+):
+    """A real API server never sends these; a direct caller can. 400 with the path, one log
+    line, counted as a bad request: every real policy stays out of it."""
+    from webhooks.registry import build_policy_set
+
+    metrics = Metrics(process_metrics=False)
+    caplog.set_level(logging.INFO)
+    async with start(build_policy_set(make_config()), metrics=metrics) as url:
+        status, answer = await post_review(session, f"{url}/mutate/pods", _review_with(change))
+    assert status == 400
+    assert answer == {"error": f"not a valid AdmissionReview: {path}"}
+    exposition = metrics.exposition().decode()
+    assert (
+        'gpu_admission_admission_bad_requests_total{reason="invalid_review",'
+        'webhook="/mutate/pods"} 1.0' in exposition
+    )
+    assert "gpu_admission_admission_policy_errors_total{" not in exposition
+    records = [r for r in caplog.records if r.name.startswith("webhooks")]
+    assert len(records) == 1 and records[0].exc_info is None  # one line, no traceback
+
+
 async def test_body_over_the_limit_by_content_length_gets_413(start, session):
     async with start() as url:
         async with session.post(
