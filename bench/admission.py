@@ -43,10 +43,12 @@ class Scenario:
     name: str
     path: str
     body: Path
+    unique: bool = False  # every request a different object (no two pods of one template)
 
 
 SCENARIOS = (
     Scenario("pod", "/mutate/pods", DATA / "pod-from-deployment.mutating.json"),
+    Scenario("pod-unique", "/mutate/pods", DATA / "pod-from-deployment.mutating.json", unique=True),
     Scenario("secret-opaque", "/validate/secrets", DATA / "secret-denied.validating.json"),
     Scenario("secret-gcp", "/validate/secrets", DATA / "secret-gcp-stringdata.validating.json"),
 )
@@ -160,9 +162,22 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
+# Each request a pod of its own template (its generateName numbered), as when every pod comes
+# from a different workload: nothing one pod's review computed serves the next.
+UNIQUE_SCRIPT = """
+local counter = 0
+function request()
+  counter = counter + 1
+  local body = string.gsub(wrk.body, '"generateName": "', '"generateName": "u' .. counter .. '-', 1)
+  return wrk.format(nil, nil, nil, body)
+end
+"""
+
+
 def _script(directory: Path, scenario: Scenario, delay_ms: float) -> Path:
     path = directory / f"{scenario.name}-{delay_ms:g}.lua"
-    path.write_text(WRK_SCRIPT.format(body=scenario.body, delay_ms=delay_ms))
+    script = WRK_SCRIPT.format(body=scenario.body, delay_ms=delay_ms)
+    path.write_text(script + (UNIQUE_SCRIPT if scenario.unique else ""))
     return path
 
 

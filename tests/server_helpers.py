@@ -108,6 +108,10 @@ class MutableView:
     def node(self, name: str) -> NodeInfo | None:
         return self.node_records.get(name)
 
+    def generation(self) -> int:
+        records = (self.node_records, self.secrets, self.service_accounts, self.pvcs)
+        return hash(tuple(id(v) for r in records for v in r.values()))
+
     def secret(self, namespace: str, name: str) -> SecretInfo | None:
         return self.secrets.get((namespace, name))
 

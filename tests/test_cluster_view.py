@@ -274,3 +274,19 @@ async def test_lookups_of_cached_objects_make_no_api_calls(view, kubeapi):
         assert view.pvc("default", "dataset") is not None
         await view.resolve(refs)
     assert kubeapi.faults.request_count() == 0
+
+
+async def test_the_generation_moves_on_any_change_and_on_a_fetched_miss(view, core):
+    before = view.generation()
+    await asyncio.to_thread(make_secret, core, "new-one", AWS_CREDENTIAL_TYPE, "AWS_ROLE_ARN")
+    await asyncio.to_thread(eventually, lambda: view.generation() != before)
+    settled = view.generation()
+    await asyncio.to_thread(make_pvc, core, "fresh", False)
+    await asyncio.to_thread(eventually, lambda: view.generation() != settled)
+    quiet = view.generation()
+    # Resolving an object the informers do not hold (a Secret of another type) fetches it.
+    await asyncio.to_thread(
+        core.create_namespaced_secret, "default", {"metadata": {"name": "plain"}, "type": "Opaque"}
+    )
+    await view.resolve([ObjectRef("Secret", "default", "plain")])
+    assert view.generation() != quiet

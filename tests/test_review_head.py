@@ -27,6 +27,8 @@ from webhooks.review import (
     build_response,
     parse_review,
     parse_review_head,
+    response_body,
+    response_tail,
 )
 from webhooks.server import create_app
 
@@ -236,3 +238,17 @@ async def test_malformed_reviews_on_the_head_path_get_400_with_the_reason(bundle
     assert status1 == status2 == 400
     assert "request.userInfo.groups[0]: expected a string" in answer1["error"]
     assert "request.object is a ConfigMap, expected Secret" in answer2["error"]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"allowed": True},
+        {"allowed": True, "patch": [{"op": "add", "path": "/x", "value": 1}], "warnings": ["w"]},
+        {"allowed": False, "message": 'no "quotes" or ünicode lost', "code": 422},
+    ],
+)
+def test_a_response_is_its_uid_and_a_tail_shared_by_equal_answers(answer):
+    uid = 'uid-"1"'
+    built = json.dumps(build_response(uid, **answer), separators=(",", ":")).encode()
+    assert response_body(uid, response_tail(**answer)) == built

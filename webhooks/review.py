@@ -92,8 +92,10 @@ class ReviewHeadShape(TypedDict):
     request: _RequestHead
 
 
-_DECODER = msgspec.json.Decoder()  # everything, as plain dicts and lists
-_HEAD_DECODER = msgspec.json.Decoder(ReviewHeadShape)  # the envelope; the object skipped over
+# One pass each: the envelope typed and checked, the object as plain dicts and lists (every field
+# kept) or, for the head, skipped over.
+_DECODER = msgspec.json.Decoder(Review)
+_HEAD_DECODER = msgspec.json.Decoder(ReviewHeadShape)
 
 
 class ReviewError(Exception):
@@ -160,14 +162,6 @@ def _decode(decoder: msgspec.json.Decoder[Any], body: bytes) -> dict[str, Any]:
     if not isinstance(review, dict):
         raise ReviewError("request body is not an AdmissionReview object")
     return review  # type: ignore[no-any-return]
-
-
-def _envelope(review: dict[str, Any]) -> dict[str, Any]:
-    try:
-        msgspec.convert(review, Review)
-    except msgspec.ValidationError as exc:
-        raise ReviewError(f"not a valid AdmissionReview: {describe_shape_error(exc)}") from exc
-    return review
 
 
 def _shaped(request: dict[str, Any], expected_kind: str) -> None:
@@ -237,7 +231,7 @@ def _checked(
 
 def parse_review(body: bytes, expected_kind: str) -> AdmissionRequest:
     """Parse and check an AdmissionReview body; raise ReviewError saying what is wrong."""
-    request, obj = _checked(_envelope(_decode(_DECODER, body)), expected_kind)
+    request, obj = _checked(_decode(_DECODER, body), expected_kind)
     _shaped(request, expected_kind)
     get = request.get
     old = get("oldObject")
@@ -311,15 +305,42 @@ class Verdict:
 ALLOW = Verdict(True)
 
 
-_ALLOWED_PREFIX = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'
-_ALLOWED_SUFFIX = b',"allowed":true}}'
+# An encoded response is this prefix, the uid, and a tail that depends on the answer alone.
+_RESPONSE_PREFIX = (
+    b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'
+)
+ALLOWED_TAIL = b',"allowed":true}}'
+
+
+def response_body(uid: str, tail: bytes) -> bytes:
+    """The encoded response for `uid` whose answer is `tail` (`response_tail`)."""
+    # The encoder json.dumps uses for a str, called directly.
+    return _RESPONSE_PREFIX + encode_basestring_ascii(uid).encode() + tail
 
 
 def allowed_response_body(uid: str) -> bytes:
     """`build_response(uid, True)` encoded compactly, without building the dict: the most common
     answer, made on every request no policy changes or warns about."""
-    # The encoder json.dumps uses for a str, called directly.
-    return _ALLOWED_PREFIX + encode_basestring_ascii(uid).encode() + _ALLOWED_SUFFIX
+    return response_body(uid, ALLOWED_TAIL)
+
+
+def response_tail(
+    allowed: bool,
+    *,
+    patch: list[dict[str, Any]] | None = None,
+    warnings: list[str] | tuple[str, ...] = (),
+    message: str = "",
+    code: int = 403,
+) -> bytes:
+    """`build_response` encoded compactly, less the part before and including the uid: what
+    reviews with the same answer share."""
+    if allowed and not patch and not warnings:
+        return ALLOWED_TAIL
+    payload = build_response(
+        "", allowed, patch=patch, warnings=warnings, message=message, code=code
+    )
+    encoded = json.dumps(payload, separators=(",", ":")).encode()
+    return encoded[len(_RESPONSE_PREFIX) + len(b'""') :]
 
 
 def build_response(

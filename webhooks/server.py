@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Hashable
 from typing import Any
 
 from aiohttp import web
@@ -35,6 +36,7 @@ from gpu_admission.metrics import (
     Metrics,
 )
 from webhooks import chain
+from webhooks.memo import MutationMemo, Probe
 from webhooks.policy import (
     MutatingPolicy,
     PolicySet,
@@ -46,9 +48,10 @@ from webhooks.review import (
     AdmissionRequest,
     ReviewError,
     allowed_response_body,
-    build_response,
     parse_review,
     parse_review_head,
+    response_body,
+    response_tail,
 )
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,17 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+def answer_tail(outcome: chain.Outcome) -> bytes:
+    """The encoded answer of `outcome`, less the uid (`response_tail`)."""
+    return response_tail(
+        outcome.allowed,
+        patch=outcome.ops,
+        warnings=outcome.warnings,
+        message=outcome.message,
+        code=outcome.code,
+    )
+
+
 class AdmissionEndpoint:
     """Answers the AdmissionReviews POSTed to one webhook path."""
 
@@ -119,6 +133,8 @@ class AdmissionEndpoint:
         self.failure_mode = failure_mode
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
+        # Pods of one template get one computed answer (webhooks.memo).
+        self.memo = MutationMemo() if webhook.mutating and webhook.kind == "Pod" else None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
@@ -157,6 +173,14 @@ class AdmissionEndpoint:
             body = await _read_body(request, self.max_body_bytes)
         except _BodyTooLarge:
             return self._refuse(started, "too_large", self._too_large())
+        memo_key = None
+        if self.memo is not None:
+            probe = self.memo.probe(body, self.view)
+            if probe is not None:
+                known = self.memo.get(probe.key)
+                if known is not None:
+                    return self._answer_known(probe, known, started)
+                memo_key = probe.key
         try:
             if self.head_keys is not None:
                 head = parse_review_head(body, self.webhook.kind)
@@ -171,10 +195,29 @@ class AdmissionEndpoint:
                 extra={"webhook": path, "reason": str(exc), "peer": request.remote},
             )
             return self._refuse(started, "invalid_review", error_response(400, str(exc)))
-        return await self._review(review, body, started)
+        return await self._review(review, body, started, memo_key)
+
+    def _answer_known(
+        self, probe: Probe, known: tuple[chain.Outcome, bytes], started: float
+    ) -> web.Response:
+        """The answer to a pod like one reviewed before (webhooks.memo)."""
+        outcome, tail = known
+        if outcome.notices:
+            self.metrics.noticed(self.webhook.path, outcome.notices)
+        return self._answer(
+            probe.operation,
+            response_body(probe.uid, tail),
+            VERDICT_ALLOWED,
+            started,
+            len(outcome.ops),
+        )
 
     async def _review(
-        self, review: AdmissionRequest, body: bytes, started: float
+        self,
+        review: AdmissionRequest,
+        body: bytes,
+        started: float,
+        memo_key: Hashable | None = None,
     ) -> web.StreamResponse:
         lookup_warning = None
         if self.resolver is not None:
@@ -193,6 +236,16 @@ class AdmissionEndpoint:
                 self.failure_mode,
                 lambda: json.loads(body)["request"]["object"],
             )
+            memo = self.memo
+            if (
+                memo is not None
+                and memo_key is not None
+                and lookup_warning is None
+                and memo.applies(review)
+            ):
+                tail = answer_tail(outcome)
+                memo.put(memo_key, outcome, tail)
+                return self._respond(review, outcome, self._account(review, outcome), started, tail)
         else:
             outcome = chain.run_validating(review, self.validating, self.view, self.failure_mode)
         if lookup_warning is not None:
@@ -200,20 +253,16 @@ class AdmissionEndpoint:
         return self._respond(review, outcome, self._account(review, outcome), started)
 
     def _respond(
-        self, review: AdmissionRequest, outcome: chain.Outcome, verdict: str, started: float
+        self,
+        review: AdmissionRequest,
+        outcome: chain.Outcome,
+        verdict: str,
+        started: float,
+        tail: bytes | None = None,
     ) -> web.Response:
-        if outcome.allowed and not outcome.ops and not outcome.warnings:
-            body = allowed_response_body(review.uid)
-        else:
-            payload = build_response(
-                review.uid,
-                outcome.allowed,
-                patch=outcome.ops,
-                warnings=outcome.warnings,
-                message=outcome.message,
-                code=outcome.code,
-            )
-            body = json.dumps(payload, separators=(",", ":")).encode()
+        if tail is None:
+            tail = answer_tail(outcome)
+        body = response_body(review.uid, tail)
         patch_ops = len(outcome.ops) if outcome.allowed else 0
         if outcome.notices:
             self.metrics.noticed(self.webhook.path, outcome.notices)

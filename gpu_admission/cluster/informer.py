@@ -172,6 +172,7 @@ class Informer(Generic[T]):
         self._served = True
 
         self._store: dict[str, T] = {}
+        self.changes = 0  # counts every change of the store; readers only compare it
         self._resource_version: str | None = None
         self._synced = threading.Event()
         self._stop = threading.Event()
@@ -432,8 +433,11 @@ class Informer(Generic[T]):
             if old is None:
                 return
             self._store.pop(key, None)
+            self.changes += 1
             self._dispatch(EventType.DELETED, old, None)
             return
+        if value != old:
+            self.changes += 1
         self._store[key] = value
         self._notify_waiters([key])
         if old is None:
@@ -444,6 +448,8 @@ class Informer(Generic[T]):
     def _replace(self, fresh: dict[str, T], resource_version: str) -> None:
         old = self._store
         self._store = fresh  # one reference swap: readers see the old or the new store, whole
+        if fresh != old:
+            self.changes += 1
         self._resource_version = resource_version
         self._last_error = None
         self._synced.set()

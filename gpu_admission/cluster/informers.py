@@ -112,6 +112,7 @@ class InformerClusterView:
         self._side: SideCache[ObjectRef, Record] = SideCache(
             side_cache_ttl_seconds, side_cache_entries
         )
+        self._side_ttl = side_cache_ttl_seconds
         self._inflight: dict[ObjectRef, asyncio.Future[Record | None]] = {}
         prefix = config.annotation_prefix
         sa_record = service_account_record(prefix)
@@ -257,6 +258,15 @@ class InformerClusterView:
 
     def node(self, name: str) -> NodeInfo | None:
         return self.node_informer.get(name)
+
+    def generation(self) -> int:
+        # Each informer's count only grows, so the sum changes whenever any of them does. What
+        # the side cache holds also ages out (its TTL): while it holds anything, the generation
+        # moves on with each TTL that passes, so no answer built on it outlives it for long.
+        changes = sum(i.changes for i in self.informers) + self._side.puts
+        if len(self._side):
+            changes += int(time.monotonic() / self._side_ttl) << 32
+        return changes
 
     def secret(self, namespace: str, name: str) -> SecretInfo | None:
         return self.lookup(ObjectRef("Secret", namespace, name))  # type: ignore[return-value]

@@ -26,6 +26,7 @@ class SideCache(Generic[K, V]):
         self._max = max_entries
         self._clock = clock
         self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        self.puts = 0  # counts every value put in: what the cache holds may have changed
 
     def get(self, key: K) -> V | None:
         entry = self._entries.get(key)
@@ -37,6 +38,7 @@ class SideCache(Generic[K, V]):
         return entry[1]
 
     def put(self, key: K, value: V) -> None:
+        self.puts += 1
         self._entries.pop(key, None)
         self._entries[key] = (self._clock() + self._ttl, value)
         while len(self._entries) > self._max:

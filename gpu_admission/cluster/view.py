@@ -79,6 +79,11 @@ class ClusterView(Protocol):
 
     def node(self, name: str) -> NodeInfo | None: ...
 
+    def generation(self) -> int:
+        """Changes whenever any record of the view changes (any kind), so the whole outcome of
+        a review may be memoized against it."""
+        ...
+
     def secret(self, namespace: str, name: str) -> SecretInfo | None: ...
 
     def service_account(self, namespace: str, name: str) -> ServiceAccountInfo | None: ...
@@ -122,6 +127,9 @@ class StaticClusterView:
 
     def nodes_generation(self) -> int:
         return 0  # the records never change
+
+    def generation(self) -> int:
+        return 0
 
     def node(self, name: str) -> NodeInfo | None:
         return self._nodes.get(name)

@@ -17,7 +17,7 @@ Each profile is a list of env rules, checked against the framework itself:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_admission import names as n
@@ -33,11 +33,12 @@ class Share:
     thousandths: int  # the fraction, rounded down to 3 decimals
     replicas: int
     limit_mib: int
+    fraction: str = field(init=False)  # as env values carry it: "0.237"
 
-    @property
-    def fraction(self) -> str:
+    def __post_init__(self) -> None:
+        # Once per share (shares are cached), not once per env value of every pod.
         whole, part = divmod(self.thousandths, 1000)
-        return f"{whole}.{part:03d}".rstrip("0").rstrip(".")
+        object.__setattr__(self, "fraction", f"{whole}.{part:03d}".rstrip("0").rstrip("."))
 
 
 ValueFn = Callable[[Share], str]
