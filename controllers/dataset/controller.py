@@ -317,6 +317,8 @@ class DatasetController:
         pvc = self.pvcs.get(key)
         if pvc is None:
             self._throttled.discard(key)
+            if self.recorder is not None:
+                self.recorder.forget(key)
             return
         jobs = [j for k in self._index.jobs_of(key) if (j := self.jobs.get(k)) is not None]
         limits = self.config.dataset

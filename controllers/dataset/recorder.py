@@ -3,6 +3,7 @@ summary (from the loader pods informer), metrics and an Event."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,6 +19,10 @@ from gpu_admission.names import PHASE_FAILED, PHASE_SUCCEEDED, Names
 # The finished loader pod's event races the Job's (two watches): wait this many passes, this
 # far apart, before settling it with a LIST.
 SUMMARY_WAITS, SUMMARY_WAIT_SECONDS = 10, 0.5
+# A reconcile that runs before the PVC informer shows our last status write (the Job's own
+# event often wins that race) would write the same thing again; within this many seconds of a
+# write, a PVC that still looks exactly as it did before it is taken to be that lag.
+ECHO_SECONDS = 30.0
 
 
 def pvc_ref(pvc: PvcRecord) -> dict[str, str]:
@@ -45,12 +50,16 @@ class LoadRecorder:
         self._deadline = deadline_seconds
         self._retry_later = retry_later
         self._summary_waits: dict[str, int] = {}  # job key -> passes without its pod's outcome
+        # pvc key -> (the record our last write was based on, what it wrote, when)
+        self._written: dict[str, tuple[PvcRecord, tuple[str, str, str], float]] = {}
 
     async def record(self, pvc: PvcRecord, plan: Plan) -> None:
         """One status write (condition and annotations) when anything changes; on a finished
         load, metrics and an Event."""
         assert plan.phase is not None
         job_name = pvc.current_job
+        if self._already_written(pvc, (plan.phase, plan.reason, job_name)):
+            return
         finished = pvc.phase != plan.phase or pvc.job != job_name
         summary = None
         if plan.finished_job is not None and finished:
@@ -72,6 +81,7 @@ class LoadRecorder:
             return
         if not await self.api.patch_pvc_status(pvc.namespace, pvc.name, patch):
             return  # gone, or re-created: its own events will come
+        self._written[pvc.key] = (pvc, (plan.phase, plan.reason, job_name), time.monotonic())
         if not finished:
             return
         if plan.phase == PHASE_SUCCEEDED:
@@ -81,6 +91,22 @@ class LoadRecorder:
         elif plan.phase == PHASE_FAILED:
             self.metrics.loads_failed.inc()
             await self.api.event(pvc_ref(pvc), "Warning", "LoadFailed", message)
+
+    def _already_written(self, pvc: PvcRecord, wanted: tuple[str, str, str]) -> bool:
+        """True when this exact change was written moments ago and the informer has not
+        caught up with it yet."""
+        written = self._written.get(pvc.key)
+        if written is None:
+            return False
+        before, what, at = written
+        if pvc != before or time.monotonic() - at > ECHO_SECONDS:
+            del self._written[pvc.key]  # caught up, changed by someone else, or too old
+            return False
+        return what == wanted
+
+    def forget(self, key: str) -> None:
+        """The PVC is gone: drop what was remembered about its writes."""
+        self._written.pop(key, None)
 
     def _observe(self, summary: Mapping[str, Any] | None) -> None:
         if not summary:
