@@ -24,6 +24,7 @@ from kubernetes.client import ApiClient
 
 from controllers.dataset import DatasetController
 from gpu_admission.config import Config
+from gpu_admission.heap import freeze_long_lived
 from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.metrics import Metrics
 
@@ -48,6 +49,7 @@ class ControllerProcess:
         self.controller = DatasetController(api, config, self.metrics, identity=identity)
         self.draining = False
         self._runner: web.AppRunner | None = None
+        self._freezer: asyncio.Task[None] | None = None
 
     def readiness(self) -> list[str]:
         return ([SHUTTING_DOWN] if self.draining else []) + self.controller.readiness()
@@ -69,6 +71,13 @@ class ControllerProcess:
         except BaseException:
             await self.stop()
             raise
+        freeze_long_lived("started")
+        self._freezer = asyncio.create_task(self._freeze_once_leading())
+
+    async def _freeze_once_leading(self) -> None:
+        # Leading starts with the caches' first lists: the bulk of what lives on.
+        await self.controller.leading.wait()
+        freeze_long_lived("caches synced")
         log.info(
             "dataset controller started",
             extra={"identity": self.controller.identity, "metrics": self.addresses()},
@@ -76,6 +85,8 @@ class ControllerProcess:
 
     async def stop(self) -> None:
         self.draining = True
+        if self._freezer is not None:
+            self._freezer.cancel()
         try:
             await self.controller.stop()  # stops reconciling, then releases the Lease
         finally:

@@ -27,6 +27,7 @@ from gpu_admission.cluster.informers import InformerClusterView
 from gpu_admission.cluster.kube import api_client, has_cluster_config
 from gpu_admission.cluster.view import ClusterView, MissResolver, StaticClusterView
 from gpu_admission.config import Config
+from gpu_admission.heap import freeze_long_lived
 from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.metrics import Metrics
 from webhooks.policy import PolicySet
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 SHUTTING_DOWN = "shutdown in progress"
 SERVICE_STOP_TIMEOUT_SECONDS = 10.0
 INFORMER_JOIN_SECONDS = 5.0
+SYNC_POLL_SECONDS = 0.5
 
 
 class BackgroundService(Protocol):
@@ -58,11 +60,22 @@ class _Informers:
 
     def __init__(self, view: InformerClusterView) -> None:
         self.view = view
+        self._freezer: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.view.start()
+        self._freezer = asyncio.create_task(self._freeze_once_synced())
+
+    async def _freeze_once_synced(self) -> None:
+        # The caches' first lists are the bulk of what lives on; /readyz holds traffic off
+        # until then, so the one collection this takes delays no request.
+        while self.view.ready():
+            await asyncio.sleep(SYNC_POLL_SECONDS)
+        freeze_long_lived("informers synced")
 
     async def stop(self) -> None:
+        if self._freezer is not None:
+            self._freezer.cancel()
         self.view.stop()
         if not await asyncio.to_thread(self.view.join, INFORMER_JOIN_SECONDS):
             log.warning("informer threads did not stop within %ss", INFORMER_JOIN_SECONDS)
@@ -148,6 +161,7 @@ class AdmissionServer:
         except BaseException:
             await self.stop()
             raise
+        freeze_long_lived("started")
         log.info(
             "serving admission webhooks",
             extra={

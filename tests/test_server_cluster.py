@@ -17,6 +17,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+import commands.controller as controller_module
+import commands.serve as serve_module
 from commands.controller import ControllerProcess
 from commands.serve import AdmissionServer
 from gpu_admission.config import Config
@@ -127,9 +129,15 @@ async def test_service_in_a_cluster_publishes_its_ca_and_admits_pods(cluster):
         await server.stop()
 
 
-async def test_the_webhooks_label_a_dataset_pvc_and_the_controller_process_loads_it(cluster):
+async def test_the_webhooks_label_a_dataset_pvc_and_the_controller_process_loads_it(
+    cluster, monkeypatch
+):
     """The two processes of an install, side by side: `serve` labels the PVC at admission,
-    `controller` (its own object, here in-process) takes the Lease and creates the Job."""
+    `controller` (its own object, here in-process) takes the Lease and creates the Job. Each
+    freezes its long-lived heap once started and once its caches are full."""
+    frozen: list[str] = []
+    for module in (serve_module, controller_module):
+        monkeypatch.setattr(module, "freeze_long_lived", frozen.append)
     config, api, core, _ = cluster
     config = config.model_copy(
         update={
@@ -173,6 +181,8 @@ async def test_the_webhooks_label_a_dataset_pvc_and_the_controller_process_loads
         job = batch.list_namespaced_job("ml").items[0]
         assert job.metadata.owner_references[0].kind == "PersistentVolumeClaim"
         assert controller.readiness() == []
+        await wait_until(lambda: len(frozen) == 4, "both heaps frozen twice")
+        assert sorted(frozen) == ["caches synced", "informers synced", "started", "started"]
     finally:
         await controller.stop()
         await server.stop()
