@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import threading
@@ -62,6 +63,14 @@ def cpu_seconds(pid: int | str = "self") -> float:
     """User + system CPU time the process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pinned(cpu: str | None, command: list[str]) -> list[str]:
+    """`command` run on CPU `cpu` (taskset), where it can be; as it is otherwise."""
+    taskset = shutil.which("taskset")
+    if cpu is None or taskset is None or (os.cpu_count() or 1) < 2:
+        return command
+    return [taskset, "-c", cpu, *command]
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -109,10 +118,10 @@ def bench_config(max_loads: int, workers: int, prefix: str) -> Any:
 class Child:
     """A child process speaking JSON lines on stdout; closing its stdin asks it to stop."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], cpu: str | None = None) -> None:
         self.name = " ".join(argv[:1])
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.controller", *argv],
+            pinned(cpu, [sys.executable, "-m", "bench.controller", *argv]),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -154,8 +163,8 @@ class Child:
 
 
 @contextlib.contextmanager
-def child(argv: list[str]) -> Iterator[Child]:
-    process = Child(argv)
+def child(argv: list[str], cpu: str | None = None) -> Iterator[Child]:
+    process = Child(argv, cpu)
     try:
         yield process
     finally:
@@ -212,6 +221,32 @@ async def seed(server: Any, count: int, with_jobs: bool, prefix: str) -> None:
             await server.create(jobs, NS, job, request)
 
 
+async def seed_state(server: Any, path: Path) -> int:
+    """Create the objects of a cluster-state file (as `gpu-admission review --cluster-state`
+    reads it) through the emulator's own write pipeline; those of kinds it does not serve, or
+    already there, are skipped. Returns how many were created."""
+    import yaml
+
+    from tests.kubeapi.resources import RESOURCES
+    from tests.kubeapi.server import Request
+    from tests.kubeapi.tls import ADMIN_GROUPS, ADMIN_USER
+
+    request = Request({"username": ADMIN_USER, "groups": list(ADMIN_GROUPS)}, {})
+    created = 0
+    for obj in yaml.safe_load(path.read_text()) or []:
+        kind, api_version = obj.get("kind"), obj.get("apiVersion", "")
+        resource = next(
+            (r for r in RESOURCES if r.kind == kind and r.group_version == api_version), None
+        )
+        if resource is None:
+            continue
+        namespace = obj["metadata"].get("namespace", "default") if resource.namespaced else ""
+        with contextlib.suppress(Exception):  # already there (the namespaces made above)
+            await server.create(resource, namespace, obj, request)
+            created += 1
+    return created
+
+
 def run_emulator(args: argparse.Namespace) -> int:
     from kubernetes import client, config
 
@@ -231,9 +266,11 @@ def run_emulator(args: argparse.Namespace) -> int:
             core.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
         api.close()
         started = time.monotonic()
+        loop = handle.server.loop
+        assert loop is not None  # set once the server has started
+        if args.state:
+            asyncio.run_coroutine_threadsafe(seed_state(handle.server, args.state), loop).result()
         if args.seed:
-            loop = handle.server.loop
-            assert loop is not None  # set once the server has started
             future = asyncio.run_coroutine_threadsafe(
                 seed(handle.server, args.seed, args.with_jobs, args.prefix), loop
             )
@@ -648,6 +685,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--with-jobs", action="store_true")
     e.add_argument("--gc", action="store_true")
+    e.add_argument("--state", type=Path, help="a cluster-state file to create first")
     c = sub.add_parser("child-controller", parents=[controller])
     c.add_argument("--kubeconfig", required=True)
     c.add_argument("--idle", action="store_true", help="report RSS after imports, then exit")
