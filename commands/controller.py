@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 
 from aiohttp import web
 from kubernetes.client import ApiClient
@@ -27,6 +26,7 @@ from gpu_admission.config import Config
 from gpu_admission.heap import freeze_long_lived
 from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.metrics import Metrics
+from gpu_admission.stop_signals import stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -97,22 +97,10 @@ class ControllerProcess:
 
 async def run_controller(config: Config, api: ApiClient) -> None:
     """Run until SIGTERM or SIGINT, then stop cleanly."""
-    loop = asyncio.get_running_loop()
-    received: asyncio.Future[str] = loop.create_future()
-
-    def on_signal(sig: signal.Signals) -> None:
-        if not received.done():
-            received.set_result(sig.name)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
-    process = ControllerProcess(config, api)
-    try:
+    with stop_signals() as received:
+        process = ControllerProcess(config, api)
         await process.start()
         name = await received
         log.info("received %s: stopping the controller", name)
         await process.stop()
         log.info("stopped")
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)

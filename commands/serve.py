@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import time
 from collections.abc import Sequence
 from typing import Protocol
@@ -30,6 +29,7 @@ from gpu_admission.config import Config
 from gpu_admission.heap import freeze_long_lived
 from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.metrics import Metrics
+from gpu_admission.stop_signals import stop_signals
 from webhooks.policy import PolicySet
 from webhooks.registry import build_policy_set
 from webhooks.server import create_app, make_runner
@@ -210,25 +210,15 @@ def cluster_client(config: Config) -> ApiClient | None:
 
 async def serve(config: Config) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
-    loop = asyncio.get_running_loop()
-    received: asyncio.Future[str] = loop.create_future()
-
-    def on_signal(sig: signal.Signals) -> None:
-        if not received.done():  # a second signal while stopping changes nothing
-            received.set_result(sig.name)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
     api = cluster_client(config)
-    server = AdmissionServer(config, api)
     try:
-        await server.start()
-        name = await received
-        log.info("received %s: shutting down", name)
-        await server.stop()
-        log.info("shutdown complete")
+        with stop_signals() as received:
+            server = AdmissionServer(config, api)
+            await server.start()
+            name = await received
+            log.info("received %s: shutting down", name)
+            await server.stop()
+            log.info("shutdown complete")
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
         if api is not None:
             api.close()

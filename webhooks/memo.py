@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Annotated, Any, Literal, NamedTuple, NotRequired, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import msgspec
 
 from gpu_admission.cluster.view import ClusterView
 from webhooks.chain import Outcome
-from webhooks.review import AdmissionRequest, GroupVersionKind, GroupVersionResource, UserInfo
+from webhooks.review import AdmissionRequest, RequestEnvelope
 
 TOKEN_VOLUME_PREFIX = b"kube-api-access-"
 TOKEN_SUFFIX_LENGTH = 5  # k8s.io/apiserver's names.SimpleNameGenerator: 5 random characters
@@ -51,18 +51,7 @@ class _KeyObject(TypedDict, total=False):
     spec: msgspec.Raw
 
 
-class _KeyRequest(TypedDict):
-    uid: Annotated[str, msgspec.Meta(min_length=1)]
-    kind: GroupVersionKind
-    resource: GroupVersionResource
-    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
-    subResource: NotRequired[str]
-    name: NotRequired[str]
-    namespace: NotRequired[str]
-    userInfo: NotRequired[UserInfo]
-    dryRun: NotRequired[bool]
-    object: NotRequired[_KeyObject | None]
-    oldObject: NotRequired[msgspec.Raw | None]
+_KeyRequest = RequestEnvelope[_KeyObject, msgspec.Raw]
 
 
 class _KeyReview(TypedDict):

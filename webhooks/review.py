@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
-from typing import Annotated, Any, Literal, NamedTuple, NotRequired, TypedDict
+from typing import Annotated, Any, Generic, Literal, NamedTuple, NotRequired, TypedDict, TypeVar
 
 import msgspec
 
@@ -52,7 +52,13 @@ class ObjectHead(TypedDict, total=False):
     type: str
 
 
-class _Request(TypedDict):
+ObjectT = TypeVar("ObjectT")
+OldObjectT = TypeVar("OldObjectT")
+
+
+class RequestEnvelope(TypedDict, Generic[ObjectT, OldObjectT]):
+    """AdmissionRequest's envelope; each decoder picks how much of the objects it decodes."""
+
     uid: Annotated[str, msgspec.Meta(min_length=1)]
     kind: GroupVersionKind
     resource: GroupVersionResource
@@ -62,22 +68,12 @@ class _Request(TypedDict):
     namespace: NotRequired[str]
     userInfo: NotRequired[UserInfo]
     dryRun: NotRequired[bool]
-    object: NotRequired[dict[str, Any] | None]
-    oldObject: NotRequired[dict[str, Any] | None]
+    object: NotRequired[ObjectT | None]
+    oldObject: NotRequired[OldObjectT | None]
 
 
-class _RequestHead(TypedDict):
-    uid: Annotated[str, msgspec.Meta(min_length=1)]
-    kind: GroupVersionKind
-    resource: GroupVersionResource
-    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
-    subResource: NotRequired[str]
-    name: NotRequired[str]
-    namespace: NotRequired[str]
-    userInfo: NotRequired[UserInfo]
-    dryRun: NotRequired[bool]
-    object: NotRequired[ObjectHead | None]
-    oldObject: NotRequired[ObjectHead | None]
+_Request = RequestEnvelope[dict[str, Any], dict[str, Any]]
+_RequestHead = RequestEnvelope[ObjectHead, ObjectHead]
 
 
 class Review(TypedDict):
