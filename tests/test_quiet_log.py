@@ -1,0 +1,38 @@
+"""QuietLog: a repeating failure is said once at WARNING, then at DEBUG; its recovery once."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from gpu_admission.quiet_log import QuietLog
+
+
+def levels(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records]
+
+
+def test_a_repeat_is_quiet_a_change_is_said_and_a_recovery_once(caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="quiet-test")
+    quiet = QuietLog(logging.getLogger("quiet-test"))
+    assert quiet.failed("lease", "lease: namespace missing")
+    assert not quiet.failed("lease", "lease: namespace missing")
+    assert quiet.failed("lease", "lease: forbidden")
+    assert quiet.current() == {"lease": "lease: forbidden"}
+    quiet.recovered("lease", "lease: renewed again")
+    quiet.recovered("lease", "lease: renewed again")  # nothing to recover from any more
+    assert levels(caplog) == [
+        ("WARNING", "lease: namespace missing"),
+        ("DEBUG", "lease: namespace missing (still)"),
+        ("WARNING", "lease: forbidden"),
+        ("INFO", "lease: renewed again"),
+    ]
+
+
+def test_keys_are_bounded(monkeypatch) -> None:
+    monkeypatch.setattr(QuietLog, "MAX_KEYS", 3)
+    quiet = QuietLog(logging.getLogger("quiet-test"))
+    for key in range(10):
+        quiet.failed(key, "failing")
+    assert len(quiet.current()) <= 3
