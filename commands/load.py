@@ -2,9 +2,14 @@
 
 rclone is configured only by environment (`RCLONE_CONFIG_SRC_*`, set by the Job from the PVC's
 credentials Secret by reference); this wrapper adds what a Job needs around it: rclone's JSON log
-streamed to stdout, and on exit a compact JSON summary (bytes, files, duration and, on failure,
-the cause in plain words) written to the termination-message file, so the controller can report
-it on the PVC without reading logs. rclone's exit code is the Job's exit code.
+streamed to stdout with a progress line after each stats tick (gpu_admission.load_progress), and
+on exit a compact JSON summary (bytes, files, duration and, on failure, the cause in plain words)
+written to the termination-message file, so the controller can report it on the PVC without
+reading logs. rclone's exit code is the Job's exit code.
+
+A sharded load (`--shard-count N`, the index from the Indexed Job's JOB_COMPLETION_INDEX) lists
+the source, copies only its own part of the listing (commands.load_shards) and reports the
+listing's fingerprint so the controller can check that every shard split the same listing.
 """
 
 from __future__ import annotations
@@ -15,153 +20,35 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterable, Mapping, MutableMapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import IO, Any
 
+from commands.load_report import (
+    RunLog,
+    encode_summary,
+    summary,
+)
+from commands.load_shards import (
+    ListingError,
+    ShardPlan,
+    list_source,
+    plan_shard,
+    prune,
+    write_file_list,
+)
 from gpu_admission.datasource import DataSource, DataSourceError, parse_data_source
+from gpu_admission.load_progress import from_stats
 from gpu_admission.names import DATA_MOUNT_PATH
 
 REMOTE = "src"  # the rclone remote the Job's environment defines (RCLONE_CONFIG_SRC_*)
 TERMINATION_LOG = "/dev/termination-log"
-MAX_SUMMARY_BYTES = 4096
-MAX_ERRORS_KEPT = 20
 USAGE_EXIT_CODE = 2
+LISTING_FAILED_EXIT_CODE = 1
+INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by the Job controller in every Indexed Job pod
 RCLONE_TYPE = {"s3": "s3", "gs": "gcs"}
-
-# rclone error text -> what happened, in words a researcher can act on. First match wins.
-CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
-    (
-        (
-            "InvalidAccessKeyId",
-            "SignatureDoesNotMatch",
-            "invalid_grant",
-            "ExpiredToken",
-            "InvalidToken",
-            "status code 401",
-            "StatusCode: 401",
-            "Unauthorized",
-        ),
-        "the storage service rejected the credentials; check the keys in the credentials Secret",
-    ),
-    (
-        (
-            "AccessDenied",
-            "Access Denied",
-            "StatusCode: 403",
-            "status code 403",
-            "Forbidden",
-            "does not have storage.objects",
-        ),
-        "access denied: these credentials (or anonymous access) may not read the source; "
-        "grant read access or name a credentials Secret that has it",
-    ),
-    (
-        (
-            "NoSuchBucket",
-            "bucket does not exist",
-            "directory not found",
-            "notFound",
-            "StatusCode: 404",
-            "status code 404",
-        ),
-        "the source was not found: the bucket or prefix does not exist; check the data source",
-    ),
-    (
-        (
-            "no such host",
-            "connection refused",
-            "i/o timeout",
-            "network is unreachable",
-            "TLS handshake timeout",
-            "context deadline exceeded",
-        ),
-        "the storage endpoint could not be reached; check the endpoint and the network",
-    ),
-    (
-        ("no space left on device", "disk quota exceeded"),
-        "the volume is full; request more storage for the PVC",
-    ),
-    (
-        ("permission denied", "read-only file system"),
-        "the loader cannot write to the volume; check the volume's permissions",
-    ),
-)
-
-
-@dataclass
-class RunLog:
-    """What the wrapper keeps from rclone's JSON log while streaming it."""
-
-    stats: dict[str, Any] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-
-    def take(self, line: str) -> None:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            if line.strip():  # rclone prints plain text only for usage and panics
-                self._error(line.strip())
-            return
-        if not isinstance(entry, dict):
-            return
-        if isinstance(entry.get("stats"), dict):
-            self.stats = entry["stats"]
-        if entry.get("level") in ("error", "critical", "fatal"):
-            self._error(str(entry.get("msg", "")).strip())
-
-    def _error(self, text: str) -> None:
-        if text and len(self.errors) < MAX_ERRORS_KEPT and text not in self.errors:
-            self.errors.append(text)
-
-
-def plain_cause(errors: Iterable[str], exit_code: int) -> str:
-    """The failure in plain words, with rclone's own first error line after it."""
-    errors = list(errors)
-    text = "\n".join(errors)
-    detail = errors[0] if errors else f"rclone exited with code {exit_code}"
-    for needles, words in CAUSES:
-        if any(needle in text for needle in needles):
-            return f"{words} (rclone: {detail})"
-    return f"the copy failed (rclone: {detail})"
-
-
-def summary(
-    log: RunLog, exit_code: int, duration: float, source: str, interrupted: bool = False
-) -> dict[str, Any]:
-    stats = log.stats
-    result: dict[str, Any] = {
-        "phase": "Succeeded" if exit_code == 0 else "Failed",
-        "source": source,
-        "bytes": int(stats.get("bytes", 0) or 0),
-        "files": int(stats.get("transfers", 0) or 0),
-        "checks": int(stats.get("checks", 0) or 0),
-        "durationSeconds": round(duration, 3),
-        "exitCode": exit_code,
-    }
-    if exit_code != 0:
-        result["cause"] = (
-            "the loader was stopped before the copy finished"
-            if interrupted
-            else plain_cause(log.errors, exit_code)
-        )
-    return result
-
-
-def encode_summary(result: Mapping[str, Any]) -> bytes:
-    """Compact JSON within the kubelet's 4 KiB termination-message limit (the cause is cut)."""
-    data = json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode()
-    if len(data) <= MAX_SUMMARY_BYTES:
-        return data
-    trimmed = dict(result)
-    cause = str(trimmed.get("cause", ""))
-    overflow = len(data) - MAX_SUMMARY_BYTES + 3
-    trimmed["cause"] = (
-        cause.encode()[: max(0, len(cause.encode()) - overflow)].decode(errors="ignore") + "..."
-    )
-    return json.dumps(trimmed, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def rclone_env(source: DataSource, environ: Mapping[str, str]) -> dict[str, str]:
@@ -179,11 +66,22 @@ def rclone_env(source: DataSource, environ: Mapping[str, str]) -> dict[str, str]
 
 
 def rclone_command(
-    rclone: str, source: DataSource, dest: str, *, sync: bool, transfers: int, checkers: int
+    rclone: str,
+    source: DataSource,
+    dest: str,
+    *,
+    sync: bool,
+    transfers: int,
+    checkers: int,
+    stats_seconds: float = 5.0,
+    files_from: str | None = None,
 ) -> list[str]:
-    return [
+    """`rclone copy` (or `sync`) of the source; with `files_from`, only the listed objects (a
+    shard's part: always `copy`, since a filtered `sync` deletes nothing outside its filter)."""
+    verb = "sync" if sync and files_from is None else "copy"
+    command = [
         rclone,
-        "sync" if sync else "copy",
+        verb,
         f"{REMOTE}:{source.remote_path}",
         dest,
         "--checksum",
@@ -193,17 +91,26 @@ def rclone_command(
         str(checkers),
         "--use-json-log",
         "--stats",
-        "5s",
+        f"{stats_seconds:g}s",
         "--stats-log-level",
         "NOTICE",
     ]
+    if files_from is not None:
+        command += ["--files-from-raw", files_from]
+    return command
 
 
-def _pump(stream: IO[str], log: RunLog, out: IO[str]) -> None:
+def _pump(stream: IO[str], log: RunLog, out: IO[str], shard: ShardPlan | None, shards: int) -> None:
     for line in stream:
         out.write(line)
-        out.flush()
+        before = log.stats
         log.take(line)
+        if log.stats is not before:  # a stats tick: say how far the load has got
+            planned = (len(shard.objects), shard.bytes) if shard is not None else (None, None)
+            index = shard.index if shard is not None else 0
+            progress = from_stats(log.stats, index, shards, *planned)
+            out.write(progress.line() + "\n")
+        out.flush()
 
 
 def run_load(
@@ -217,42 +124,48 @@ def run_load(
     termination_log: str = TERMINATION_LOG,
     environ: MutableMapping[str, str] | None = None,
     out: IO[str] | None = None,
+    shard_index: int = 0,
+    shard_count: int = 1,
+    stats_seconds: float = 5.0,
 ) -> int:
     """Run rclone, stream its log to `out`, write the summary; return rclone's exit code."""
     out = out or sys.stdout
-    command = rclone_command(
-        rclone, source, dest, sync=sync, transfers=transfers, checkers=checkers
-    )
+    env = rclone_env(source, os.environ if environ is None else environ)
     log = RunLog()
     started = time.monotonic()
     interrupted = False
-    try:
-        process = subprocess.Popen(
-            command,
-            env=rclone_env(source, os.environ if environ is None else environ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,  # rclone logs to stderr; one ordered stream
-            text=True,
-            errors="replace",
-        )
-    except OSError as exc:
-        log.errors.append(f"cannot start {rclone}: {exc.strerror}")
-        exit_code = 127
-    else:
-
-        def forward(signum: int, _frame: Any) -> None:
-            nonlocal interrupted
-            interrupted = True
-            process.send_signal(signum)
-
-        previous = signal.signal(signal.SIGTERM, forward)
-        try:
-            assert process.stdout is not None
-            _pump(process.stdout, log, out)
-            exit_code = process.wait()
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-    result = summary(log, exit_code, time.monotonic() - started, source.url, interrupted)
+    shard: ShardPlan | None = None
+    exit_code: int | None = None
+    with tempfile.TemporaryDirectory(prefix="gpu-admission-load-") as scratch:
+        files_from = None
+        if shard_count > 1:
+            try:
+                objects = list_source(rclone, f"{REMOTE}:{source.remote_path}", env)
+            except ListingError as exc:
+                log.errors.append(f"listing the source failed: {exc}")
+                exit_code = LISTING_FAILED_EXIT_CODE
+            else:
+                shard = plan_shard(objects, shard_index, shard_count)
+                files_from = str(Path(scratch) / "files")
+                write_file_list(shard, Path(files_from))
+                if sync and shard.index == 0 and Path(dest).is_dir():
+                    # A filtered sync deletes nothing outside its part: one shard prunes.
+                    removed = prune(Path(dest), (o.path for o in objects))
+                    out.write(json.dumps({"level": "notice", "msg": f"pruned {removed} files"}))
+                    out.write("\n")
+        if exit_code is None:
+            command = rclone_command(
+                rclone,
+                source,
+                dest,
+                sync=sync,
+                transfers=transfers,
+                checkers=checkers,
+                stats_seconds=stats_seconds,
+                files_from=files_from,
+            )
+            exit_code, interrupted = _run_rclone(command, env, log, out, shard, shard_count)
+    result = summary(log, exit_code, time.monotonic() - started, source.url, interrupted, shard)
     out.write(json.dumps({"level": "notice", "msg": "load finished", "summary": result}) + "\n")
     out.flush()
     try:
@@ -260,6 +173,44 @@ def run_load(
     except OSError as exc:
         print(f"cannot write the termination message to {termination_log}: {exc}", file=sys.stderr)
     return exit_code
+
+
+def _run_rclone(
+    command: list[str],
+    env: Mapping[str, str],
+    log: RunLog,
+    out: IO[str],
+    shard: ShardPlan | None,
+    shards: int,
+) -> tuple[int, bool]:
+    """Run rclone to the end, forwarding SIGTERM; (exit code, whether it was interrupted)."""
+    interrupted = False
+    try:
+        process = subprocess.Popen(
+            command,
+            env=dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,  # rclone logs to stderr; one ordered stream
+            text=True,
+            errors="replace",
+        )
+    except OSError as exc:
+        log.errors.append(f"cannot start {command[0]}: {exc.strerror}")
+        return 127, False
+
+    def forward(signum: int, _frame: Any) -> None:
+        nonlocal interrupted
+        interrupted = True
+        process.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        assert process.stdout is not None
+        _pump(process.stdout, log, out, shard, shards)
+        exit_code = process.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return exit_code, interrupted
 
 
 def add_load_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -279,17 +230,55 @@ def add_load_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--transfers", type=int, default=8)
     parser.add_argument("--checkers", type=int, default=16)
+    parser.add_argument(
+        "--shard-count",
+        type=int,
+        default=1,
+        help="split the source into this many disjoint parts and copy one of them",
+    )
+    parser.add_argument(
+        "--shard-index",
+        type=int,
+        default=None,
+        help=f"the part to copy, 0-based (default: ${INDEX_ENV}, set in Indexed Job pods)",
+    )
+    parser.add_argument(
+        "--stats-seconds", type=float, default=5.0, help="how often to print progress"
+    )
     parser.add_argument("--rclone", default="rclone", help="the rclone executable")
     parser.add_argument("--termination-log", default=TERMINATION_LOG)
     parser.set_defaults(func=main_load)
     return parser
 
 
+def shard_of(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[int, int]:
+    """(index, count) from the flags and the Job's environment; ValueError says what is wrong."""
+    count = args.shard_count
+    if count < 1:
+        raise ValueError(f"--shard-count must be at least 1, not {count}")
+    index = args.shard_index
+    if index is None:
+        raw = environ.get(INDEX_ENV, "0" if count == 1 else "")
+        if not raw.strip().isdigit():
+            raise ValueError(
+                f"--shard-count {count} needs --shard-index or ${INDEX_ENV} (an Indexed Job "
+                f"sets it); got {raw!r}"
+            )
+        index = int(raw)
+    if not 0 <= index < count:
+        raise ValueError(f"the shard index {index} is outside 0..{count - 1}")
+    return index, count
+
+
 def main_load(args: argparse.Namespace) -> int:
     try:
         source = parse_data_source(args.source)
-    except DataSourceError as exc:
+        index, count = shard_of(args, os.environ)
+    except (DataSourceError, ValueError) as exc:
         print(f"gpu-admission load: {exc}", file=sys.stderr)
+        return USAGE_EXIT_CODE
+    if args.stats_seconds <= 0:
+        print("gpu-admission load: --stats-seconds must be positive", file=sys.stderr)
         return USAGE_EXIT_CODE
     return run_load(
         source,
@@ -299,6 +288,9 @@ def main_load(args: argparse.Namespace) -> int:
         checkers=args.checkers,
         rclone=args.rclone,
         termination_log=args.termination_log,
+        shard_index=index,
+        shard_count=count,
+        stats_seconds=args.stats_seconds,
     )
 
 

@@ -12,14 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from commands.load import (
-    MAX_SUMMARY_BYTES,
-    RunLog,
-    encode_summary,
-    plain_cause,
-    rclone_env,
-    run_load,
-)
+from commands.load import rclone_env, run_load
+from commands.load_report import MAX_SUMMARY_BYTES, RunLog, encode_summary, plain_cause
 from gpu_admission.datasource import parse_data_source
 from tests.objectstores import GcsStore, S3Store, dataset_files, gcs_store, s3_store, tree
 

@@ -1,0 +1,161 @@
+"""What a load did, for the controller and for people: rclone's JSON log kept as it streams, the
+failure in plain words, and the compact summary the loader leaves in its termination message."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from commands.load_shards import ShardPlan
+
+MAX_SUMMARY_BYTES = 4096  # the kubelet's termination-message limit
+MAX_ERRORS_KEPT = 20
+
+# rclone error text -> what happened, in words a researcher can act on. First match wins.
+CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        (
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "invalid_grant",
+            "ExpiredToken",
+            "InvalidToken",
+            "status code 401",
+            "StatusCode: 401",
+            "Unauthorized",
+        ),
+        "the storage service rejected the credentials; check the keys in the credentials Secret",
+    ),
+    (
+        (
+            "AccessDenied",
+            "Access Denied",
+            "StatusCode: 403",
+            "status code 403",
+            "Forbidden",
+            "does not have storage.objects",
+        ),
+        "access denied: these credentials (or anonymous access) may not read the source; "
+        "grant read access or name a credentials Secret that has it",
+    ),
+    (
+        (
+            "NoSuchBucket",
+            "bucket does not exist",
+            "directory not found",
+            "notFound",
+            "StatusCode: 404",
+            "status code 404",
+        ),
+        "the source was not found: the bucket or prefix does not exist; check the data source",
+    ),
+    (
+        (
+            "no such host",
+            "connection refused",
+            "i/o timeout",
+            "network is unreachable",
+            "TLS handshake timeout",
+            "context deadline exceeded",
+        ),
+        "the storage endpoint could not be reached; check the endpoint and the network",
+    ),
+    (
+        ("no space left on device", "disk quota exceeded"),
+        "the volume is full; request more storage for the PVC",
+    ),
+    (
+        ("permission denied", "read-only file system"),
+        "the loader cannot write to the volume; check the volume's permissions",
+    ),
+)
+
+
+@dataclass
+class RunLog:
+    """What the wrapper keeps from rclone's JSON log while streaming it."""
+
+    stats: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def take(self, line: str) -> None:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            if line.strip():  # rclone prints plain text only for usage and panics
+                self._error(line.strip())
+            return
+        if not isinstance(entry, dict):
+            return
+        if isinstance(entry.get("stats"), dict):
+            self.stats = entry["stats"]
+        if entry.get("level") in ("error", "critical", "fatal"):
+            self._error(str(entry.get("msg", "")).strip())
+
+    def _error(self, text: str) -> None:
+        if text and len(self.errors) < MAX_ERRORS_KEPT and text not in self.errors:
+            self.errors.append(text)
+
+
+def plain_cause(errors: Iterable[str], exit_code: int) -> str:
+    """The failure in plain words, with rclone's own first error line after it."""
+    errors = list(errors)
+    text = "\n".join(errors)
+    detail = errors[0] if errors else f"rclone exited with code {exit_code}"
+    for needles, words in CAUSES:
+        if any(needle in text for needle in needles):
+            return f"{words} (rclone: {detail})"
+    return f"the copy failed (rclone: {detail})"
+
+
+def summary(
+    log: RunLog,
+    exit_code: int,
+    duration: float,
+    source: str,
+    interrupted: bool = False,
+    shard: ShardPlan | None = None,
+) -> dict[str, Any]:
+    stats = log.stats
+    result: dict[str, Any] = {
+        "phase": "Succeeded" if exit_code == 0 else "Failed",
+        "source": source,
+        "bytes": int(stats.get("bytes", 0) or 0),
+        "files": int(stats.get("transfers", 0) or 0),
+        "checks": int(stats.get("checks", 0) or 0),
+        "durationSeconds": round(duration, 3),
+        "exitCode": exit_code,
+    }
+    if shard is not None:
+        result.update(
+            shard=shard.index,
+            shards=shard.count,
+            plannedFiles=len(shard.objects),
+            plannedBytes=shard.bytes,
+            listedFiles=shard.listed_objects,
+            listedBytes=shard.listed_bytes,
+            listing=shard.fingerprint,
+        )
+    if exit_code != 0:
+        result["cause"] = (
+            "the loader was stopped before the copy finished"
+            if interrupted
+            else plain_cause(log.errors, exit_code)
+        )
+    return result
+
+
+def encode_summary(result: Mapping[str, Any]) -> bytes:
+    """Compact JSON within the kubelet's 4 KiB termination-message limit (the cause is cut)."""
+    data = json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(data) <= MAX_SUMMARY_BYTES:
+        return data
+    trimmed = dict(result)
+    cause = str(trimmed.get("cause", ""))
+    overflow = len(data) - MAX_SUMMARY_BYTES + 3
+    trimmed["cause"] = (
+        cause.encode()[: max(0, len(cause.encode()) - overflow)].decode(errors="ignore") + "..."
+    )
+    return json.dumps(trimmed, separators=(",", ":"), ensure_ascii=False).encode()
