@@ -62,7 +62,11 @@ def _resource_entry(r: Resource) -> dict[str, Any]:
 
 def _subresource_entry(r: Resource, sub: str) -> dict[str, Any]:
     kinds = {"binding": "Binding"}
-    verbs = {"binding": ["create"], "ephemeralcontainers": ["get", "patch", "update"]}
+    verbs = {
+        "binding": ["create"],
+        "ephemeralcontainers": ["get", "patch", "update"],
+        "log": ["get"],
+    }
     return {
         "name": f"{r.plural}/{sub}",
         "singularName": "",

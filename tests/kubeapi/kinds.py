@@ -9,7 +9,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from . import kinds_dra
+from . import kinds_batch, kinds_dra
 from .errors import StatusError, cause, invalid
 from .resources import Resource
 
@@ -91,9 +91,7 @@ def apply_defaults(resource: Resource, obj: dict[str, Any]) -> None:
         obj.setdefault("status", {}).setdefault("phase", "Pending")
     elif kind == "Job":
         spec = obj.setdefault("spec", {})
-        spec.setdefault("parallelism", 1)
-        spec.setdefault("completions", 1)
-        spec.setdefault("backoffLimit", 6)
+        kinds_batch.apply_job_defaults(spec)
         spec.setdefault("completionMode", "NonIndexed")
         spec.setdefault("suspend", False)
         spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
@@ -388,6 +386,7 @@ def validate_create(resource: Resource, obj: dict[str, Any]) -> None:
         causes.extend(kinds_dra.pod_claim_causes(spec))
     causes.extend(kinds_dra.validate_create(resource.kind, obj))
     if resource.kind == "Job":
+        causes.extend(kinds_batch.job_spec_causes(obj["spec"]))
         restart = obj["spec"]["template"]["spec"].get("restartPolicy")
         if restart not in ("Never", "OnFailure"):
             causes.append(

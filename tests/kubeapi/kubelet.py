@@ -38,6 +38,7 @@ from tests.kubeapi.kubelet_jobs import (
     pod_for_job,
     rfc3339,
 )
+from tests.kubeapi.kubelet_logs import KubeletLogServer
 from tests.kubeapi.kubelet_run import (
     DEFAULT_TERMINATION_MESSAGE_PATH,
     ContainerProcess,
@@ -50,6 +51,7 @@ from tests.kubeapi.kubelet_watch import Watcher
 DEFAULT_NODE = "node-1"
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SYNC_TIMEOUT_SECONDS = 10
+NODE_ADDRESS = "127.0.0.1"  # the kubelet's log endpoint listens on loopback
 
 
 def _now() -> str:
@@ -135,9 +137,11 @@ class FakeKubelet:
             Watcher(self._core.list_node, self._on_node, "nodes"),
         ]
         self._worker = threading.Thread(target=self._work, name="kubelet-worker", daemon=True)
+        self._log_server = KubeletLogServer(self._log_path)
 
     # ------------------------------------------------------------------ lifecycle and queries
     def start(self) -> FakeKubelet:
+        self._log_server.start()
         if self._create_node:
             self._ensure_node()
         self._worker.start()
@@ -162,6 +166,7 @@ class FakeKubelet:
             run.kill()
         for run in runs:
             run.join()
+        self._log_server.stop()
         shutil.rmtree(self._workdir, ignore_errors=True)
 
     def __enter__(self) -> FakeKubelet:
@@ -247,7 +252,12 @@ class FakeKubelet:
                 raise
         status = {
             "conditions": [_condition("Ready", reason="KubeletReady")],
-            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+            "addresses": [
+                {"type": "InternalIP", "address": NODE_ADDRESS},
+                {"type": "Hostname", "address": self.node_name},
+            ],
+            # Where the API server finds this kubelet for pods/log (kubelet_logs).
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self._log_server.port}},
             "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
             "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
         }
@@ -329,7 +339,7 @@ class FakeKubelet:
                 _condition("ContainersReady"),
                 _condition("PodScheduled"),
             ],
-            "hostIP": "10.0.0.1",
+            "hostIP": NODE_ADDRESS,
             "podIP": pod_ip,
             "podIPs": [{"ip": pod_ip}],
             "startTime": now,
@@ -378,8 +388,9 @@ class FakeKubelet:
         decision = decide(job, pods, dt.datetime.now(dt.UTC))
         for pod_name in decision.kill_active or []:
             self._core.delete_namespaced_pod(pod_name, namespace, _preload_content=False)
-        if decision.create_pod:
-            self._core.create_namespaced_pod(namespace, pod_for_job(job), _preload_content=False)
+        for index, failures in decision.create_pods:
+            pod = pod_for_job(job, index, failures)
+            self._core.create_namespaced_pod(namespace, pod, _preload_content=False)
         if decision.status != (job.get("status") or {}):
             self._batch.patch_namespaced_job_status(
                 name,

@@ -1,21 +1,32 @@
 """The Job controller's decisions, as pure functions of a Job, its pods and the time.
 
-Supports what the loader Jobs use: parallelism and completions of 1 (larger values are treated
-as 1), ``backoffLimit`` (default 6: a new pod after each failure until failures exceed it) and
-``activeDeadlineSeconds``. Conditions follow the Job controller of Kubernetes 1.31+: a
-``FailureTarget``/``SuccessCriteriaMet`` condition, then ``Failed``/``Complete``. Pods with
-``restartPolicy: OnFailure`` are replaced like ``Never`` pods rather than restarted in place.
+Supports what the loader Jobs use. NonIndexed Jobs: parallelism and completions of 1 (larger
+values are treated as 1). Indexed Jobs (pkg/controller/job/indexed_job_utils.go): one pod per
+index up to ``parallelism``, each with the index as annotation and label
+``batch.kubernetes.io/job-completion-index``, ``JOB_COMPLETION_INDEX`` from that label, hostname
+``<job>-<index>``; ``status.completedIndexes`` as intervals ("0-2,4"); with
+``backoffLimitPerIndex`` an index is retried alone (its pods carry
+``batch.kubernetes.io/job-index-failure-count``) until its failures exceed the limit, it is then
+listed in ``status.failedIndexes``, and once every index has succeeded or failed the Job fails
+with reason ``FailedIndexes``. Both modes: ``backoffLimit`` (default 6, or MaxInt32 with
+``backoffLimitPerIndex``) and ``activeDeadlineSeconds``. Conditions follow the Job controller of
+Kubernetes 1.31+: a ``FailureTarget``/``SuccessCriteriaMet`` condition, then
+``Failed``/``Complete``. Pods with ``restartPolicy: OnFailure`` are replaced like ``Never`` pods
+rather than restarted in place.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_BACKOFF_LIMIT = 6
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation and label
+INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
+COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 LEGACY_LABELS = ("job-name", "controller-uid")
 
@@ -28,10 +39,15 @@ def parse_time(text: str) -> dt.datetime:
     return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
 
 
-def pod_for_job(job: dict[str, Any]) -> dict[str, Any]:
-    """A pod from the Job's template, owned by the Job and labelled like the controller does."""
+def pod_for_job(job: dict[str, Any], index: int | None = None, failures: int = 0) -> dict[str, Any]:
+    """A pod from the Job's template, owned by the Job and labelled like the controller does;
+    for an Indexed Job, the pod of `index` (`failures`: that index's failed pods so far)."""
     metadata = job["metadata"]
     template = copy.deepcopy(job["spec"]["template"])
+    if index is not None:
+        _index_template(template, metadata["name"], index)
+        if (job.get("spec") or {}).get("backoffLimitPerIndex") is not None:
+            template["metadata"]["annotations"][INDEX_FAILURE_COUNT] = str(failures)
     labels = dict((template.get("metadata") or {}).get("labels") or {})
     labels.update(
         {
@@ -41,8 +57,9 @@ def pod_for_job(job: dict[str, Any]) -> dict[str, Any]:
             "job-name": metadata["name"],
         }
     )
+    prefix = metadata["name"] if index is None else f"{metadata['name']}-{index}"
     pod_metadata = {
-        "generateName": f"{metadata['name']}-",
+        "generateName": f"{prefix}-",
         "namespace": metadata["namespace"],
         "labels": labels,
         "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
@@ -60,10 +77,44 @@ def pod_for_job(job: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": template["spec"]}
 
 
+def _index_template(template: dict[str, Any], job_name: str, index: int) -> None:
+    meta = template.setdefault("metadata", {})
+    meta.setdefault("annotations", {})[COMPLETION_INDEX] = str(index)
+    meta.setdefault("labels", {})[COMPLETION_INDEX] = str(index)
+    spec = template["spec"]
+    spec.setdefault("hostname", f"{job_name}-{index}")
+    env_ref = {"fieldRef": {"fieldPath": f"metadata.labels['{COMPLETION_INDEX}']"}}
+    for group in ("initContainers", "containers"):
+        for container in spec.get(group) or []:
+            env = container.setdefault("env", [])
+            if not any(e.get("name") == COMPLETION_INDEX_ENV for e in env):
+                env.append({"name": COMPLETION_INDEX_ENV, "valueFrom": env_ref})
+
+
+def pod_index(pod: dict[str, Any]) -> int | None:
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(COMPLETION_INDEX, "")
+    return int(value) if value.isdigit() else None
+
+
+def intervals(indexes: set[int]) -> str:
+    """{0, 1, 2, 4} -> "0-2,4", as the Job controller writes completedIndexes."""
+    parts: list[str] = []
+    ordered = sorted(indexes)
+    start = prev = None
+    for i in [*ordered, None]:
+        if i is not None and prev is not None and i == prev + 1:
+            prev = i
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = i
+    return ",".join(parts)
+
+
 @dataclass
 class JobDecision:
     status: dict[str, Any]
-    create_pod: bool = False
+    create_pods: list[tuple[int | None, int]] = field(default_factory=list)  # (index, failures)
     kill_active: list[str] | None = None  # names of pods to delete
     deadline: dt.datetime | None = None  # when to look again for activeDeadlineSeconds
 
@@ -107,6 +158,7 @@ def decide(job: dict[str, Any], pods: list[dict[str, Any]], now: dt.datetime) ->
         "uncountedTerminatedPods": {},
     }
     conditions = list(old.get("conditions") or [])
+    per_index = spec.get("backoffLimitPerIndex")
     backoff_limit = spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT)
     deadline_seconds = spec.get("activeDeadlineSeconds")
     started = parse_time(status["startTime"])
@@ -125,13 +177,35 @@ def decide(job: dict[str, Any], pods: list[dict[str, Any]], now: dt.datetime) ->
         return JobDecision(status, kill_active=[p["metadata"]["name"] for p in active])
 
     completions = spec.get("completions", 1) or 1
-    if succeeded >= min(completions, 1):
+    indexed = spec.get("completionMode") == "Indexed"
+    done_indexes: set[int] = set()
+    failed_indexes: set[int] = set()
+    failures: dict[int, int] = {}
+    if indexed:
+        for pod, phase in zip(pods, phases, strict=True):
+            index = pod_index(pod)
+            if index is None or index >= completions:
+                continue
+            if phase == "Succeeded":
+                done_indexes.add(index)
+            elif phase == "Failed":
+                failures[index] = failures.get(index, 0) + 1
+        if per_index is not None:
+            failed_indexes = {
+                i for i, n in failures.items() if n > per_index and i not in done_indexes
+            }
+            status["failedIndexes"] = intervals(failed_indexes)
+        status["completedIndexes"] = intervals(done_indexes)
+        status["succeeded"] = len(done_indexes)
+    if (len(done_indexes) >= completions) if indexed else succeeded >= min(completions, 1):
         return finish(
             "SuccessCriteriaMet",
             "Complete",
             "CompletionsReached",
             "Reached expected number of succeeded pods",
         )
+    if failed_indexes and len(failed_indexes) + len(done_indexes) >= completions:
+        return finish("FailureTarget", "Failed", "FailedIndexes", "Job has failed indexes")
     if failed > backoff_limit:
         return finish(
             "FailureTarget",
@@ -149,5 +223,16 @@ def decide(job: dict[str, Any], pods: list[dict[str, Any]], now: dt.datetime) ->
     status["conditions"] = conditions
     if not status["conditions"]:
         del status["conditions"]
-    parallelism = min(spec.get("parallelism", 1), 1)
-    return JobDecision(status, create_pod=len(active) < parallelism, deadline=deadline)
+    if not indexed:
+        parallelism = min(spec.get("parallelism", 1), 1)
+        create = [(None, 0)] if len(active) < parallelism else []
+        return JobDecision(status, create_pods=create, deadline=deadline)
+    running = {pod_index(p) for p in active}
+    waiting = [
+        i
+        for i in range(completions)
+        if i not in done_indexes and i not in failed_indexes and i not in running
+    ]
+    room = max(spec.get("parallelism", 1) - len(active), 0)
+    create = [(i, failures.get(i, 0)) for i in waiting[:room]]
+    return JobDecision(status, create_pods=create, deadline=deadline)

@@ -45,7 +45,7 @@ RESOURCES: tuple[Resource, ...] = (
         "pod",
         "Pod",
         True,
-        ("status", "ephemeralcontainers", "binding"),
+        ("status", "ephemeralcontainers", "binding", "log"),
         ("po",),
         has_generation=True,
         categories=("all",),

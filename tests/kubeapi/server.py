@@ -12,6 +12,7 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
@@ -19,6 +20,7 @@ from . import discovery, kinds
 from .admission_types import AdmissionAttributes, AdmissionHook
 from .errors import StatusError, already_exists, bad_request, conflict, not_found, qualified
 from .faults import Faults
+from .kubelet_logs import fetch_log, log_container
 from .patch import apply_patch
 from .resources import RESOURCES, Resource, by_plural, lookup
 from .selectors import matcher
@@ -710,6 +712,22 @@ class KubeAPIServer:
             response.headers.add("Warning", f'299 - "{_header_safe(warning)}"')
         return response
 
+    async def _pod_log(self, request: web.Request, namespace: str, name: str) -> web.Response:
+        """`pods/log`: proxied to the kubelet of the pod's node (see kubelet_logs)."""
+        pods = by_plural("pods")
+        self._check_namespace(pods, namespace, creating=False)
+        pod = self._read(pods, namespace, name)
+        if pod is None:
+            raise not_found(pods.plural, pods.group, name)
+        container = log_container(pod, name, request.query.get("container", ""))
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name:  # not scheduled yet: an empty log, as kube-apiserver answers
+            return web.Response(body=b"", content_type="text/plain")
+        node = self._read(by_plural("nodes"), "", node_name)
+        passed = {k: request.query[k] for k in ("tailLines", "limitBytes") if k in request.query}
+        body = await fetch_log(node, namespace, name, container, urlencode(passed))
+        return web.Response(body=body, content_type="text/plain")
+
     def _simple_document(self, path: str) -> dict[str, Any] | None:
         if path == "/version":
             return discovery.SERVER_VERSION
@@ -751,6 +769,14 @@ class KubeAPIServer:
         method = request.method
         if subresource and subresource not in r.subresources:
             raise StatusError(404, "NotFound", "the server could not find the requested resource")
+        if subresource == "log":
+            if method != "GET":
+                raise StatusError(
+                    405,
+                    "MethodNotAllowed",
+                    "the server does not allow this method on the requested resource",
+                )
+            return await self._pod_log(request, namespace, name)
         if method == "GET":
             if name:
                 self._check_namespace(r, namespace, creating=False)
