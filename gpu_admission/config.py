@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpu_admission.names import DEFAULT_PREFIX, Names
 
@@ -150,6 +150,9 @@ class CredentialsConfig(_Model):
     key_check_cache_size: Annotated[int, Field(ge=0)] = 256
 
 
+MAX_PARALLELISM = 100  # a sanity bound; Indexed Jobs allow far more
+
+
 class DatasetConfig(_Model):
     loader_image: str = "gpu-admission:0.1.0"
     rclone_path: str = "rclone"
@@ -175,6 +178,24 @@ class DatasetConfig(_Model):
     loader_env: dict[str, str] = Field(default_factory=dict)
     # Over max_concurrent_loads, a PVC stays Pending and is looked at again after this long.
     capacity_requeue_seconds: Annotated[float, Field(gt=0)] = 5.0
+    # Shards (Indexed Job indexes) per load: the default when a PVC asks for none, and the most
+    # one may ask for. Each shard is one loader pod with the loader_* resources.
+    default_parallelism: Annotated[int, Field(ge=1, le=MAX_PARALLELISM)] = 1
+    max_parallelism: Annotated[int, Field(ge=1, le=MAX_PARALLELISM)] = 16
+    # Retries of one shard before the load fails (the Job's backoffLimitPerIndex).
+    backoff_limit_per_shard: Annotated[int, Field(ge=0)] = 2
+    # How often a running load's progress is read (one pods/log per running loader pod) and
+    # written to its PVC (at most one status write); also the loader's stats interval.
+    progress_interval_seconds: Annotated[float, Field(gt=0, le=30)] = 20.0
+
+    @model_validator(mode="after")
+    def _parallelism_bounds(self) -> DatasetConfig:
+        if self.default_parallelism > self.max_parallelism:
+            raise ValueError(
+                f"default_parallelism ({self.default_parallelism}) is above max_parallelism "
+                f"({self.max_parallelism})"
+            )
+        return self
 
 
 class LeaderElectionConfig(_Model):

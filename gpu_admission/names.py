@@ -135,6 +135,17 @@ class Names:
         """PVC annotation `"true"`: mirror the source (delete files that are not in it)."""
         return self._key("data-load-sync")
 
+    @property
+    def data_load_parallelism(self) -> str:
+        """PVC annotation `"N"`: load with N shards (an Indexed Job); ReadWriteMany PVCs only."""
+        return self._key("data-load-parallelism")
+
+    @property
+    def data_load_progress(self) -> str:
+        """Written while a load runs: an annotation in words, and a label of the same name in
+        label-safe form (`kubectl get pvc -L` shows labels only)."""
+        return self._key("data-load-progress")
+
     # Labels.
     @property
     def data_load_label(self) -> str:

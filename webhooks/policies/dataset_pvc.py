@@ -1,5 +1,7 @@
-"""Dataset PVCs: the data-source annotation must parse and its credential Secret must exist with the
-type the scheme needs; and every dataset PVC carries the label the loader controller selects by.
+"""Dataset PVCs: the data-source annotation must parse, its credential Secret must exist with the
+type the scheme needs, and the loader shards it asks for must be a whole number within the
+configured maximum on a ReadWriteMany volume; and every dataset PVC carries the label the loader
+controller selects by.
 
 The label mirrors the annotation: it is added when a data source is set (and put back if a user
 removes it), and removed when the data source is removed, so the controller's label-selected watch
@@ -13,6 +15,7 @@ from collections.abc import Iterable
 from gpu_admission.cluster.view import ClusterView, ObjectRef
 from gpu_admission.config import Config
 from gpu_admission.datasource import CLOUD_NAME, DataSourceError, parse_data_source
+from gpu_admission.load_parallelism import load_parallelism
 from gpu_admission.names import Names
 from webhooks.patch import Patch, escape
 from webhooks.policy import MutatingPolicy, Scope, ValidatingPolicy
@@ -34,7 +37,7 @@ def _dataset_settings_changed(request: AdmissionRequest, names: Names) -> bool:
     if request.operation != "UPDATE" or request.old_object is None:
         return True
     new, old = _annotations(request.object), _annotations(request.old_object)
-    keys = (names.data_source, names.data_credentials)
+    keys = (names.data_source, names.data_credentials, names.data_load_parallelism)
     return any(new.get(k) != old.get(k) for k in keys)
 
 
@@ -45,7 +48,8 @@ def credentials_ref(request: AdmissionRequest, names: Names) -> Iterable[ObjectR
     return ()
 
 
-def validate_dataset_pvc(request: AdmissionRequest, view: ClusterView, names: Names) -> Verdict:
+def validate_dataset_pvc(request: AdmissionRequest, view: ClusterView, config: Config) -> Verdict:
+    names = config.names
     annotations = _annotations(request.object)
     source_value = annotations.get(names.data_source)
     secret_name = annotations.get(names.data_credentials, "").strip()
@@ -62,6 +66,16 @@ def validate_dataset_pvc(request: AdmissionRequest, view: ClusterView, names: Na
         source = parse_data_source(source_value)
     except DataSourceError as exc:
         return Verdict.deny(f"{names.data_source}: {exc}")
+    spec = (request.object or {}).get("spec") or {}
+    parallelism = load_parallelism(
+        annotations,
+        spec.get("accessModes") or [],
+        names.data_load_parallelism,
+        config.dataset.default_parallelism,
+        config.dataset.max_parallelism,
+    )
+    if parallelism.error:
+        return Verdict.deny(parallelism.error)
     if not secret_name:
         return Verdict.allow()  # anonymous access to a public bucket
     needed = source.credential_type
@@ -102,7 +116,7 @@ def policies(config: Config) -> list[MutatingPolicy | ValidatingPolicy]:
         ValidatingPolicy(
             name="dataset-pvc",
             scope=SCOPE,
-            validate=lambda request, view: validate_dataset_pvc(request, view, names),
+            validate=lambda request, view: validate_dataset_pvc(request, view, config),
             references=lambda request, view=None: credentials_ref(request, names),
         ),
     ]
