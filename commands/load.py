@@ -15,6 +15,7 @@ listing's fingerprint so the controller can check that every shard split the sam
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -106,9 +107,12 @@ def _pump(stream: IO[str], log: RunLog, out: IO[str], shard: ShardPlan | None, s
         before = log.stats
         log.take(line)
         if log.stats is not before:  # a stats tick: say how far the load has got
-            planned = (len(shard.objects), shard.bytes) if shard is not None else (None, None)
-            index = shard.index if shard is not None else 0
-            progress = from_stats(log.stats, index, shards, *planned)
+            if shard is None:
+                progress = from_stats(log.stats)
+            else:
+                listed = (shard.listed_bytes, shard.listed_objects)
+                planned = (len(shard.objects), shard.bytes)
+                progress = from_stats(log.stats, shard.index, shards, *planned, listed=listed)
             out.write(progress.line() + "\n")
         out.flush()
 
@@ -136,7 +140,7 @@ def run_load(
     interrupted = False
     shard: ShardPlan | None = None
     exit_code: int | None = None
-    with tempfile.TemporaryDirectory(prefix="gpu-admission-load-") as scratch:
+    with contextlib.ExitStack() as stack:  # a scratch directory only for a shard's file list
         files_from = None
         if shard_count > 1:
             try:
@@ -146,6 +150,7 @@ def run_load(
                 exit_code = LISTING_FAILED_EXIT_CODE
             else:
                 shard = plan_shard(objects, shard_index, shard_count)
+                scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="load-"))
                 files_from = str(Path(scratch) / "files")
                 write_file_list(shard, Path(files_from))
                 if sync and shard.index == 0 and Path(dest).is_dir():

@@ -22,6 +22,8 @@ _UNITS = ("B", "Ki", "Mi", "Gi", "Ti", "Pi")
 
 @dataclass(frozen=True, slots=True)
 class Progress:
+    """One loader pod's progress; the field names are the JSON keys of its log line."""
+
     bytesDone: int = 0
     bytesTotal: int = 0
     filesDone: int = 0
@@ -29,6 +31,8 @@ class Progress:
     speed: float = 0.0  # bytes per second, rclone's running average
     shard: int = 0
     shards: int = 1
+    listedBytes: int = 0  # a sharded load's whole source (0: not known)
+    listedFiles: int = 0
 
     def line(self) -> str:
         return json.dumps({"level": "notice", "msg": PROGRESS_MSG, "progress": asdict(self)})
@@ -40,6 +44,7 @@ def from_stats(
     shards: int = 1,
     planned_files: int | None = None,
     planned_bytes: int | None = None,
+    listed: tuple[int, int] = (0, 0),
 ) -> Progress:
     """A progress record from rclone's `stats` object. rclone's totals grow while it is still
     discovering what to copy; a sharded load knows its totals from its listing up front."""
@@ -62,6 +67,8 @@ def from_stats(
         speed=round(float(speed), 1) if isinstance(speed, int | float) and speed > 0 else 0.0,
         shard=shard,
         shards=shards,
+        listedBytes=listed[0],
+        listedFiles=listed[1],
     )
 
 
@@ -80,7 +87,7 @@ def last_progress(log_lines: Iterable[str]) -> Progress | None:
         except ValueError:
             continue  # a line cut by limitBytes
         fields = entry.get("progress") if isinstance(entry, dict) else None
-        if entry.get("msg") == PROGRESS_MSG and isinstance(fields, dict):
+        if entry.get("msg") == PROGRESS_MSG and isinstance(fields, dict) and "bytesDone" in fields:
             known = {k: v for k, v in fields.items() if k in Progress.__slots__}
             try:
                 found = Progress(**known)
@@ -145,12 +152,18 @@ class LoadProgress:
 
 
 def combine(records: Iterable[Progress], shards: int, shards_done: int) -> LoadProgress:
+    """The shards' records summed; the totals are the whole source's once any shard has listed
+    it (shards not started yet have no record of their own)."""
     records = list(records)
+    done_bytes = sum(r.bytesDone for r in records)
+    done_files = sum(r.filesDone for r in records)
+    listed_bytes = max((r.listedBytes for r in records), default=0)
+    listed_files = max((r.listedFiles for r in records), default=0)
     return LoadProgress(
-        bytes_done=sum(r.bytesDone for r in records),
-        bytes_total=sum(r.bytesTotal for r in records),
-        files_done=sum(r.filesDone for r in records),
-        files_total=sum(r.filesTotal for r in records),
+        bytes_done=done_bytes,
+        bytes_total=max(sum(r.bytesTotal for r in records), listed_bytes, done_bytes),
+        files_done=done_files,
+        files_total=max(sum(r.filesTotal for r in records), listed_files, done_files),
         speed=sum(r.speed for r in records),
         shards=shards,
         shards_done=shards_done,

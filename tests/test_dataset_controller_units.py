@@ -101,6 +101,7 @@ def test_one_status_write_carries_the_condition_and_the_annotations() -> None:
                 NAMES.data_load_bytes: None,
                 NAMES.data_load_files: None,
                 NAMES.data_load_duration: None,
+                NAMES.data_load_progress: None,
             },
         },
         "status": {

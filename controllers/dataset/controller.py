@@ -21,6 +21,7 @@ import os
 import socket
 import uuid
 from collections.abc import Hashable
+from dataclasses import replace
 from typing import Any
 
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
@@ -30,6 +31,7 @@ from controllers.dataset.gates import WaitingPods
 from controllers.dataset.jobindex import JobIndex
 from controllers.dataset.jobspec import build_loader_job
 from controllers.dataset.metrics import DatasetMetrics
+from controllers.dataset.progress import ProgressReader
 from controllers.dataset.recorder import LoadRecorder, pvc_ref
 from controllers.dataset.records import (
     JobRecord,
@@ -95,6 +97,7 @@ class DatasetController:
         self.pods: Informer[WaitingPod] | None = None
         self.waiting: WaitingPods | None = None
         self.recorder: LoadRecorder | None = None
+        self.progress: ProgressReader | None = None
         self._index = JobIndex()
         self._launch_lock = asyncio.Lock()
         self._launched: set[str] = set()  # Jobs created but not yet seen by the informer
@@ -183,13 +186,15 @@ class DatasetController:
         self._informers = []
 
     def _make_informers(self) -> list[Informer[Any]]:
-        names = self.names
+        names, dataset = self.names, self.config.dataset
         selector = f"{names.data_load_label}=true"
         self.pvcs = Informer(
             "dataset-pvcs",
             self._core.list_persistent_volume_claim_for_all_namespaces,
             label_selector=selector,
-            transform=lambda obj: pvc_record(obj, names),
+            transform=lambda obj: pvc_record(
+                obj, names, dataset.default_parallelism, dataset.max_parallelism
+            ),
             handlers=[self._on_pvc],
         )
         self.jobs = Informer(
@@ -214,6 +219,9 @@ class DatasetController:
             handlers=[self._on_pod],
         )
         self.waiting = WaitingPods(self.pods, self.pvcs, self.api, names)
+        self.progress = ProgressReader(
+            self.api, self.loader_pods, self.metrics, dataset.progress_interval_seconds
+        )
         self.recorder = LoadRecorder(
             self.api,
             names,
@@ -319,6 +327,8 @@ class DatasetController:
             self._throttled.discard(key)
             if self.recorder is not None:
                 self.recorder.forget(key)
+            if self.progress is not None:
+                self.progress.forget(key)
             return
         jobs = [j for k in self._index.jobs_of(key) if (j := self.jobs.get(k)) is not None]
         limits = self.config.dataset
@@ -339,9 +349,13 @@ class DatasetController:
             self._queue.add_after((PVC, key), plan.requeue_after)
         else:
             self._throttled.discard(key)
+        if plan.running_job is not None:
+            plan = await self._with_progress(pvc, plan, plan.running_job)
         if plan.phase is not None:
             assert self.recorder is not None
             await self.recorder.record(pvc, plan)
+        if plan.finished_job is not None and self.progress is not None:
+            self.progress.finished(pvc, plan.finished_job)
         if started:
             self.metrics.loads_started.inc()
             await self.api.event(
@@ -354,6 +368,16 @@ class DatasetController:
             assert self.waiting is not None
             for pod_key in self.waiting.waiting_for(pvc):
                 self._queue.add((POD, pod_key))
+
+    async def _with_progress(self, pvc: PvcRecord, plan: Plan, job: JobRecord) -> Plan:
+        """A running load: its progress in the message and on the PVC; look again in one
+        progress interval."""
+        assert self.progress is not None and self._queue is not None
+        self._queue.add_after((PVC, pvc.key), self.progress.interval)
+        progress = await self.progress.read(pvc, job)
+        if progress is None:
+            return plan
+        return replace(plan, message=f"{plan.message}: {progress.message()}", progress=progress)
 
     async def _launch(self, pvc: PvcRecord, plan: Plan) -> tuple[Plan, bool]:
         """Create the loader Job, unless the load limit says wait; (plan, created)."""
@@ -380,6 +404,7 @@ class DatasetController:
                 secret=pvc.credentials,
                 sync=pvc.sync or limits.sync_delete,
                 config=self.config,
+                shards=pvc.shards,
             )
             created = await self.api.create_job(pvc.namespace, job)
             if created:

@@ -16,12 +16,15 @@ from dataclasses import dataclass, field
 
 from controllers.dataset.records import JobRecord, PvcRecord
 from gpu_admission.datasource import DataSourceError, parse_data_source
+from gpu_admission.load_progress import LoadProgress
 from gpu_admission.names import PHASE_FAILED, PHASE_LOADING, PHASE_PENDING, PHASE_SUCCEEDED
 
 REASON_WAITING_FOR_CAPACITY = "WaitingForCapacity"
 REASON_STOPPING_PREVIOUS = "StoppingPreviousLoad"
 REASON_JOB_CREATED = "JobCreated"
 REASON_INVALID_SOURCE = "InvalidSource"
+REASON_INVALID_PARALLELISM = "InvalidParallelism"
+REASON_SOURCE_CHANGED = "SourceChanged"
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class Plan:
     finished_job: JobRecord | None = None  # its pods' termination message completes the record
     requeue_after: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    running_job: JobRecord | None = None  # a started load: its progress is worth reading
+    progress: LoadProgress | None = None  # read by the controller, written with the status
 
 
 def decide(
@@ -59,6 +64,10 @@ def decide(
             phase=PHASE_FAILED,
             reason=REASON_INVALID_SOURCE,
             message=str(exc),
+        )
+    if pvc.shards_error and not any(j.name == current_name for j in own):
+        return Plan(  # the webhook was bypassed; a running load keeps its shards
+            phase=PHASE_FAILED, reason=REASON_INVALID_PARALLELISM, message=pvc.shards_error
         )
     if stale:
         return Plan(
@@ -90,7 +99,13 @@ def decide(
     if job.failed_for_good:
         return Plan(phase=PHASE_FAILED, reason=PHASE_FAILED, finished_job=job)
     if job.started:
-        return Plan(phase=PHASE_LOADING, reason=PHASE_LOADING, message=f"copying {pvc.source}")
+        shards = f" with {job.completions} shards" if job.completions > 1 else ""
+        return Plan(
+            phase=PHASE_LOADING,
+            reason=PHASE_LOADING,
+            message=f"copying {pvc.source}{shards}",
+            running_job=job,
+        )
     # Created, not started yet: the same words as when it was created, so nothing is rewritten.
     return Plan(
         phase=PHASE_PENDING,

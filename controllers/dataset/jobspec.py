@@ -52,6 +52,7 @@ def _env(source: DataSource, secret: str | None, config: Config) -> list[dict[st
     env += [
         {"name": NVIDIA_VISIBLE_DEVICES, "value": VISIBLE_DEVICES_NONE},
         {"name": "HOME", "value": SCRATCH_PATH},
+        {"name": "TMPDIR", "value": SCRATCH_PATH},  # the root filesystem is read-only
         {"name": "RCLONE_CONFIG", "value": f"{SCRATCH_PATH}/rclone.conf"},
         {"name": "RCLONE_CACHE_DIR", "value": f"{SCRATCH_PATH}/cache"},
         {"name": REMOTE_ENV + "TYPE", "value": "s3" if source.scheme == "s3" else "gcs"},
@@ -71,7 +72,7 @@ def gcp_key_path(secret: str) -> str:
     return f"{GCP_MOUNT_ROOT}/{secret}/{GCP_KEY_FILE}"
 
 
-def loader_args(source: DataSource, sync: bool, config: Config) -> list[str]:
+def loader_args(source: DataSource, sync: bool, config: Config, shards: int = 1) -> list[str]:
     args = [
         *config.dataset.loader_command,
         "--source",
@@ -82,7 +83,11 @@ def loader_args(source: DataSource, sync: bool, config: Config) -> list[str]:
         str(config.dataset.transfers),
         "--checkers",
         str(config.dataset.checkers),
+        "--stats-seconds",
+        f"{config.dataset.progress_interval_seconds:g}",
     ]
+    if shards > 1:  # the index comes from JOB_COMPLETION_INDEX, set by the Job controller
+        args += ["--shard-count", str(shards)]
     if config.dataset.rclone_path != "rclone":
         args += ["--rclone", config.dataset.rclone_path]
     return [*args, "--sync"] if sync else args
@@ -98,7 +103,9 @@ def build_loader_job(
     secret: str | None,
     sync: bool,
     config: Config,
+    shards: int = 1,
 ) -> dict[str, Any]:
+    """`shards` > 1: an Indexed Job, one pod per shard, each index retried alone."""
     names, ds = config.names, config.dataset
     labels = {names.data_load_label: "true"}
     mounts: list[dict[str, Any]] = [
@@ -141,7 +148,7 @@ def build_loader_job(
             {
                 "name": CONTAINER_NAME,
                 "image": ds.loader_image,
-                "command": loader_args(source, sync, config),
+                "command": loader_args(source, sync, config, shards),
                 "env": _env(source, secret, config),
                 "resources": {
                     "requests": {"cpu": ds.loader_cpu_request, "memory": ds.loader_memory_request},
@@ -163,6 +170,30 @@ def build_loader_job(
     }
     if ds.service_account:
         pod_spec["serviceAccountName"] = ds.service_account
+    spec: dict[str, Any] = {
+        "backoffLimit": ds.backoff_limit,
+        "activeDeadlineSeconds": ds.active_deadline_seconds,
+        "ttlSecondsAfterFinished": ds.ttl_seconds_after_finished,
+        "template": {
+            "metadata": {
+                "labels": dict(labels),
+                "annotations": {names.dataset_writable: "true"},
+            },
+            "spec": pod_spec,
+        },
+    }
+    if shards > 1:
+        # Each index copies its own part; one failing shard is retried alone
+        # (backoffLimitPerIndex needs restartPolicy Never, which the template has). Without a
+        # backoffLimit of its own the API server defaults it to MaxInt32: the per-index limit
+        # governs.
+        del spec["backoffLimit"]
+        spec.update(
+            completionMode="Indexed",
+            completions=shards,
+            parallelism=shards,
+            backoffLimitPerIndex=ds.backoff_limit_per_shard,
+        )
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -181,16 +212,5 @@ def build_loader_job(
                 }
             ],
         },
-        "spec": {
-            "backoffLimit": ds.backoff_limit,
-            "activeDeadlineSeconds": ds.active_deadline_seconds,
-            "ttlSecondsAfterFinished": ds.ttl_seconds_after_finished,
-            "template": {
-                "metadata": {
-                    "labels": dict(labels),
-                    "annotations": {names.dataset_writable: "true"},
-                },
-                "spec": pod_spec,
-            },
-        },
+        "spec": spec,
     }

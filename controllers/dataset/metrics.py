@@ -21,6 +21,17 @@ class DatasetMetrics:
         self.bytes_copied = metrics.counter("dataset_bytes_copied", "Bytes copied by loads")
         self.loads_running = metrics.gauge("dataset_loads_running", "Loader Jobs not finished")
         self.queue_depth = metrics.gauge("dataset_queue_depth", "Keys waiting to be reconciled")
+        # Shard labels are bounded by dataset.max_parallelism.
+        self.shard_bytes = metrics.counter(
+            "dataset_shard_bytes_copied", "Bytes copied by loader shards, as they go", ["shard"]
+        )
+        self.shards_running = metrics.gauge(
+            "dataset_shards_running", "Loader pods running (one per shard of each running load)"
+        )
+        self.throughput = metrics.gauge(
+            "dataset_load_throughput_bytes_per_second",
+            "Copy speed of all running loads together, as their loaders last reported it",
+        )
         self.reconcile_errors = metrics.counter(
             "dataset_reconcile_errors", "Reconciles that failed and were retried", ["kind"]
         )

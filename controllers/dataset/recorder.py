@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
-from controllers.dataset.decide import Plan
+from controllers.dataset.decide import REASON_SOURCE_CHANGED, Plan
 from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.records import JOB_NAME_LABEL, JobRecord, LoaderPod, PvcRecord, loader_pod
 from controllers.dataset.status import now_rfc3339, status_patch
@@ -51,14 +52,15 @@ class LoadRecorder:
         self._retry_later = retry_later
         self._summary_waits: dict[str, int] = {}  # job key -> passes without its pod's outcome
         # pvc key -> (the record our last write was based on, what it wrote, when)
-        self._written: dict[str, tuple[PvcRecord, tuple[str, str, str], float]] = {}
+        self._written: dict[str, tuple[PvcRecord, tuple[str, ...], float]] = {}
 
     async def record(self, pvc: PvcRecord, plan: Plan) -> None:
         """One status write (condition and annotations) when anything changes; on a finished
         load, metrics and an Event."""
         assert plan.phase is not None
         job_name = pvc.current_job
-        if self._already_written(pvc, (plan.phase, plan.reason, job_name)):
+        wanted = (plan.phase, plan.reason, job_name, plan.message)
+        if self._already_written(pvc, wanted):
             return
         finished = pvc.phase != plan.phase or pvc.job != job_name
         summary = None
@@ -67,6 +69,9 @@ class LoadRecorder:
             if summary is None:  # the loader pod's outcome has not reached the cache yet
                 self._retry_later(pvc, SUMMARY_WAIT_SECONDS)
                 return
+        if plan.phase == PHASE_SUCCEEDED and summary is not None and summary.get("cause"):
+            # Every shard succeeded, but they did not split the same listing.
+            plan = replace(plan, phase=PHASE_FAILED, reason=REASON_SOURCE_CHANGED)
         message = plan.message
         if plan.phase == PHASE_SUCCEEDED and summary is not None:
             message = success_message(pvc.source, summary)
@@ -75,13 +80,21 @@ class LoadRecorder:
         elif plan.phase in (PHASE_SUCCEEDED, PHASE_FAILED) and pvc.condition is not None:
             message = pvc.condition.message  # already recorded; keep its words
         patch = status_patch(
-            self.names, pvc, plan.phase, plan.reason, message, job_name, summary, now_rfc3339()
+            self.names,
+            pvc,
+            plan.phase,
+            plan.reason,
+            message,
+            job_name,
+            summary,
+            now_rfc3339(),
+            plan.progress,
         )
         if patch is None:
             return
         if not await self.api.patch_pvc_status(pvc.namespace, pvc.name, patch):
             return  # gone, or re-created: its own events will come
-        self._written[pvc.key] = (pvc, (plan.phase, plan.reason, job_name), time.monotonic())
+        self._written[pvc.key] = (pvc, wanted, time.monotonic())
         if not finished:
             return
         if plan.phase == PHASE_SUCCEEDED:
@@ -92,7 +105,7 @@ class LoadRecorder:
             self.metrics.loads_failed.inc()
             await self.api.event(pvc_ref(pvc), "Warning", "LoadFailed", message)
 
-    def _already_written(self, pvc: PvcRecord, wanted: tuple[str, str, str]) -> bool:
+    def _already_written(self, pvc: PvcRecord, wanted: tuple[str, ...]) -> bool:
         """True when this exact change was written moments ago and the informer has not
         caught up with it yet."""
         written = self._written.get(pvc.key)

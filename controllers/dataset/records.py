@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_admission.datasource import loader_job_name
+from gpu_admission.load_parallelism import load_parallelism
 from gpu_admission.names import LOADING_CONDITION, PHASE_SUCCEEDED, Names
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,9 @@ class PvcRecord:
     job: str | None  # the data-load-job annotation: which load the phase is about
     deleting: bool = False
     condition: Condition | None = None
+    shards: int = 1
+    shards_error: str | None = None  # the parallelism annotation cannot be honoured: why
+    progress_label: str | None = None  # as last written
 
     @property
     def key(self) -> str:
@@ -64,6 +69,8 @@ class JobRecord:
     failure_message: str
     started: bool
     deleting: bool = False
+    completions: int = 1
+    completed_indexes: int = 0  # Indexed Jobs: how many indexes have succeeded
 
     @property
     def finished(self) -> bool:
@@ -91,12 +98,18 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
 
 
-def pvc_record(obj: Mapping[str, Any], names: Names) -> PvcRecord | None:
+def pvc_record(
+    obj: Mapping[str, Any], names: Names, default_shards: int = 1, max_shards: int = 1
+) -> PvcRecord | None:
     meta = _meta(obj)
     annotations = meta.get("annotations") or {}
     source = annotations.get(names.data_source)
     if not source:
         return None
+    modes = (obj.get("spec") or {}).get("accessModes") or []
+    parallelism = load_parallelism(
+        annotations, modes, names.data_load_parallelism, default_shards, max_shards
+    )
     return PvcRecord(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
@@ -108,6 +121,9 @@ def pvc_record(obj: Mapping[str, Any], names: Names) -> PvcRecord | None:
         job=annotations.get(names.data_load_job),
         deleting=bool(meta.get("deletionTimestamp")),
         condition=_loading_condition(obj.get("status") or {}),
+        shards=parallelism.shards,
+        shards_error=parallelism.error,
+        progress_label=(meta.get("labels") or {}).get(names.data_load_progress),
     )
 
 
@@ -154,7 +170,21 @@ def job_record(obj: Mapping[str, Any]) -> JobRecord | None:
         failure_message=(failed or {}).get("message", ""),
         started=bool(status.get("startTime")) or bool(status.get("active")),
         deleting=bool(meta.get("deletionTimestamp")),
+        completions=int((obj.get("spec") or {}).get("completions") or 1),
+        completed_indexes=count_indexes(str(status.get("completedIndexes") or "")),
     )
+
+
+def count_indexes(intervals: str) -> int:
+    """How many indexes "0-2,4" names (the Job controller's interval notation)."""
+    total = 0
+    for part in filter(None, intervals.split(",")):
+        first, _, last = part.partition("-")
+        try:
+            total += int(last or first) - int(first) + 1
+        except ValueError:
+            continue
+    return total
 
 
 def waiting_pod(obj: Mapping[str, Any]) -> WaitingPod:
@@ -184,6 +214,12 @@ class LoaderPod:
     exit_code: int | None  # None while it runs
     finished_at: str
     message: str
+    index: int | None = None  # its Indexed Job index (shard)
+    running: bool = False  # phase Running: it has a log to read
+
+    @property
+    def shard(self) -> int:
+        return self.index or 0
 
     @property
     def job_key(self) -> str:
@@ -201,6 +237,7 @@ def loader_pod(obj: Mapping[str, Any]) -> LoaderPod | None:
         if terminated:
             break
     exit_code = terminated.get("exitCode")
+    index = str((meta.get("labels") or {}).get(COMPLETION_INDEX_LABEL) or "")
     return LoaderPod(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
@@ -208,4 +245,6 @@ def loader_pod(obj: Mapping[str, Any]) -> LoaderPod | None:
         exit_code=exit_code if isinstance(exit_code, int) else None,
         finished_at=str(terminated.get("finishedAt") or ""),
         message=str(terminated.get("message") or ""),
+        index=int(index) if index.isdigit() else None,
+        running=(obj.get("status") or {}).get("phase") == "Running" and not terminated,
     )

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controllers.dataset.records import PvcRecord
+from gpu_admission.load_progress import LoadProgress
 from gpu_admission.names import LOADING_CONDITION, PHASE_FAILED, PHASE_SUCCEEDED, Names
 
 
@@ -25,14 +26,20 @@ def now_rfc3339() -> str:
 
 
 def annotations(
-    names: Names, phase: str, job: str, summary: Mapping[str, Any] | None
+    names: Names,
+    phase: str,
+    job: str,
+    summary: Mapping[str, Any] | None,
+    progress: LoadProgress | None = None,
 ) -> dict[str, str | None]:
-    """The phase annotations; figures are cleared (None) when not known."""
+    """The phase annotations; figures are cleared (None) when not known, progress when the
+    load is not running."""
     summary = summary or {}
     figures = {
         names.data_load_bytes: summary.get("bytes"),
         names.data_load_files: summary.get("files"),
         names.data_load_duration: summary.get("durationSeconds"),
+        names.data_load_progress: progress.message() if progress is not None else None,
     }
     values: dict[str, str | None] = {names.data_load_phase: phase, names.data_load_job: job}
     values.update({k: None if v is None else str(v) for k, v in figures.items()})
@@ -58,22 +65,28 @@ def status_patch(
     job: str,
     summary: Mapping[str, Any] | None,
     now: str,
+    progress: LoadProgress | None = None,
 ) -> dict[str, Any] | None:
     """The strategic merge patch for `pvc`'s status subresource; None when the PVC already
-    shows all of it."""
+    shows all of it. A running load's progress also goes into a label, the form
+    `kubectl get pvc -L` can show."""
     wanted = loading_condition(phase, reason, message)
+    label = progress.label() if progress is not None else None
     current = pvc.condition
     same_condition = current is not None and (
         (current.status, current.reason, current.message)
         == (wanted["status"], wanted["reason"], wanted["message"])
         and bool(current.last_transition)
     )
-    if same_condition and pvc.phase == phase and pvc.job == job:
+    if same_condition and pvc.phase == phase and pvc.job == job and pvc.progress_label == label:
         return None
     keep_transition = current is not None and current.status == wanted["status"]
     transition = current.last_transition if keep_transition and current else ""
     condition = {**wanted, "lastProbeTime": None, "lastTransitionTime": transition or now}
-    return {
-        "metadata": {"uid": pvc.uid, "annotations": annotations(names, phase, job, summary)},
-        "status": {"conditions": [condition]},
+    metadata: dict[str, Any] = {
+        "uid": pvc.uid,
+        "annotations": annotations(names, phase, job, summary, progress),
     }
+    if label is not None or pvc.progress_label is not None:
+        metadata["labels"] = {names.data_load_progress: label}
+    return {"metadata": metadata, "status": {"conditions": [condition]}}

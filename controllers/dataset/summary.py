@@ -1,4 +1,10 @@
-"""What a finished load did, from its loader pods' termination messages. Pure."""
+"""What a finished load did, from its loader pods' termination messages. Pure.
+
+A sharded load (an Indexed Job) has one summary per index: the last attempt of each index (its
+success, if it had one) counts, and the figures are summed. Every shard's summary names the
+fingerprint of the listing it split; shards that saw different listings (the source changed
+between their listings) may have missed or doubled objects, so such a load is not a success.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +14,42 @@ from typing import Any
 
 from controllers.dataset.records import JobRecord, LoaderPod
 
+SOURCE_CHANGED = (
+    "the source changed while the loader shards were listing it, so they may not have split "
+    "it the same way; load again once the source is stable"
+)
+
+
+def _parse(pod: LoaderPod) -> dict[str, Any]:
+    message = pod.message.strip()
+    try:
+        parsed = json.loads(message)
+        return parsed if isinstance(parsed, dict) else {"cause": message}
+    except ValueError:
+        return {"cause": message[-1024:]} if message else {}
+
+
+def _last_attempts(pods: Iterable[LoaderPod], complete: bool) -> dict[int, LoaderPod]:
+    """Per shard, the attempt that counts: its success if any, else its latest failure."""
+    attempts = sorted((p for p in pods if p.exit_code is not None), key=lambda p: p.finished_at)
+    chosen: dict[int, LoaderPod] = {}
+    for pod in attempts:
+        best = chosen.get(pod.shard)
+        if best is None or best.exit_code != 0 or not complete:
+            chosen[pod.shard] = pod
+    if complete:
+        return {i: p for i, p in chosen.items() if p.exit_code == 0} or chosen
+    return chosen
+
 
 def summary_from_pods(
     pods: Iterable[LoaderPod], job: JobRecord, deadline_seconds: int
 ) -> dict[str, Any]:
-    """The summary of the loader's last finished attempt, read from its termination message."""
-    attempts = sorted((p for p in pods if p.exit_code is not None), key=lambda p: p.finished_at)
-    if job.complete:
-        attempts = [p for p in attempts if p.exit_code == 0] or attempts
-    summary: dict[str, Any] = {}
-    if attempts:
-        message = attempts[-1].message.strip()
-        try:
-            parsed = json.loads(message)
-            summary = parsed if isinstance(parsed, dict) else {"cause": message}
-        except ValueError:
-            summary = {"cause": message[-1024:]} if message else {}
+    """The summary of the load's last finished attempts, read from termination messages."""
+    chosen = _last_attempts(pods, job.complete)
+    parts = {index: _parse(pod) for index, pod in sorted(chosen.items())}
+    sharded = job.completions > 1
+    summary = _combine(parts, job) if sharded else dict(next(iter(parts.values()), {}))
     if not job.complete and not summary.get("cause"):
         if job.failure_reason == "DeadlineExceeded":
             summary["cause"] = (
@@ -35,10 +61,40 @@ def summary_from_pods(
     return summary
 
 
+def _combine(parts: Mapping[int, Mapping[str, Any]], job: JobRecord) -> dict[str, Any]:
+    def total(key: str) -> int:
+        return sum(int(p.get(key) or 0) for p in parts.values())
+
+    summary: dict[str, Any] = {
+        "bytes": total("bytes"),
+        "files": total("files"),
+        "checks": total("checks"),
+        "durationSeconds": max(
+            (float(p.get("durationSeconds") or 0) for p in parts.values()), default=0.0
+        ),
+        "shards": job.completions,
+        "shardFiles": [
+            int(parts[i].get("files") or 0) if i in parts else None for i in range(job.completions)
+        ],
+    }
+    failed = [(i, p) for i, p in parts.items() if p.get("phase") == "Failed" or p.get("cause")]
+    if failed and not job.complete:
+        index, part = failed[0]
+        others = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        summary["cause"] = (
+            f"shard {index} of {job.completions} failed{others}: {part.get('cause', 'no cause')}"
+        )
+    elif job.complete and len({p.get("listing") for p in parts.values()}) > 1:
+        summary["cause"] = SOURCE_CHANGED
+    return summary
+
+
 def success_message(source: str, summary: Mapping[str, Any] | None) -> str:
     summary = summary or {}
     files, size = summary.get("files"), summary.get("bytes")
     duration = summary.get("durationSeconds")
     if files is None:
         return f"loaded {source}"
-    return f"loaded {source}: {files} files, {size} bytes in {duration} s"
+    shards = summary.get("shards")
+    by = f" by {shards} shards" if isinstance(shards, int) and shards > 1 else ""
+    return f"loaded {source}: {files} files, {size} bytes in {duration} s{by}"

@@ -119,6 +119,27 @@ class ApiWriter:
         )
         return json.loads(response.data).get("items") or []  # type: ignore[no-any-return]
 
+    async def pod_log_tail(
+        self, namespace: str, name: str, container: str, lines: int, limit_bytes: int
+    ) -> str | None:
+        """The last `lines` lines of a container's log (`pods/log`); None when there is none
+        to read yet (not started, or gone)."""
+        try:
+            response = await self._run(
+                self.core.read_namespaced_pod_log,
+                name,
+                namespace,
+                container=container,
+                tail_lines=lines,
+                limit_bytes=limit_bytes,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):
+                return None
+            raise
+        return response.data.decode(errors="replace")  # type: ignore[no-any-return]
+
     async def event(self, ref: dict[str, str], kind: str, reason: str, message: str) -> None:
         """A core/v1 Event; failing to record one never fails the reconcile."""
         now = now_rfc3339()
