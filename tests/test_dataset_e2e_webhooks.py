@@ -10,10 +10,8 @@ flight) while the test acts, with no sleeps.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
-import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from controllers.dataset import DatasetController
 from gpu_admission.datasource import loader_job_name
 from tests.e2e_harness import WAIT_SECONDS, AdmissionCluster, AdmissionClusterFactory
+from tests.holding_proxy import HoldingProxy
 from tests.kubeapi.kubelet import FakeKubelet
 from tests.kubeapi.kubelet_watch import Watcher
 from tests.objectstores import S3Store, dataset_files, s3_store, tree
@@ -51,119 +50,6 @@ PHASE = f"{PREFIX}data-load-phase"
 def unique_bucket(stem: str) -> str:
     # moto keeps one backend per process: other modules' buckets are there too.
     return f"{stem}-{uuid.uuid4().hex[:8]}"
-
-
-def bucket_of(request_line: bytes) -> str:
-    """`GET /bucket/key?list-type=2 HTTP/1.1` -> "bucket" (rclone uses path-style URLs)."""
-    parts = request_line.split(b" ")
-    if len(parts) < 3:
-        return ""
-    path = urllib.parse.urlsplit(parts[1].decode("latin-1")).path
-    return path.lstrip("/").split("/", 1)[0]
-
-
-class HoldingProxy:
-    """A TCP proxy to the object store that holds each connection whose first request is for a
-    held bucket until `release()`. Each loader is its own rclone process, so a connection never
-    serves two buckets and the first request line tells which load it belongs to."""
-
-    def __init__(self, upstream: str) -> None:
-        parsed = urllib.parse.urlsplit(upstream)
-        assert parsed.hostname and parsed.port
-        self._upstream = (parsed.hostname, parsed.port)
-        self._held_buckets: set[str] = set()
-        self._released = asyncio.Event()
-        self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
-        # bucket -> connections held, and those the client dropped while held (a killed loader).
-        # Written on the loop, read by tests from other threads.
-        self.held: dict[str, int] = {}
-        self.dropped: dict[str, int] = {}
-        self.endpoint = ""
-
-    def hold(self, bucket: str) -> None:
-        self._held_buckets.add(bucket)
-
-    def release(self) -> None:
-        self._released.set()
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        self.endpoint = f"http://127.0.0.1:{port}"
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for connection in list(self._connections):
-            connection.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
-        await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        upstream: asyncio.StreamWriter | None = None
-        try:
-            request_line = await reader.readline()
-            head = request_line + await reader.readuntil(b"\r\n\r\n")
-            bucket = bucket_of(request_line)
-            if bucket in self._held_buckets and not self._released.is_set():
-                self.held[bucket] = self.held.get(bucket, 0) + 1
-                early = await self._released_or_dropped(reader)
-                if early is None:
-                    self.dropped[bucket] = self.dropped.get(bucket, 0) + 1
-                    return
-                head += early
-            upstream_reader, upstream = await asyncio.open_connection(*self._upstream)
-            upstream.write(head)
-            pipes = {
-                asyncio.create_task(pipe(reader, upstream)),
-                asyncio.create_task(pipe(upstream_reader, writer)),
-            }
-            try:
-                # Either side closing ends the exchange (HTTP never half-closes here).
-                await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for remaining in pipes:
-                    remaining.cancel()
-                await asyncio.gather(*pipes, return_exceptions=True)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # a killed loader drops its connection
-        finally:
-            for end in (writer, upstream):
-                if end is not None:
-                    end.close()
-            self._connections.discard(task)
-
-    async def _released_or_dropped(self, reader: asyncio.StreamReader) -> bytes | None:
-        """Wait for `release()` (-> bytes the client sent meanwhile) or the client hanging up
-        (-> None). A held GET sends nothing after its headers, so a read wakes only on EOF."""
-        released = asyncio.create_task(self._released.wait())
-        sent = b""
-        try:
-            while not released.done():
-                more = asyncio.create_task(reader.read(65536))
-                await asyncio.wait({released, more}, return_when=asyncio.FIRST_COMPLETED)
-                if not more.done():
-                    more.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await more
-                    break
-                if not more.result():
-                    return None
-                sent += more.result()
-            return sent
-        finally:
-            released.cancel()
-
-
-async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(ConnectionError):
-        while chunk := await source.read(65536):
-            sink.write(chunk)
-            await sink.drain()
 
 
 @pytest.fixture(scope="module")

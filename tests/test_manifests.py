@@ -155,4 +155,7 @@ def test_the_controller_is_its_own_deployment_with_only_its_own_rights(docs):
     assert not _may(webhook, "patch", "persistentvolumeclaims/status")
     assert _may(mine, "update", "leases") and not _may(webhook, "update", "leases")
     assert not _may(mine, "get", "secrets")  # the controller never reads a Secret
+    assert _may(mine, "get", "pods/log") and not _may(webhook, "get", "pods/log")
+    log_rules = [r for r in mine if "pods/log" in r["resources"]]
+    assert all(r["verbs"] == ["get"] and r["resources"] == ["pods/log"] for r in log_rules)
     assert _may(webhook, "update", "mutatingwebhookconfigurations")
