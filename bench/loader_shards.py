@@ -12,13 +12,17 @@ the destination holds exactly the dataset, and the shards' summaries add up to i
 shard having split the same listing. Reported per contender: median wall time, MiB/s, and the
 ratio to rclone's median of the same run.
 
-What a small machine can show: the shards' overhead (each one lists the source before copying)
-and whether splitting helps when one process is the limit. What it cannot: the gain of several
-pods on several nodes, each with its own network link and CPU. Here every shard shares the same
-cores with the others and with moto, which serves every request from this one Python process:
-once moto or the cores are saturated, more shards cannot go faster.
+What a small machine can show: the shards' overhead (each one starts, lists the source and then
+copies) and whether splitting helps when each loader's own link is the limit. What it cannot: the
+gain of several pods on several nodes, each with its own network link and CPU. Here every shard
+shares the same cores with the others and with moto, which serves every request from this one
+Python process: once moto or the cores are saturated, more shards cannot go faster.
+`--pod-bwlimit 25M` gives every loader process (and the bare rclone) rclone's own bandwidth cap
+(RCLONE_BWLIMIT), standing in for one pod's network link: that is the case sharding is for, and
+the only one a single small machine can show.
 
-Run: `python -m bench.loader_shards [--rounds 3] [--json FILE]`.
+Run: `python -m bench.loader_shards [--rounds 3] [--pod-bwlimit RATE] [--json FILE]`, with the
+virtual environment's bin on PATH (rclone).
 """
 
 from __future__ import annotations
@@ -99,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small-files", type=int, default=300)
     parser.add_argument("--large-files", type=int, default=4)
     parser.add_argument("--large-mib", type=int, default=45, help="size of each large file")
+    parser.add_argument(
+        "--pod-bwlimit", help="rclone bandwidth cap per loader process, e.g. 25M (one pod's link)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     rclone = shutil.which("rclone")
@@ -114,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         files, size = upload(store, args.small_files, args.large_files, args.large_mib * MIB)
         print(f"dataset: {files} files, {size / MIB:.1f} MiB")
         env = job_environment(store.endpoint, work / "scratch")
+        if args.pod_bwlimit:
+            env["RCLONE_BWLIMIT"] = args.pod_bwlimit
+            print(f"each loader capped at {args.pod_bwlimit}/s")
         (work / "scratch").mkdir()
 
         def bare(dest: Path) -> float:
@@ -131,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             def load(dest: Path) -> float:
                 seconds, summaries = run_shards(count, dest, env, rclone, limits)
                 copied = sum(s["files"] for s in summaries)
-                listings = {s["listing"] for s in summaries}
+                listings = {s.get("listing") for s in summaries}  # none for 1 shard
                 if copied != files or len(listings) != 1:
                     raise RuntimeError(f"shards copied {copied} files, listings {listings}")
                 return seconds
@@ -157,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     base = medians["rclone"]
     figures: dict[str, Any] = {
         "cores": os.cpu_count(),
+        "pod_bwlimit": args.pod_bwlimit,
         "files": files,
         "mib": size / MIB,
         "rounds": args.rounds,

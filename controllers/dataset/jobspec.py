@@ -25,6 +25,7 @@ from gpu_admission.names import (
 )
 
 CONTAINER_NAME = "loader"
+LOADER_STATS_SECONDS = 5.0  # rclone's stats (and progress line) interval, at most
 DATA_VOLUME = "data"
 SCRATCH_VOLUME = "scratch"
 SCRATCH_PATH = "/var/cache/loader"
@@ -83,8 +84,8 @@ def loader_args(source: DataSource, sync: bool, config: Config, shards: int = 1)
         str(config.dataset.transfers),
         "--checkers",
         str(config.dataset.checkers),
-        "--stats-seconds",
-        f"{config.dataset.progress_interval_seconds:g}",
+        "--stats-seconds",  # fresh figures whenever the controller reads them
+        f"{min(LOADER_STATS_SECONDS, config.dataset.progress_interval_seconds):g}",
     ]
     if shards > 1:  # the index comes from JOB_COMPLETION_INDEX, set by the Job controller
         args += ["--shard-count", str(shards)]

@@ -62,6 +62,7 @@ class ProgressReader:
         self._last: dict[str, tuple[float, LoadProgress | None]] = {}  # pvc key -> read
         self._counted: dict[tuple[str, str], int] = {}  # (job key, pod) -> bytes counted
         self._speeds: dict[str, float] = {}  # pvc key -> bytes/s
+        self._ended: dict[str, str] = {}  # pvc key -> its last load counted as ended
 
     def _pods(self, job: JobRecord) -> list[LoaderPod]:
         return [
@@ -99,7 +100,11 @@ class ProgressReader:
         return result
 
     def finished(self, pvc: PvcRecord, job: JobRecord) -> None:
-        """The load ended: count the shards' last bytes and forget it."""
+        """The load ended: count the shards' last bytes (once) and forget it."""
+        key = f"{job.namespace}/{job.name}"
+        if self._ended.get(pvc.key) == key:
+            return  # a finished load is reconciled again and again; it ended once
+        self._ended[pvc.key] = key
         for pod in self._pods(job):
             if pod.exit_code is not None:
                 try:
@@ -108,11 +113,15 @@ class ProgressReader:
                     continue
                 if isinstance(summary, dict):
                     self._count(job, pod, int(summary.get("bytes") or 0))
-        key = f"{job.namespace}/{job.name}"
         self._counted = {k: v for k, v in self._counted.items() if k[0] != key}
-        self.forget(pvc.key)
+        self._forget_reads(pvc.key)
 
     def forget(self, pvc_key: str) -> None:
+        """The PVC is gone."""
+        self._ended.pop(pvc_key, None)
+        self._forget_reads(pvc_key)
+
+    def _forget_reads(self, pvc_key: str) -> None:
         self._last.pop(pvc_key, None)
         self._speeds.pop(pvc_key, None)
         self.metrics.throughput.set(sum(self._speeds.values()))
