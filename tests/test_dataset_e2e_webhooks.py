@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from controllers.dataset import DatasetController
 from gpu_admission.datasource import loader_job_name
 from tests.e2e_harness import WAIT_SECONDS, AdmissionCluster, AdmissionClusterFactory
-from tests.holding_proxy import HoldingProxy
+from tests.holding_proxy import HoldingProxy, holding_proxy
 from tests.kubeapi.kubelet import FakeKubelet
 from tests.kubeapi.kubelet_watch import Watcher
 from tests.objectstores import S3Store, dataset_files, s3_store, tree
@@ -60,10 +60,8 @@ def s3() -> Iterator[S3Store]:
 
 @pytest.fixture
 async def proxy(s3: S3Store) -> AsyncIterator[HoldingProxy]:
-    started = HoldingProxy(s3.endpoint)
-    await started.start()
-    yield started
-    await started.stop()
+    async with holding_proxy(s3.endpoint) as started:
+        yield started
 
 
 @pytest.fixture

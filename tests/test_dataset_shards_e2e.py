@@ -19,7 +19,7 @@ from kubernetes import client
 from controllers.dataset import DatasetController
 from gpu_admission.config import Config
 from tests.e2e_harness import KUBECTL
-from tests.holding_proxy import HoldingProxy
+from tests.holding_proxy import HoldingProxy, holding_proxy
 from tests.kubeapi.runner import KubeAPIHandle
 from tests.objectstores import S3Store, dataset_files, tree
 
@@ -171,10 +171,8 @@ async def test_read_write_once_pvc_asking_for_shards_is_refused(admission_cluste
 
 @pytest.fixture
 async def proxy(s3: S3Store) -> AsyncIterator[HoldingProxy]:
-    started = HoldingProxy(s3.endpoint)
-    await started.start()
-    yield started
-    await started.stop()
+    async with holding_proxy(s3.endpoint) as started:
+        yield started
 
 
 def kubectl_progress(kubeapi: KubeAPIHandle, name: str) -> str:
