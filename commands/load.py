@@ -5,7 +5,9 @@ credentials Secret by reference); this wrapper adds what a Job needs around it: 
 streamed to stdout with a progress line after each stats tick (gpu_admission.load_progress), and
 on exit a compact JSON summary (bytes, files, duration and, on failure, the cause in plain words)
 written to the termination-message file, so the controller can report it on the PVC without
-reading logs. rclone's exit code is the Job's exit code.
+reading logs. rclone's exit code is the Job's exit code, except for failures that trying again
+cannot fix (PERMANENT_EXIT_CODE), which the Job's podFailurePolicy turns into an immediate
+failure.
 
 A sharded load (`--shard-count N`, the index from the Indexed Job's JOB_COMPLETION_INDEX) lists
 the source, copies only its own part of the listing (commands.load_shards) and reports the
@@ -48,6 +50,9 @@ REMOTE = "src"  # the rclone remote the Job's environment defines (RCLONE_CONFIG
 TERMINATION_LOG = "/dev/termination-log"
 USAGE_EXIT_CODE = 2
 LISTING_FAILED_EXIT_CODE = 1
+# A failure that trying again cannot fix (credentials, access, no such source, volume full):
+# the loader Job's podFailurePolicy fails the Job at once on this code instead of retrying.
+PERMANENT_EXIT_CODE = 10
 INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by the Job controller in every Indexed Job pod
 RCLONE_TYPE = {"s3": "s3", "gs": "gcs"}
 
@@ -132,7 +137,8 @@ def run_load(
     shard_count: int = 1,
     stats_seconds: float = 5.0,
 ) -> int:
-    """Run rclone, stream its log to `out`, write the summary; return rclone's exit code."""
+    """Run rclone, stream its log to `out`, write the summary; return rclone's exit code (or
+    PERMANENT_EXIT_CODE)."""
     out = out or sys.stdout
     env = rclone_env(source, os.environ if environ is None else environ)
     log = RunLog()
@@ -177,7 +183,7 @@ def run_load(
         Path(termination_log).write_bytes(encode_summary(result))
     except OSError as exc:
         print(f"cannot write the termination message to {termination_log}: {exc}", file=sys.stderr)
-    return exit_code
+    return PERMANENT_EXIT_CODE if result.get("permanent") else exit_code
 
 
 def _run_rclone(

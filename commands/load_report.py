@@ -13,8 +13,10 @@ from commands.load_shards import ShardPlan
 MAX_SUMMARY_BYTES = 4096  # the kubelet's termination-message limit
 MAX_ERRORS_KEPT = 20
 
-# rclone error text -> what happened, in words a researcher can act on. First match wins.
-CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
+# rclone error text -> what happened, in words a researcher can act on, and whether trying
+# again could help (True: permanent, needs a person). First match wins; unmatched failures are
+# taken as transient.
+CAUSES: tuple[tuple[tuple[str, ...], str, bool], ...] = (
     (
         (
             "InvalidAccessKeyId",
@@ -27,6 +29,7 @@ CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
             "Unauthorized",
         ),
         "the storage service rejected the credentials; check the keys in the credentials Secret",
+        True,
     ),
     (
         (
@@ -39,6 +42,7 @@ CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
         ),
         "access denied: these credentials (or anonymous access) may not read the source; "
         "grant read access or name a credentials Secret that has it",
+        True,
     ),
     (
         (
@@ -50,6 +54,22 @@ CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
             "status code 404",
         ),
         "the source was not found: the bucket or prefix does not exist; check the data source",
+        True,
+    ),
+    (
+        (
+            "SlowDown",
+            "RequestLimitExceeded",
+            "TooManyRequests",
+            "Throttling",
+            "rateLimitExceeded",
+            "StatusCode: 429",
+            "status code 429",
+            "StatusCode: 503",
+            "status code 503",
+        ),
+        "the storage service is throttling requests or briefly unavailable",
+        False,
     ),
     (
         (
@@ -61,14 +81,17 @@ CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
             "context deadline exceeded",
         ),
         "the storage endpoint could not be reached; check the endpoint and the network",
+        False,
     ),
     (
         ("no space left on device", "disk quota exceeded"),
         "the volume is full; request more storage for the PVC",
+        True,
     ),
     (
         ("permission denied", "read-only file system"),
         "the loader cannot write to the volume; check the volume's permissions",
+        True,
     ),
 )
 
@@ -99,15 +122,19 @@ class RunLog:
             self.errors.append(text)
 
 
-def plain_cause(errors: Iterable[str], exit_code: int) -> str:
-    """The failure in plain words, with rclone's own first error line after it."""
+def classify(errors: Iterable[str], exit_code: int) -> tuple[str, bool]:
+    """(the failure in plain words with rclone's own first error line after it, permanent)."""
     errors = list(errors)
     text = "\n".join(errors)
     detail = errors[0] if errors else f"rclone exited with code {exit_code}"
-    for needles, words in CAUSES:
+    for needles, words, permanent in CAUSES:
         if any(needle in text for needle in needles):
-            return f"{words} (rclone: {detail})"
-    return f"the copy failed (rclone: {detail})"
+            return f"{words} (rclone: {detail})", permanent
+    return f"the copy failed (rclone: {detail})", False
+
+
+def plain_cause(errors: Iterable[str], exit_code: int) -> str:
+    return classify(errors, exit_code)[0]
 
 
 def summary(
@@ -139,11 +166,11 @@ def summary(
             listing=shard.fingerprint,
         )
     if exit_code != 0:
-        result["cause"] = (
-            "the loader was stopped before the copy finished"
-            if interrupted
-            else plain_cause(log.errors, exit_code)
-        )
+        cause, permanent = classify(log.errors, exit_code)
+        if interrupted:
+            cause, permanent = "the loader was stopped before the copy finished", False
+        result["cause"] = cause
+        result["permanent"] = permanent
     return result
 
 

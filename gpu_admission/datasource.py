@@ -152,14 +152,15 @@ def gcs_bucket_problem(bucket: str) -> str | None:
     return None
 
 
-def load_id(pvc_uid: str, source: str) -> str:
-    """A stable id for one load: the same PVC and source always give the same id, and a new
-    source (or a PVC re-created under the same name) gives another."""
-    return hashlib.sha256(f"{pvc_uid}\x00{source}".encode()).hexdigest()[:10]
+def load_id(pvc_uid: str, source: str, retry: str = "") -> str:
+    """A stable id for one load: the same PVC, source and retry value always give the same id;
+    a new source, a new retry value (or a PVC re-created under the same name) gives another."""
+    key = f"{pvc_uid}\x00{source}" + (f"\x00{retry}" if retry else "")
+    return hashlib.sha256(key.encode()).hexdigest()[:10]
 
 
-def loader_job_name(pvc_name: str, pvc_uid: str, source: str) -> str:
+def loader_job_name(pvc_name: str, pvc_uid: str, source: str, retry: str = "") -> str:
     """`dl-<pvc name>-<load id>`, at most 63 characters (a Job name must also fit a label value)."""
     # Dots become hyphens so the name is also a DNS label (pod hostnames derive from it).
     stem = pvc_name.replace(".", "-")[: 63 - len("dl--") - 10].rstrip("-")
-    return f"dl-{stem}-{load_id(pvc_uid, source)}"
+    return f"dl-{stem}-{load_id(pvc_uid, source, retry)}"

@@ -136,6 +136,11 @@ class Names:
         return self._key("data-load-sync")
 
     @property
+    def data_load_retry(self) -> str:
+        """PVC annotation, any new value: load the same source again (after a failure)."""
+        return self._key("data-load-retry")
+
+    @property
     def data_load_parallelism(self) -> str:
         """PVC annotation `"N"`: load with N shards (an Indexed Job); ReadWriteMany PVCs only."""
         return self._key("data-load-parallelism")

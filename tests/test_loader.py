@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from commands.load import rclone_env, run_load
+from commands.load import PERMANENT_EXIT_CODE, rclone_env, run_load
 from commands.load_report import MAX_SUMMARY_BYTES, RunLog, encode_summary, plain_cause
 from gpu_admission.datasource import parse_data_source
 from tests.objectstores import GcsStore, S3Store, dataset_files, gcs_store, s3_store, tree
@@ -85,9 +85,23 @@ def test_copy_keeps_extra_files_and_sync_removes_them(s3: S3Store, tmp_path: Pat
 
 def test_missing_bucket_fails_with_plain_cause(s3: S3Store, tmp_path: Path) -> None:
     code, summary, _ = load("s3://no-such-bucket/x", tmp_path / "data", s3_env(s3))
-    assert code != 0
-    assert summary["phase"] == "Failed"
+    assert code == PERMANENT_EXIT_CODE  # retrying cannot help: the Job fails at once
+    assert summary["phase"] == "Failed" and summary["permanent"] is True
     assert summary["cause"].startswith("the source was not found")
+
+
+def test_unreachable_endpoint_is_transient(tmp_path: Path) -> None:
+    env = {
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "RCLONE_CONFIG_SRC_ENDPOINT": "http://127.0.0.1:9",
+    }
+    env["RCLONE_CONFIG_SRC_REGION"] = "us-east-1"
+    env["RCLONE_LOW_LEVEL_RETRIES"] = "1"
+    env["RCLONE_RETRIES"] = "1"
+    code, summary, _ = load("s3://some-bucket/x", tmp_path / "data", env)
+    assert code not in (0, PERMANENT_EXIT_CODE)  # rclone's own code: the Job may retry
+    assert summary["permanent"] is False
+    assert "could not be reached" in summary["cause"]
 
 
 def test_gcs_anonymous_copy(gcs: GcsStore, tmp_path: Path) -> None:

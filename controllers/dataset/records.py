@@ -39,6 +39,7 @@ class PvcRecord:
     shards: int = 1
     shards_error: str | None = None  # the parallelism annotation cannot be honoured: why
     progress_label: str | None = None  # as last written
+    retry: str = ""  # the data-load-retry annotation: a new value is a new load
 
     @property
     def key(self) -> str:
@@ -46,7 +47,7 @@ class PvcRecord:
 
     @property
     def current_job(self) -> str:
-        return loader_job_name(self.name, self.uid, self.source)
+        return loader_job_name(self.name, self.uid, self.source, self.retry)
 
     @property
     def loaded(self) -> bool:
@@ -124,6 +125,7 @@ def pvc_record(
         shards=parallelism.shards,
         shards_error=parallelism.error,
         progress_label=(meta.get("labels") or {}).get(names.data_load_progress),
+        retry=(annotations.get(names.data_load_retry) or "").strip(),
     )
 
 

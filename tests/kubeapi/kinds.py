@@ -94,7 +94,6 @@ def apply_defaults(resource: Resource, obj: dict[str, Any]) -> None:
         kinds_batch.apply_job_defaults(spec)
         spec.setdefault("completionMode", "NonIndexed")
         spec.setdefault("suspend", False)
-        spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
         template = spec.setdefault("template", {})
         _default_pod_spec(template.setdefault("spec", {}))
     elif kind == "Namespace":
@@ -394,6 +393,15 @@ def validate_create(resource: Resource, obj: dict[str, Any]) -> None:
                     "FieldValueNotSupported",
                     "spec.template.spec.restartPolicy",
                     f'Unsupported value: "{restart}": supported values: "OnFailure", "Never"',
+                )
+            )
+        elif obj["spec"].get("podFailurePolicy") and restart != "Never":
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    "spec.template.spec.restartPolicy",
+                    f'Invalid value: "{restart}": only "Never" is supported when '
+                    "podFailurePolicy is specified",
                 )
             )
     if causes:

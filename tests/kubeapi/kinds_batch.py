@@ -19,11 +19,15 @@ def apply_job_defaults(spec: dict[str, Any]) -> None:
     spec.setdefault("parallelism", 1)
     per_index = spec.get("backoffLimitPerIndex") is not None
     spec.setdefault("backoffLimit", MAX_INT32 if per_index else 6)
+    # Only Failed is allowed with a podFailurePolicy, so that is its default there.
+    failure_policy = spec.get("podFailurePolicy") is not None
+    spec.setdefault("podReplacementPolicy", "Failed" if failure_policy else "TerminatingOrFailed")
 
 
 def job_spec_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
-    """The completion-mode rules of pkg/apis/batch/validation ValidateJobSpec."""
-    causes = []
+    """The completion-mode and pod-failure-policy rules of pkg/apis/batch/validation
+    ValidateJobSpec."""
+    causes = pod_failure_policy_causes(spec)
     mode = spec.get("completionMode")
     per_index = spec.get("backoffLimitPerIndex")
     for name in ("parallelism", "completions", "backoffLimit", "backoffLimitPerIndex"):
@@ -71,4 +75,60 @@ def job_spec_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
                 f"Invalid value: {per_index}: requires indexed completion mode",
             )
         )
+    return causes
+
+
+POLICY_ACTIONS = ("Count", "FailIndex", "FailJob", "Ignore")
+
+
+def pod_failure_policy_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
+    """validatePodFailurePolicy and validatePodReplacementPolicy, the parts loader Jobs touch."""
+    policy = spec.get("podFailurePolicy")
+    if policy is None:
+        return []
+    causes = []
+    template = (spec.get("template") or {}).get("spec") or {}
+    names = {c.get("name") for g in ("containers", "initContainers") for c in template.get(g) or []}
+    path = "spec.podFailurePolicy.rules"
+    for i, rule in enumerate(policy.get("rules") or []):
+        action = rule.get("action")
+        if not action:
+            supported = ", ".join(f'"{a}"' for a in POLICY_ACTIONS)
+            message = f"Required value: valid values: [{supported}]"
+            causes.append(cause("FieldValueRequired", f"{path}[{i}].action", message))
+        elif action == "FailIndex" and spec.get("backoffLimitPerIndex") is None:
+            message = 'Invalid value: "FailIndex": requires the backoffLimitPerIndex to be set'
+            causes.append(cause("FieldValueInvalid", f"{path}[{i}].action", message))
+        elif action not in POLICY_ACTIONS:
+            supported = ", ".join(f'"{a}"' for a in POLICY_ACTIONS)
+            message = f'Unsupported value: "{action}": supported values: {supported}'
+            causes.append(cause("FieldValueNotSupported", f"{path}[{i}].action", message))
+        codes = rule.get("onExitCodes")
+        if codes is not None:
+            where = f"{path}[{i}].onExitCodes"
+            container = codes.get("containerName")
+            if container is not None and container not in names:
+                message = (
+                    f'Invalid value: "{container}": must be one of the container or '
+                    "initContainer names in the pod template"
+                )
+                causes.append(cause("FieldValueInvalid", f"{where}.containerName", message))
+            values = codes.get("values") or []
+            if not values:
+                message = "Invalid value: []: at least one value is required"
+                causes.append(cause("FieldValueInvalid", f"{where}.values", message))
+            if codes.get("operator") == "In" and 0 in values:
+                index = values.index(0)
+                message = "Invalid value: 0: must not be 0 for the In operator"
+                causes.append(cause("FieldValueInvalid", f"{where}.values[{index}]", message))
+            if values != sorted(values):
+                message = f"Invalid value: {values}: must be ordered"
+                causes.append(cause("FieldValueInvalid", f"{where}.values", message))
+        if codes is None and not rule.get("onPodConditions"):
+            message = "Invalid value: specifying one of OnExitCodes and OnPodConditions is required"
+            causes.append(cause("FieldValueInvalid", f"{path}[{i}]", message))
+    replacement = spec.get("podReplacementPolicy")
+    if replacement not in (None, "Failed"):
+        message = f'Unsupported value: "{replacement}": supported values: "Failed"'
+        causes.append(cause("FieldValueNotSupported", "spec.podReplacementPolicy", message))
     return causes

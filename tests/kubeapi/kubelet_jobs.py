@@ -9,8 +9,11 @@ index up to ``parallelism``, each with the index as annotation and label
 ``batch.kubernetes.io/job-index-failure-count``) until its failures exceed the limit, it is then
 listed in ``status.failedIndexes``, and once every index has succeeded or failed the Job fails
 with reason ``FailedIndexes``. Both modes: ``backoffLimit`` (default 6, or MaxInt32 with
-``backoffLimitPerIndex``) and ``activeDeadlineSeconds``. Conditions follow the Job controller of
-Kubernetes 1.31+: a ``FailureTarget``/``SuccessCriteriaMet`` condition, then
+``backoffLimitPerIndex``), ``activeDeadlineSeconds`` and ``podFailurePolicy`` (first matching
+rule: ``FailJob`` fails the Job with reason ``PodFailurePolicy``, ``Ignore`` does not count the
+pod, ``FailIndex`` fails its index, ``Count`` counts it). Failed pods are replaced at once (the
+real controller waits 10 s, doubling, before each replacement). Conditions follow the Job
+controller of Kubernetes 1.31+: a ``FailureTarget``/``SuccessCriteriaMet`` condition, then
 ``Failed``/``Complete``. Pods with ``restartPolicy: OnFailure`` are replaced like ``Never`` pods
 rather than restarted in place.
 """
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_BACKOFF_LIMIT = 6
+MAX_FAILURES = 2**31 - 1  # an index failed by a FailIndex rule: out of retries at once
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"  # annotation and label
 INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
@@ -91,6 +95,50 @@ def _index_template(template: dict[str, Any], job_name: str, index: int) -> None
                 env.append({"name": COMPLETION_INDEX_ENV, "valueFrom": env_ref})
 
 
+def _exit_codes(pod: dict[str, Any], container: str | None) -> list[tuple[str, int]]:
+    status = pod.get("status") or {}
+    found = []
+    for group in ("initContainerStatuses", "containerStatuses"):
+        for item in status.get(group) or []:
+            terminated = (item.get("state") or {}).get("terminated") or {}
+            code = terminated.get("exitCode")
+            if isinstance(code, int) and code != 0 and container in (None, item.get("name")):
+                found.append((item.get("name", ""), code))
+    return found
+
+
+def policy_action(job: dict[str, Any], pod: dict[str, Any]) -> tuple[str, str] | None:
+    """The first podFailurePolicy rule a failed pod matches: (action, the Job's message)."""
+    rules = ((job.get("spec") or {}).get("podFailurePolicy") or {}).get("rules") or []
+    meta = pod.get("metadata") or {}
+    who = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    for index, rule in enumerate(rules):
+        action = rule.get("action", "")
+        codes = rule.get("onExitCodes")
+        if codes is not None:
+            values = set(codes.get("values") or [])
+            for name, code in _exit_codes(pod, codes.get("containerName")):
+                if (code in values) == (codes.get("operator") == "In"):
+                    message = (
+                        f"Container {name} for pod {who} failed with exit code {code} matching "
+                        f"{action} rule at index {index}"
+                    )
+                    return action, message
+        for pattern in rule.get("onPodConditions") or []:
+            if any(
+                c.get("type") == pattern.get("type")
+                and c.get("status") == pattern.get("status", "True")
+                for c in conditions
+            ):
+                message = (
+                    f"Pod {who} has condition {pattern.get('type')} matching {action} rule at "
+                    f"index {index}"
+                )
+                return action, message
+    return None
+
+
 def pod_index(pod: dict[str, Any]) -> int | None:
     value = ((pod.get("metadata") or {}).get("annotations") or {}).get(COMPLETION_INDEX, "")
     return int(value) if value.isdigit() else None
@@ -147,7 +195,15 @@ def decide(job: dict[str, Any], pods: list[dict[str, Any]], now: dt.datetime) ->
         p for p in live if (p.get("status") or {}).get("phase", "Pending") in ("Pending", "Running")
     ]
     succeeded = phases.count("Succeeded")
-    failed = phases.count("Failed")
+    verdicts = {
+        id(p): policy_action(job, p)
+        for p, phase in zip(pods, phases, strict=True)
+        if phase == "Failed"
+    }
+    ignored = {key for key, verdict in verdicts.items() if verdict and verdict[0] == "Ignore"}
+    fail_job = next((v[1] for v in verdicts.values() if v and v[0] == "FailJob"), None)
+    fail_index = {key for key, verdict in verdicts.items() if verdict and verdict[0] == "FailIndex"}
+    failed = len(verdicts) - len(ignored)
     status: dict[str, Any] = {
         "startTime": old.get("startTime") or stamp,
         "active": len(active),
@@ -184,12 +240,14 @@ def decide(job: dict[str, Any], pods: list[dict[str, Any]], now: dt.datetime) ->
     if indexed:
         for pod, phase in zip(pods, phases, strict=True):
             index = pod_index(pod)
-            if index is None or index >= completions:
+            if index is None or index >= completions or id(pod) in ignored:
                 continue
             if phase == "Succeeded":
                 done_indexes.add(index)
             elif phase == "Failed":
                 failures[index] = failures.get(index, 0) + 1
+                if id(pod) in fail_index:
+                    failures[index] = MAX_FAILURES
         if per_index is not None:
             failed_indexes = {
                 i for i, n in failures.items() if n > per_index and i not in done_indexes
@@ -197,6 +255,8 @@ def decide(job: dict[str, Any], pods: list[dict[str, Any]], now: dt.datetime) ->
             status["failedIndexes"] = intervals(failed_indexes)
         status["completedIndexes"] = intervals(done_indexes)
         status["succeeded"] = len(done_indexes)
+    if fail_job is not None:
+        return finish("FailureTarget", "Failed", "PodFailurePolicy", fail_job)
     if (len(done_indexes) >= completions) if indexed else succeeded >= min(completions, 1):
         return finish(
             "SuccessCriteriaMet",

@@ -44,7 +44,8 @@ def load_phase(pvc: PVCInfo, names: Names) -> str:
     user has just edited it, the controller has not caught up) does not count."""
     phase = pvc.annotations.get(names.data_load_phase, PHASE_PENDING)
     source = pvc.annotations.get(names.data_source, "")
-    current_job = loader_job_name(pvc.name, pvc.uid, source)
+    retry = (pvc.annotations.get(names.data_load_retry) or "").strip()
+    current_job = loader_job_name(pvc.name, pvc.uid, source, retry)
     if pvc.annotations.get(names.data_load_job) != current_job:
         return PHASE_PENDING
     return phase
