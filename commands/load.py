@@ -44,15 +44,13 @@ from commands.load_shards import (
 )
 from gpu_admission.datasource import DataSource, DataSourceError, parse_data_source
 from gpu_admission.load_progress import from_stats
-from gpu_admission.names import DATA_MOUNT_PATH
+from gpu_admission.names import DATA_MOUNT_PATH, LOADER_PERMANENT_EXIT_CODE
 
 REMOTE = "src"  # the rclone remote the Job's environment defines (RCLONE_CONFIG_SRC_*)
 TERMINATION_LOG = "/dev/termination-log"
 USAGE_EXIT_CODE = 2
 LISTING_FAILED_EXIT_CODE = 1
-# A failure that trying again cannot fix (credentials, access, no such source, volume full):
-# the loader Job's podFailurePolicy fails the Job at once on this code instead of retrying.
-PERMANENT_EXIT_CODE = 10
+PERMANENT_EXIT_CODE = LOADER_PERMANENT_EXIT_CODE
 INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by the Job controller in every Indexed Job pod
 RCLONE_TYPE = {"s3": "s3", "gs": "gcs"}
 

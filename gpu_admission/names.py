@@ -56,6 +56,9 @@ PHASE_PENDING = "Pending"
 PHASE_LOADING = "Loading"
 PHASE_SUCCEEDED = "Succeeded"
 PHASE_FAILED = "Failed"
+# `gpu-admission load` exits with this when trying again cannot help (credentials, access, no
+# such source, volume full); the loader Job's podFailurePolicy fails the Job at once on it.
+LOADER_PERMANENT_EXIT_CODE = 10
 DATA_MOUNT_PATH = "/data"
 
 # Object names in the cluster.

@@ -58,8 +58,8 @@ class HoldingProxy:
                 return released
         return None
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+    async def start(self, port: int = 0) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", port)
         port = self._server.sockets[0].getsockname()[1]
         self.endpoint = f"http://127.0.0.1:{port}"
 

@@ -317,11 +317,19 @@ async def test_private_bucket_with_keys_succeeds_and_wrong_keys_fail_without_end
         )
         assert len(failed) == 1 and failed[0]["type"] == "Warning"
 
-        # The Job's backoffLimit (1) bounds the attempts; no new Job follows.
+        # Rejected credentials are permanent: one attempt (the podFailurePolicy fails the Job
+        # at once, whatever the backoffLimit), no new Job, and the message says so.
         [job] = [
             j for j in jobs(kube_client) if j["metadata"]["ownerReferences"][0]["name"] == "wrong"
         ]
-        assert job["status"]["failed"] == 2
+        assert job["status"]["failed"] == 1
+        assert next(c for c in job["status"]["conditions"] if c["type"] == "Failed")["reason"] == (
+            "PodFailurePolicy"
+        )
+        assert "so it was not retried" in condition["message"]
+        assert (
+            "kubectl annotate pvc wrong gpu-admission.io/data-load-retry=" in (condition["message"])
+        )
         pod_events = await eventually(
             lambda: [e for e in events_for(core, "waits-for-wrong") if e["type"] == "Warning"],
             what="a warning on the waiting pod",

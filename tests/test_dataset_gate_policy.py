@@ -193,3 +193,12 @@ def test_loader_pod_is_neither_gated_nor_made_read_only() -> None:
     view = StaticClusterView(pvcs=[dataset_pvc("imagenet", "Loading")])
     ops, *_ = mutate_twice(POLICIES, pod, view)
     assert ops == []
+
+
+def test_a_retry_asked_for_counts_as_a_load_not_yet_done() -> None:
+    failed = dataset_pvc("imagenet", "Failed")
+    retried = PVCInfo(
+        "ml", "imagenet", failed.uid, {**failed.annotations, NAMES.data_load_retry: "1"}
+    )
+    assert load_phase(failed, NAMES) == "Failed"
+    assert load_phase(retried, NAMES) == "Pending"  # the new load has not been recorded yet

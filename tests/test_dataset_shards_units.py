@@ -14,7 +14,7 @@ from controllers.dataset.jobspec import build_loader_job
 from controllers.dataset.progress import finished_progress
 from controllers.dataset.records import LoaderPod, count_indexes, loader_pod, pvc_record
 from controllers.dataset.status import status_patch
-from controllers.dataset.summary import SOURCE_CHANGED, summary_from_pods
+from controllers.dataset.summary import SOURCE_CHANGED, failure_message, summary_from_pods
 from gpu_admission.datasource import parse_data_source
 from gpu_admission.load_progress import LoadProgress, Progress, combine, from_stats, last_progress
 from tests.test_dataset_controller_units import CONFIG, NAMES, PVC, job
@@ -220,3 +220,45 @@ def test_a_succeeded_shard_counts_as_complete() -> None:
     progress = finished_progress(ok(2, 30, 300))
     assert progress is not None
     assert (progress.bytesDone, progress.bytesTotal, progress.shard) == (300, 300, 2)
+
+
+def test_loader_jobs_fail_at_once_on_permanent_failures_and_ignore_disruptions() -> None:
+    for shards in (1, 4):
+        rules = sharded_job(shards)["spec"]["podFailurePolicy"]["rules"]
+        assert rules[0] == {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": "loader", "operator": "In", "values": [10]},
+        }
+        assert rules[1]["action"] == "Ignore"
+        assert rules[1]["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
+
+
+def test_a_retry_value_is_a_new_load() -> None:
+    again = replace(PVC, retry="2026-11-23")
+    assert again.current_job != PVC.current_job
+    assert replace(PVC, retry="").current_job == PVC.current_job  # no value: the old name
+    plan = decide(again, [job(failed_for_good=True)], 0, 5, 1.0)
+    assert plan.create_job  # the failed Job is of the older load
+
+
+def test_failure_messages_say_whether_it_was_retried_and_how_to_load_again() -> None:
+    key = NAMES.data_load_retry
+    permanent = failure_message(
+        "s3://b/x", "imagenet", job(failure_reason="PodFailurePolicy", failed=1),
+        {"cause": "access denied: ..."}, key,
+    )  # fmt: skip
+    assert permanent == (
+        "loading s3://b/x failed: access denied: ...; trying again cannot fix this, so it was "
+        "not retried; once fixed, load again with `kubectl annotate pvc imagenet "
+        "gpu-admission.io/data-load-retry=<any new value>`"
+    )
+    transient = failure_message(
+        "s3://b/x", "imagenet", job(failure_reason="BackoffLimitExceeded", failed=3),
+        {"cause": "the storage endpoint could not be reached"}, key,
+    )  # fmt: skip
+    assert "it failed 3 times: transient failures are retried automatically" in transient
+
+
+def test_a_running_load_says_it_is_retrying() -> None:
+    plan = decide(PVC, [job(started=True, active=1, failed=2)], 0, 5, 1.0)
+    assert plan.message == "copying s3://data-1/x (retrying after 2 transient failures)"

@@ -3,10 +3,14 @@
 The reconcile contract is level-based: the plan depends only on the current state, so running it
 again (after a restart, a conflict, or a duplicate event) converges on the same result.
 
+Failures: the loader Job retries transient failures itself (backoffLimit, with the Job
+controller's back-off) and fails at once on permanent ones (its podFailurePolicy). A failed load
+stays Failed until its source or its `data-load-retry` annotation changes: either is a new load
+with a new Job name, started once no Job of an older load is still running.
+
 Source edited while a load runs: the old Job is deleted (Foreground propagation, so its pod is
 gone before the Job is) and the new Job is created only once the old one has disappeared, so two
-loaders never write the volume at once. Failed loads are not retried beyond the Job's
-backoffLimit: the PVC stays Failed until its source changes.
+loaders never write the volume at once.
 """
 
 from __future__ import annotations
@@ -100,10 +104,15 @@ def decide(
         return Plan(phase=PHASE_FAILED, reason=PHASE_FAILED, finished_job=job)
     if job.started:
         shards = f" with {job.completions} shards" if job.completions > 1 else ""
+        retrying = (
+            f" (retrying after {job.failed} transient failure{'s' if job.failed > 1 else ''})"
+            if job.failed
+            else ""
+        )
         return Plan(
             phase=PHASE_LOADING,
             reason=PHASE_LOADING,
-            message=f"copying {pvc.source}{shards}",
+            message=f"copying {pvc.source}{shards}{retrying}",
             running_job=job,
         )
     # Created, not started yet: the same words as when it was created, so nothing is rewritten.

@@ -7,6 +7,7 @@ read-only root filesystem; rclone's config and cache go to an emptyDir.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from gpu_admission.config import Config
@@ -20,11 +21,28 @@ from gpu_admission.names import (
     DATA_MOUNT_PATH,
     GCP_KEY_FILE,
     GCP_MOUNT_ROOT,
+    LOADER_PERMANENT_EXIT_CODE,
     NVIDIA_VISIBLE_DEVICES,
     VISIBLE_DEVICES_NONE,
 )
 
 CONTAINER_NAME = "loader"
+# Permanent failures end the Job at once; disruptions (eviction, preemption, node drain) are
+# not the load's fault and do not use up its retries; anything else is retried up to the
+# backoff limit, the Job controller waiting 10 s, doubling, before each new pod.
+POD_FAILURE_POLICY = {
+    "rules": [
+        {
+            "action": "FailJob",
+            "onExitCodes": {
+                "containerName": CONTAINER_NAME,
+                "operator": "In",
+                "values": [LOADER_PERMANENT_EXIT_CODE],
+            },
+        },
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]
+}
 LOADER_STATS_SECONDS = 5.0  # rclone's stats (and progress line) interval, at most
 DATA_VOLUME = "data"
 SCRATCH_VOLUME = "scratch"
@@ -173,6 +191,7 @@ def build_loader_job(
         pod_spec["serviceAccountName"] = ds.service_account
     spec: dict[str, Any] = {
         "backoffLimit": ds.backoff_limit,
+        "podFailurePolicy": copy.deepcopy(POD_FAILURE_POLICY),
         "activeDeadlineSeconds": ds.active_deadline_seconds,
         "ttlSecondsAfterFinished": ds.ttl_seconds_after_finished,
         "template": {

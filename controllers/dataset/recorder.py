@@ -12,7 +12,7 @@ from controllers.dataset.decide import REASON_SOURCE_CHANGED, Plan
 from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.records import JOB_NAME_LABEL, JobRecord, LoaderPod, PvcRecord, loader_pod
 from controllers.dataset.status import now_rfc3339, status_patch
-from controllers.dataset.summary import success_message, summary_from_pods
+from controllers.dataset.summary import failure_message, success_message, summary_from_pods
 from controllers.dataset.writes import ApiWriter
 from gpu_admission.cluster.informer import Informer
 from gpu_admission.names import PHASE_FAILED, PHASE_SUCCEEDED, Names
@@ -76,7 +76,9 @@ class LoadRecorder:
         if plan.phase == PHASE_SUCCEEDED and summary is not None:
             message = success_message(pvc.source, summary)
         elif plan.phase == PHASE_FAILED and plan.finished_job is not None and summary is not None:
-            message = f"loading {pvc.source} failed: {summary.get('cause', '')}"
+            message = failure_message(
+                pvc.source, pvc.name, plan.finished_job, summary, self.names.data_load_retry
+            )
         elif plan.phase in (PHASE_SUCCEEDED, PHASE_FAILED) and pvc.condition is not None:
             message = pvc.condition.message  # already recorded; keep its words
         patch = status_patch(

@@ -98,3 +98,21 @@ def success_message(source: str, summary: Mapping[str, Any] | None) -> str:
     shards = summary.get("shards")
     by = f" by {shards} shards" if isinstance(shards, int) and shards > 1 else ""
     return f"loaded {source}: {files} files, {size} bytes in {duration} s{by}"
+
+
+def failure_message(
+    source: str, pvc_name: str, job: JobRecord, summary: Mapping[str, Any], retry_key: str
+) -> str:
+    """Why the load failed, whether it was retried, and how to load again."""
+    again = (
+        f"once fixed, load again with `kubectl annotate pvc {pvc_name} {retry_key}=<any new value>`"
+    )
+    if job.failure_reason == "PodFailurePolicy" or summary.get("permanent"):
+        retried = "trying again cannot fix this, so it was not retried"
+    elif job.failure_reason == "DeadlineExceeded":
+        retried = "it was stopped at its deadline"
+    else:
+        attempts = job.failed or 1
+        retried = f"it failed {attempts} time{'s' if attempts > 1 else ''}: transient failures "
+        retried += "are retried automatically, this one did not go away"
+    return f"loading {source} failed: {summary.get('cause', '')}; {retried}; {again}"
