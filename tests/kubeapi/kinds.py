@@ -9,7 +9,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from . import kinds_batch, kinds_dra
+from . import kinds_batch, kinds_dra, kinds_snapshot
 from .errors import StatusError, cause, invalid
 from .resources import Resource
 
@@ -74,6 +74,7 @@ def _default_pod_spec(spec: dict[str, Any]) -> None:
 
 def apply_defaults(resource: Resource, obj: dict[str, Any]) -> None:
     kind = resource.kind
+    kinds_snapshot.apply_defaults(kind, obj)
     if kind == "Pod":
         _default_pod_spec(obj.setdefault("spec", {}))
         obj.setdefault("status", {})  # a decoded Pod always has a (possibly empty) status
@@ -384,6 +385,7 @@ def validate_create(resource: Resource, obj: dict[str, Any]) -> None:
             causes.append(cause("FieldValueRequired", "spec.containers", "Required value"))
         causes.extend(kinds_dra.pod_claim_causes(spec))
     causes.extend(kinds_dra.validate_create(resource.kind, obj))
+    causes.extend(kinds_snapshot.validate_create(resource.kind, obj))
     if resource.kind == "Job":
         causes.extend(kinds_batch.job_spec_causes(obj["spec"]))
         restart = obj["spec"]["template"]["spec"].get("restartPolicy")
@@ -435,6 +437,7 @@ def validate_update(
     if resource.kind == "Pod" and subresource == "":
         causes.extend(_pod_update_causes(new.get("spec", {}), old.get("spec", {})))
     causes.extend(kinds_dra.validate_update(resource.kind, subresource, new, old))
+    causes.extend(kinds_snapshot.validate_update(resource.kind, subresource, new, old))
     if causes:
         raise invalid(resource.kind, resource.group, _name(new), causes)
 

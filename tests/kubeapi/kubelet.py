@@ -23,7 +23,7 @@ import queue
 import shutil
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,7 @@ class FakeKubelet:
         create_node: bool = True,
         node_labels: Mapping[str, str] | None = None,
         run_all_pods: bool = False,
+        volume_source: Callable[[str, str, Path], None] | None = None,
     ) -> None:
         if api_client is None:
             if kubeconfig is None:
@@ -122,6 +123,9 @@ class FakeKubelet:
         self._create_node = create_node
         self._node_labels = dict(node_labels or {})
         self._run_all_pods = run_all_pods
+        # Fills a PVC's directory when it is first made (a provisioner restoring a snapshot).
+        self._volume_source = volume_source
+        self._volume_lock = threading.Lock()
         self._queue: queue.Queue[tuple[str, tuple[str, str]] | None] = queue.Queue()
         self._lock = threading.Lock()
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
@@ -178,7 +182,11 @@ class FakeKubelet:
     def pvc_dir(self, namespace: str, claim: str) -> Path:
         """The host directory holding PersistentVolumeClaim ``namespace/claim``'s data."""
         directory = self._pvc_base / namespace / claim
-        directory.mkdir(parents=True, exist_ok=True)
+        with self._volume_lock:
+            if not directory.exists():
+                directory.mkdir(parents=True)
+                if self._volume_source is not None:
+                    self._volume_source(namespace, claim, directory)
         return directory
 
     def logs(self, namespace: str, pod: str, container: str) -> str:

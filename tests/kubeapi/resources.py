@@ -94,6 +94,43 @@ RESOURCES: tuple[Resource, ...] = (
         True,
     ),
     Resource(
+        "storage.k8s.io", "v1", "storageclasses", "storageclass", "StorageClass", False, (), ("sc",)
+    ),
+    # The external-snapshotter CRDs (custom resources always have a generation).
+    Resource(
+        "snapshot.storage.k8s.io",
+        "v1",
+        "volumesnapshots",
+        "volumesnapshot",
+        "VolumeSnapshot",
+        True,
+        ("status",),
+        ("vs",),
+        has_generation=True,
+    ),
+    Resource(
+        "snapshot.storage.k8s.io",
+        "v1",
+        "volumesnapshotclasses",
+        "volumesnapshotclass",
+        "VolumeSnapshotClass",
+        False,
+        (),
+        ("vsclass", "vsclasses"),
+        has_generation=True,
+    ),
+    Resource(
+        "snapshot.storage.k8s.io",
+        "v1",
+        "volumesnapshotcontents",
+        "volumesnapshotcontent",
+        "VolumeSnapshotContent",
+        False,
+        ("status",),
+        ("vsc", "vscs"),
+        has_generation=True,
+    ),
+    Resource(
         "admissionregistration.k8s.io",
         "v1",
         "mutatingwebhookconfigurations",
