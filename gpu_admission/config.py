@@ -153,6 +153,17 @@ class CredentialsConfig(_Model):
 MAX_PARALLELISM = 100  # a sanity bound; Indexed Jobs allow far more
 
 
+class DatasetCacheConfig(_Model):
+    """Loaded dataset PVCs are snapshotted; new PVCs of the same source and credentials in the
+    namespace start from the newest ready snapshot and only refresh what changed."""
+
+    enabled: bool = True
+    # null: the VolumeSnapshotClass whose driver is the PVC's StorageClass provisioner (the
+    # one marked default, if several are).
+    volume_snapshot_class: str | None = None
+    keep_per_source: Annotated[int, Field(ge=1, le=100)] = 2  # older snapshots are deleted
+
+
 class DatasetConfig(_Model):
     loader_image: str = "gpu-admission:0.1.0"
     rclone_path: str = "rclone"
@@ -187,6 +198,7 @@ class DatasetConfig(_Model):
     # How often a running load's progress is read (one pods/log per running loader pod) and
     # written to its PVC (at most one status write); also the loader's stats interval.
     progress_interval_seconds: Annotated[float, Field(gt=0, le=30)] = 20.0
+    cache: DatasetCacheConfig = DatasetCacheConfig()
 
     @model_validator(mode="after")
     def _parallelism_bounds(self) -> DatasetConfig:

@@ -139,6 +139,36 @@ class Names:
         return self._key("data-load-sync")
 
     @property
+    def data_cache(self) -> str:
+        """PVC annotation `"false"`: never clone this PVC from a snapshot, nor snapshot it."""
+        return self._key("data-cache")
+
+    @property
+    def data_snapshot(self) -> str:
+        """Written on a loaded PVC: the VolumeSnapshot that holds its data for later PVCs."""
+        return self._key("data-snapshot")
+
+    @property
+    def data_cloned_from(self) -> str:
+        """Written at admission on a PVC cloned from a dataset snapshot: which one."""
+        return self._key("data-cloned-from")
+
+    @property
+    def data_storage_class(self) -> str:
+        """On a dataset snapshot: the StorageClass of the PVC it was taken from."""
+        return self._key("data-storage-class")
+
+    @property
+    def dataset_cache_label(self) -> str:
+        """On dataset snapshots (value "true"); the webhook and controller select by it."""
+        return self._key("dataset-cache")
+
+    @property
+    def dataset_key_label(self) -> str:
+        """On dataset snapshots: a hash of the source and the credentials they were loaded with."""
+        return self._key("dataset-key")
+
+    @property
     def data_load_retry(self) -> str:
         """PVC annotation, any new value: load the same source again (after a failure)."""
         return self._key("data-load-retry")

@@ -18,6 +18,7 @@ from aiohttp import web
 from certs.issue import CertBundle, ServingSpec, issue_bundle
 from certs.reloader import CertReloader
 from gpu_admission.cluster.dra import ClaimInfo, DeviceClassInfo
+from gpu_admission.cluster.snapshots import SnapshotInfo
 from gpu_admission.cluster.view import (
     ClusterView,
     NodeInfo,
@@ -129,6 +130,9 @@ class MutableView:
 
     def device_class(self, name: str) -> DeviceClassInfo | None:
         return None
+
+    def dataset_snapshots(self, namespace: str, key: str) -> Iterable[SnapshotInfo]:
+        return ()
 
 
 class FillingResolver:

@@ -156,6 +156,11 @@ def test_the_controller_is_its_own_deployment_with_only_its_own_rights(docs):
     assert _may(mine, "update", "leases") and not _may(webhook, "update", "leases")
     assert not _may(mine, "get", "secrets")  # the controller never reads a Secret
     assert _may(mine, "get", "pods/log") and not _may(webhook, "get", "pods/log")
+    # The dataset cache: the controller takes and prunes snapshots, the webhooks only watch them.
+    assert _may(mine, "create", "volumesnapshots") and _may(mine, "delete", "volumesnapshots")
+    assert _may(webhook, "watch", "volumesnapshots")
+    assert not _may(webhook, "create", "volumesnapshots")
+    assert _may(mine, "get", "storageclasses") and _may(mine, "list", "volumesnapshotclasses")
     log_rules = [r for r in mine if "pods/log" in r["resources"]]
     assert all(r["verbs"] == ["get"] and r["resources"] == ["pods/log"] for r in log_rules)
     assert _may(webhook, "update", "mutatingwebhookconfigurations")

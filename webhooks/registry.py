@@ -52,6 +52,7 @@ def _policy_modules() -> list[ModuleType]:
     from webhooks.policies import (
         credential_injection,
         credential_secrets,
+        dataset_cache,
         dataset_gate,
         dataset_pvc,
         gpu_env_guard,
@@ -73,4 +74,5 @@ def _policy_modules() -> list[ModuleType]:
         # Secrets and PVCs.
         credential_secrets,
         dataset_pvc,
+        dataset_cache,  # after the PVC label: it reads only the user's annotations and spec
     ]

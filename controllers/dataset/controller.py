@@ -43,6 +43,7 @@ from controllers.dataset.records import (
     pvc_record,
     waiting_pod,
 )
+from controllers.dataset.snapshots import SnapshotKeeper
 from controllers.dataset.writes import ApiWriter, NamespaceTerminating
 from controllers.leader import LeaderElector
 from controllers.workqueue import RateLimitedQueue, ShutDown
@@ -98,6 +99,7 @@ class DatasetController:
         self.waiting: WaitingPods | None = None
         self.recorder: LoadRecorder | None = None
         self.progress: ProgressReader | None = None
+        self.snapshots: SnapshotKeeper | None = None
         self._index = JobIndex()
         self._launch_lock = asyncio.Lock()
         self._launched: set[str] = set()  # Jobs created but not yet seen by the informer
@@ -158,6 +160,8 @@ class DatasetController:
         for informer in self._informers:
             if not await asyncio.to_thread(informer.wait_synced, SYNC_TIMEOUT_SECONDS):
                 log.warning("informer %s has not synced yet; reconciling anyway", informer.name)
+        assert self.snapshots is not None
+        await self.snapshots.announce()
         assert self.pvcs is not None and self.pods is not None
         for key in [k for k, _ in self.pvcs.items()]:
             self._queue.add((PVC, key))
@@ -222,6 +226,7 @@ class DatasetController:
         self.progress = ProgressReader(
             self.api, self.loader_pods, self.metrics, dataset.progress_interval_seconds
         )
+        self.snapshots = SnapshotKeeper(self._api_client, self.api, self.config)
         self.recorder = LoadRecorder(
             self.api,
             names,
@@ -229,8 +234,9 @@ class DatasetController:
             self.loader_pods,
             self.config.dataset.active_deadline_seconds,
             self._retry_later,
+            self.snapshots,
         )
-        return [self.pvcs, self.jobs, self.loader_pods, self.pods]
+        return [self.pvcs, self.jobs, self.loader_pods, self.pods, self.snapshots.informer]
 
     # -- event handlers (informer threads) ----------------------------------------------------
 

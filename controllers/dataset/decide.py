@@ -109,10 +109,15 @@ def decide(
             if job.failed
             else ""
         )
+        cloned = (
+            f" into a clone of VolumeSnapshot {pvc.cloned_from} (only what changed)"
+            if pvc.cloned_from
+            else ""
+        )
         return Plan(
             phase=PHASE_LOADING,
             reason=PHASE_LOADING,
-            message=f"copying {pvc.source}{shards}{retrying}",
+            message=f"copying {pvc.source}{cloned}{shards}{retrying}",
             running_job=job,
         )
     # Created, not started yet: the same words as when it was created, so nothing is rewritten.

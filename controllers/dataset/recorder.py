@@ -11,6 +11,7 @@ from typing import Any
 from controllers.dataset.decide import REASON_SOURCE_CHANGED, Plan
 from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.records import JOB_NAME_LABEL, JobRecord, LoaderPod, PvcRecord, loader_pod
+from controllers.dataset.snapshots import SnapshotKeeper
 from controllers.dataset.status import now_rfc3339, status_patch
 from controllers.dataset.summary import failure_message, success_message, summary_from_pods
 from controllers.dataset.writes import ApiWriter
@@ -45,8 +46,10 @@ class LoadRecorder:
         loader_pods: Informer[LoaderPod],
         deadline_seconds: int,
         retry_later: Callable[[PvcRecord, float], None],
+        snapshots: SnapshotKeeper | None = None,
     ) -> None:
         self.api, self.names, self.metrics = api, names, metrics
+        self.snapshots = snapshots
         self.loader_pods = loader_pods
         self._deadline = deadline_seconds
         self._retry_later = retry_later
@@ -73,8 +76,13 @@ class LoadRecorder:
             # Every shard succeeded, but they did not split the same listing.
             plan = replace(plan, phase=PHASE_FAILED, reason=REASON_SOURCE_CHANGED)
         message = plan.message
+        extra: dict[str, str] = {}
         if plan.phase == PHASE_SUCCEEDED and summary is not None:
-            message = success_message(pvc.source, summary)
+            message = success_message(pvc.source, summary, pvc.cloned_from)
+            kept = await self.snapshots.keep(pvc) if self.snapshots is not None else None
+            if kept is not None:
+                extra[self.names.data_snapshot] = kept
+                message += f"; kept as VolumeSnapshot {kept} for later PVCs of this source"
         elif plan.phase == PHASE_FAILED and plan.finished_job is not None and summary is not None:
             message = failure_message(
                 pvc.source, pvc.name, plan.finished_job, summary, self.names.data_load_retry
@@ -91,6 +99,7 @@ class LoadRecorder:
             summary,
             now_rfc3339(),
             plan.progress,
+            extra,
         )
         if patch is None:
             return

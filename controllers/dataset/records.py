@@ -40,6 +40,9 @@ class PvcRecord:
     shards_error: str | None = None  # the parallelism annotation cannot be honoured: why
     progress_label: str | None = None  # as last written
     retry: str = ""  # the data-load-retry annotation: a new value is a new load
+    storage_class: str | None = None
+    cache: bool = True  # may be cloned from / kept as a snapshot (data-cache is not "false")
+    cloned_from: str | None = None  # the snapshot admission cloned it from
 
     @property
     def key(self) -> str:
@@ -126,6 +129,9 @@ def pvc_record(
         shards_error=parallelism.error,
         progress_label=(meta.get("labels") or {}).get(names.data_load_progress),
         retry=(annotations.get(names.data_load_retry) or "").strip(),
+        storage_class=(obj.get("spec") or {}).get("storageClassName"),
+        cache=(annotations.get(names.data_cache) or "").strip().lower() != "false",
+        cloned_from=annotations.get(names.data_cloned_from),
     )
 
 

@@ -31,6 +31,7 @@ def annotations(
     job: str,
     summary: Mapping[str, Any] | None,
     progress: LoadProgress | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> dict[str, str | None]:
     """The phase annotations; figures are cleared (None) when not known, progress when the
     load is not running."""
@@ -43,6 +44,7 @@ def annotations(
     }
     values: dict[str, str | None] = {names.data_load_phase: phase, names.data_load_job: job}
     values.update({k: None if v is None else str(v) for k, v in figures.items()})
+    values.update(extra or {})
     return values
 
 
@@ -66,6 +68,7 @@ def status_patch(
     summary: Mapping[str, Any] | None,
     now: str,
     progress: LoadProgress | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """The strategic merge patch for `pvc`'s status subresource; None when the PVC already
     shows all of it. A running load's progress also goes into a label, the form
@@ -85,7 +88,7 @@ def status_patch(
     condition = {**wanted, "lastProbeTime": None, "lastTransitionTime": transition or now}
     metadata: dict[str, Any] = {
         "uid": pvc.uid,
-        "annotations": annotations(names, phase, job, summary, progress),
+        "annotations": annotations(names, phase, job, summary, progress, extra),
     }
     if label is not None or pvc.progress_label is not None:
         metadata["labels"] = {names.data_load_progress: label}

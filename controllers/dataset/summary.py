@@ -89,7 +89,9 @@ def _combine(parts: Mapping[int, Mapping[str, Any]], job: JobRecord) -> dict[str
     return summary
 
 
-def success_message(source: str, summary: Mapping[str, Any] | None) -> str:
+def success_message(
+    source: str, summary: Mapping[str, Any] | None, cloned_from: str | None = None
+) -> str:
     summary = summary or {}
     files, size = summary.get("files"), summary.get("bytes")
     duration = summary.get("durationSeconds")
@@ -97,6 +99,12 @@ def success_message(source: str, summary: Mapping[str, Any] | None) -> str:
         return f"loaded {source}"
     shards = summary.get("shards")
     by = f" by {shards} shards" if isinstance(shards, int) and shards > 1 else ""
+    if cloned_from:
+        return (
+            f"refreshed {source} from VolumeSnapshot {cloned_from}: {files} new or changed "
+            f"files ({size} bytes) copied, {summary.get('checks', 0)} compared with the clone, "
+            f"in {duration} s{by}"
+        )
     return f"loaded {source}: {files} files, {size} bytes in {duration} s{by}"
 
 

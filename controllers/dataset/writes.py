@@ -19,12 +19,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
+from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi, StorageV1Api
 from kubernetes.client.exceptions import ApiException
 
 from controllers.api import write
 from controllers.dataset.status import now_rfc3339
 from gpu_admission.cluster.informer import describe_error
+from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SNAPSHOT_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ class ApiWriter:
     def __init__(self, api_client: ApiClient, identity: str, threads: int) -> None:
         self.core = CoreV1Api(api_client)
         self.batch = BatchV1Api(api_client)
+        self.custom = CustomObjectsApi(api_client)
+        self.storage = StorageV1Api(api_client)
         self.identity = identity
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dataset-api")
 
@@ -139,6 +142,59 @@ class ApiWriter:
                 return None
             raise
         return response.data.decode(errors="replace")  # type: ignore[no-any-return]
+
+    # Volume snapshots (the dataset cache).
+
+    async def create_snapshot(self, namespace: str, body: dict[str, Any]) -> bool:
+        """False when it exists already (an earlier pass made it)."""
+        call = self.custom.create_namespaced_custom_object
+        try:
+            await self._write(
+                namespace,
+                call,
+                SNAPSHOT_GROUP,
+                SNAPSHOT_VERSION,
+                namespace,
+                "volumesnapshots",
+                body,
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete_snapshot(self, namespace: str, name: str) -> None:
+        call = self.custom.delete_namespaced_custom_object
+        try:
+            await self._run(
+                write, call, SNAPSHOT_GROUP, SNAPSHOT_VERSION, namespace, "volumesnapshots", name
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def storage_class_provisioner(self, name: str) -> str | None:
+        """The StorageClass's provisioner (its CSI driver); None when there is no such class."""
+        try:
+            response = await self._run(
+                self.storage.read_storage_class, name, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return json.loads(response.data).get("provisioner")  # type: ignore[no-any-return]
+
+    async def snapshot_classes(self) -> list[dict[str, Any]]:
+        response = await self._run(
+            self.custom.list_cluster_custom_object,
+            SNAPSHOT_GROUP,
+            SNAPSHOT_VERSION,
+            "volumesnapshotclasses",
+            _preload_content=False,
+        )
+        return json.loads(response.data).get("items") or []  # type: ignore[no-any-return]
 
     async def event(self, ref: dict[str, str], kind: str, reason: str, message: str) -> None:
         """A core/v1 Event; failing to record one never fails the reconcile."""

@@ -3,7 +3,9 @@
 Informers feed it: nodes, credential Secrets (one per credential type, by field selector),
 ServiceAccounts, PVCs, and the Dynamic Resource Allocation kinds (ResourceClaims,
 ResourceClaimTemplates, DeviceClasses; optional, since clusters before 1.34 may not serve
-resource.k8s.io/v1: there they count as empty and nothing of them is ever fetched).
+resource.k8s.io/v1: there they count as empty and nothing of them is ever fetched), and the
+dataset cache's VolumeSnapshots (label-selected; optional too: clusters without the snapshot
+CRDs simply have no cache).
 
 Every PVC is watched, not only dataset PVCs: a pod that mounts an ordinary PVC must not pay a
 cache miss (a wait plus a GET) on every admission; for a PVC without a data source the record is
@@ -51,6 +53,7 @@ from gpu_admission.cluster.informer import (
     object_key,
 )
 from gpu_admission.cluster.side_cache import SideCache
+from gpu_admission.cluster.snapshots import SnapshotInfo, snapshot_informer
 from gpu_admission.cluster.view import (
     NodeInfo,
     ObjectRef,
@@ -173,6 +176,8 @@ class InformerClusterView:
             optional=True,
             **options,
         )
+        # Dataset cache snapshots (optional: clusters without the snapshot CRDs serve 404).
+        self.snapshot_informer = snapshot_informer(api_client, config.names, **options)
         self._sources: dict[RefKind, _Source] = {
             "Secret": _Source(
                 self.secret_informers, core.read_namespaced_secret, secret_info, SecretInfo
@@ -219,6 +224,7 @@ class InformerClusterView:
             self.claim_informer,
             self.claim_template_informer,
             self.device_class_informer,
+            self.snapshot_informer,
         )
 
     # Lifecycle and readiness.
@@ -286,6 +292,12 @@ class InformerClusterView:
 
     def device_class(self, name: str) -> DeviceClassInfo | None:
         return self.lookup(ObjectRef("DeviceClass", "", name))  # type: ignore[return-value]
+
+    def dataset_snapshots(self, namespace: str, key: str) -> Iterable[SnapshotInfo]:
+        # A handful per source (the controller keeps few): a scan is cheap.
+        return [
+            s for s in self.snapshot_informer.values() if s.namespace == namespace and s.key == key
+        ]
 
     def lookup(self, ref: ObjectRef) -> Record | None:
         """The informers' record, else a fresh enough GET result of the same kind."""

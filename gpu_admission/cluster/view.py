@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from gpu_admission.cluster.dra import ClaimInfo, DeviceClassInfo
+from gpu_admission.cluster.snapshots import SnapshotInfo
 
 RefKind = Literal[
     "Secret",
@@ -96,6 +97,10 @@ class ClusterView(Protocol):
 
     def device_class(self, name: str) -> DeviceClassInfo | None: ...
 
+    def dataset_snapshots(self, namespace: str, key: str) -> Iterable[SnapshotInfo]:
+        """The dataset cache snapshots in `namespace` holding `key` (ready or not)."""
+        ...
+
 
 class MissResolver(Protocol):
     """Fills the view on a cache miss (bounded wait for the informer, then one direct GET)."""
@@ -114,6 +119,7 @@ class StaticClusterView:
         pvcs: Iterable[PVCInfo] = (),
         claims: Iterable[ClaimInfo] = (),
         device_classes: Iterable[DeviceClassInfo] = (),
+        snapshots: Iterable[SnapshotInfo] = (),
     ) -> None:
         self._nodes = {n.name: n for n in nodes}
         self._secrets = {(s.namespace, s.name): s for s in secrets}
@@ -121,6 +127,7 @@ class StaticClusterView:
         self._pvcs = {(p.namespace, p.name): p for p in pvcs}
         self._claims = {(c.kind, c.namespace, c.name): c for c in claims}
         self._device_classes = {c.name: c for c in device_classes}
+        self._snapshots = list(snapshots)
 
     def nodes(self) -> Iterable[NodeInfo]:
         return self._nodes.values()
@@ -151,6 +158,9 @@ class StaticClusterView:
 
     def device_class(self, name: str) -> DeviceClassInfo | None:
         return self._device_classes.get(name)
+
+    def dataset_snapshots(self, namespace: str, key: str) -> Iterable[SnapshotInfo]:
+        return [s for s in self._snapshots if s.namespace == namespace and s.key == key]
 
 
 # Converters from API objects (plain dicts as the API serves them) to records. The informers and

@@ -1,0 +1,83 @@
+"""Dataset PVCs as a cache: a new dataset PVC whose source is already held by a ready snapshot
+starts as a clone of it, and the loader then only refreshes what changed.
+
+At PVC CREATE, when the user set no data source and did not opt out (`data-cache: "false"`),
+the newest ready dataset snapshot in the namespace that holds the same source read with the
+same credentials (gpu_admission.cluster.snapshots.cache_key), taken from a PVC of the same
+StorageClass, and small enough for the PVC's request, becomes the PVC's `dataSourceRef` (and
+`dataSource`, equal to it, as kube-apiserver would mirror it). The PVC records which snapshot
+in `data-cloned-from`, and the webhook says so in a warning.
+
+Same StorageClass: a CSI driver restores a snapshot only into volumes it provisions, and a
+class fixes the driver; the class name is the simple sure test.
+"""
+
+from __future__ import annotations
+
+from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SnapshotInfo, cache_key
+from gpu_admission.cluster.view import ClusterView
+from gpu_admission.config import Config
+from gpu_admission.names import Names
+from webhooks.patch import Patch
+from webhooks.policy import MutatingPolicy, Scope
+from webhooks.review import AdmissionRequest
+
+SCOPE = Scope("PersistentVolumeClaim", operations=frozenset({"CREATE"}))
+
+
+def choose_snapshot(
+    snapshots: list[SnapshotInfo], storage_class: str, requested: str
+) -> SnapshotInfo | None:
+    """The newest ready snapshot a PVC of this class and size can be restored from."""
+    usable = [
+        s
+        for s in snapshots
+        if s.ready and s.storage_class == storage_class and s.restore_size and s.fits(requested)
+    ]
+    return max(usable, key=lambda s: (s.created, s.name), default=None)
+
+
+def clone_from_cache(
+    request: AdmissionRequest, patch: Patch, view: ClusterView, names: Names
+) -> None:
+    obj = patch.obj
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    spec = obj.get("spec") or {}
+    source = annotations.get(names.data_source)
+    if not source or annotations.get(names.data_cache, "").strip().lower() == "false":
+        return
+    if spec.get("dataSource") or spec.get("dataSourceRef"):
+        return  # the user chose where the volume starts from
+    storage_class = spec.get("storageClassName")
+    requested = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+    if not storage_class or not requested:
+        return  # no class to match (the default class is applied later by the API server)
+    key = cache_key(source, annotations.get(names.data_credentials))
+    snapshots = list(view.dataset_snapshots(request.namespace, key))
+    chosen = choose_snapshot(snapshots, storage_class, str(requested))
+    if chosen is None:
+        return
+    ref = {"apiGroup": SNAPSHOT_GROUP, "kind": "VolumeSnapshot", "name": chosen.name}
+    patch.ensure_object("/spec")
+    patch.add("/spec/dataSourceRef", ref)
+    patch.add("/spec/dataSource", dict(ref))
+    patch.set_annotation(names.data_cloned_from, chosen.name)
+    patch.warn(
+        f"{names.data_source}: {source} was loaded before; this PVC starts as a clone of "
+        f"VolumeSnapshot {chosen.name} and the loader copies only what changed since. "
+        f'Set {names.data_cache}: "false" to load it in full'
+    )
+
+
+def policies(config: Config) -> list[MutatingPolicy]:
+    if not config.dataset.cache.enabled:
+        return []
+    names = config.names
+    return [
+        MutatingPolicy(
+            name="dataset-pvc-cache",
+            scope=SCOPE,
+            mutate=lambda request, patch, view: clone_from_cache(request, patch, view, names),
+        )
+    ]
