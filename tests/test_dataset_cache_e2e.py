@@ -202,47 +202,33 @@ async def test_other_credentials_for_the_same_source_are_not_cloned(
     assert "dataSourceRef" not in create_pvc(core, opted_out)["spec"]
 
 
-async def test_without_the_snapshot_api_loads_still_succeed_and_say_so_once(
+@pytest.mark.parametrize(
+    ("missing", "words"),
+    [("the snapshot API", "snapshot API"), ("a VolumeSnapshotClass", "VolumeSnapshotClass")],
+)
+async def test_without_snapshots_loads_still_succeed_and_say_so_once(
     cluster: AdmissionCluster,
     storage: FakeKubelet,
     s3: S3Store,
     caplog: pytest.LogCaptureFixture,
+    missing: str,
+    words: str,
 ) -> None:
-    cluster.kubeapi.server.unserved_groups.add(GROUP)
+    if missing == "the snapshot API":
+        cluster.kubeapi.server.unserved_groups.add(GROUP)
+    else:
+        client.CustomObjectsApi(cluster.api).delete_cluster_custom_object(
+            GROUP, VERSION, "volumesnapshotclasses", "csi-snapshots"
+        )
     caplog.set_level(logging.INFO, logger="controllers")
     s3.put("plain-data", dataset_files(files=10, large_bytes=0), public=True)
-    controller = DatasetController(cluster.api, make_config(s3.endpoint), identity="no-snapshots")
+    controller = DatasetController(cluster.api, make_config(s3.endpoint), identity="plain")
     await controller.start()
     try:
         create_pvc(cluster.core, dataset_pvc("plain", "s3://plain-data"))
         pvc, _ = await load(cluster.core, "plain")
         assert f"{PREFIX}data-snapshot" not in pvc["metadata"]["annotations"]
-        said = [r for r in caplog.records if "snapshot API" in r.getMessage()]
-        assert len(said) == 1 and said[0].levelno == logging.INFO
-        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    finally:
-        await controller.stop()
-
-
-async def test_without_a_snapshot_class_loads_still_succeed_and_say_so_once(
-    cluster: AdmissionCluster,
-    storage: FakeKubelet,
-    s3: S3Store,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    client.CustomObjectsApi(cluster.api).delete_cluster_custom_object(
-        GROUP, VERSION, "volumesnapshotclasses", "csi-snapshots"
-    )
-    caplog.set_level(logging.INFO, logger="controllers")
-    s3.put("classless-data", dataset_files(files=10, large_bytes=0), public=True)
-    controller = DatasetController(cluster.api, make_config(s3.endpoint), identity="no-class")
-    await controller.start()
-    try:
-        create_pvc(cluster.core, dataset_pvc("classless", "s3://classless-data"))
-        pvc, _ = await load(cluster.core, "classless")
-        assert f"{PREFIX}data-snapshot" not in pvc["metadata"]["annotations"]
-        assert snapshots(cluster) == []
-        said = [r for r in caplog.records if "VolumeSnapshotClass" in r.getMessage()]
+        said = [r for r in caplog.records if words in r.getMessage()]
         assert len(said) == 1 and said[0].levelno == logging.INFO
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     finally:
