@@ -61,11 +61,12 @@ def _resource_entry(r: Resource) -> dict[str, Any]:
 
 
 def _subresource_entry(r: Resource, sub: str) -> dict[str, Any]:
-    kinds = {"binding": "Binding"}
+    kinds = {"binding": "Binding", "token": "TokenRequest"}
     verbs = {
         "binding": ["create"],
         "ephemeralcontainers": ["get", "patch", "update"],
         "log": ["get"],
+        "token": ["create"],
     }
     return {
         "name": f"{r.plural}/{sub}",

@@ -95,6 +95,34 @@ class _ApiSources:
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read(self._core.read_namespaced_config_map, namespace, name)
 
+    def token(self, pod: Mapping[str, Any], audience: str | None, seconds: int) -> str:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        body: dict[str, Any] = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "expirationSeconds": seconds,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta.get("name", ""),
+                    "uid": meta.get("uid", ""),
+                },
+            },
+        }
+        if audience:
+            body["spec"]["audiences"] = [audience]
+        try:
+            response = self._core.create_namespaced_service_account_token(
+                spec.get("serviceAccountName") or "default",
+                meta.get("namespace", ""),
+                body,
+                _preload_content=False,
+            )
+        except ApiException as error:
+            raise ConfigError(f"failed to fetch token: {error.reason}") from error
+        return str(json.loads(response.data)["status"]["token"])
+
 
 class FakeKubelet:
     def __init__(

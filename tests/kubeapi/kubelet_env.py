@@ -23,6 +23,10 @@ class Sources(Protocol):
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
+    def token(self, pod: Mapping[str, Any], audience: str | None, seconds: int) -> str:
+        """A token of the pod's ServiceAccount bound to the pod (TokenRequest)."""
+        ...
+
 
 def expand(text: str, env: Mapping[str, str]) -> str:
     """Kubernetes ``$(VAR)`` expansion: ``$$`` is a literal ``$``; unknown references stay."""

@@ -2,8 +2,13 @@
 
 secret and configMap volumes are written as files (``items`` and modes honoured), emptyDir is a
 per-pod directory, and every PersistentVolumeClaim is one host directory per claim that outlives
-the pod (``pvc_dir``). Other volume types (projected service-account tokens, hostPath, ...) are
-not provided and their mounts are skipped. subPath is not supported.
+the pod (``pvc_dir``). Projected volumes are written from their sources: a
+``serviceAccountToken`` is requested from the API (TokenRequest for the pod's ServiceAccount,
+bound to the pod, with the source's audience and expirationSeconds, as the kubelet does; it is
+not refreshed, pods here live minutes), secrets and configMaps as above (a missing configMap
+source is skipped: the emulator publishes no kube-root-ca.crt), downwardAPI fieldRefs. Other
+volume types (hostPath, ...) are not provided and their mounts are skipped. subPath is not
+supported.
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.kubeapi.kubelet_env import ConfigError, Sources
+from tests.kubeapi.kubelet_env import ConfigError, Sources, field_value
 from tests.kubeapi.kubelet_run import Mount
 
 DEFAULT_MODE = 0o644
+DEFAULT_TOKEN_SECONDS = 3600
 
 
 def _write_items(
@@ -64,6 +70,10 @@ def prepare_volumes(
             directory.mkdir(parents=True, exist_ok=True)
             _write_items(directory, data, spec, "Secret", spec.get("secretName", ""))
             prepared[name] = (directory, True)  # secret volumes are always read-only
+        elif "projected" in volume:
+            directory.mkdir(parents=True, exist_ok=True)
+            _write_projected(pod, directory, volume["projected"], sources)
+            prepared[name] = (directory, True)
         elif "configMap" in volume:
             spec = volume["configMap"]
             config_map = sources.config_map(namespace, spec.get("name", ""))
@@ -74,6 +84,43 @@ def prepare_volumes(
             _write_items(directory, data, spec, "ConfigMap", spec.get("name", ""))
             prepared[name] = (directory, True)
     return prepared
+
+
+def _write_projected(
+    pod: Mapping[str, Any], directory: Path, spec: Mapping[str, Any], sources: Sources
+) -> None:
+    namespace = (pod.get("metadata") or {}).get("namespace", "")
+    mode = spec.get("defaultMode", DEFAULT_MODE)
+    for source in spec.get("sources") or []:
+        if "serviceAccountToken" in source:
+            token = source["serviceAccountToken"]
+            seconds = token.get("expirationSeconds", DEFAULT_TOKEN_SECONDS)
+            value = sources.token(pod, token.get("audience"), seconds)
+            target = directory / token.get("path", "token")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(value)
+            target.chmod(mode)
+        elif "secret" in source:
+            item = source["secret"]
+            secret = sources.secret(namespace, item.get("name", ""))
+            if secret is None and not item.get("optional"):
+                raise ConfigError(f'secret "{item.get("name", "")}" not found')
+            data = {k: base64.b64decode(v) for k, v in ((secret or {}).get("data") or {}).items()}
+            _write_items(directory, data, {"defaultMode": mode, **item}, "Secret", item["name"])
+        elif "configMap" in source:
+            item = source["configMap"]
+            config_map = sources.config_map(namespace, item.get("name", ""))
+            if config_map is None:
+                continue
+            data = {k: v.encode() for k, v in (config_map.get("data") or {}).items()}
+            _write_items(directory, data, {"defaultMode": mode, **item}, "ConfigMap", item["name"])
+        elif "downwardAPI" in source:
+            for field in source["downwardAPI"].get("items") or []:
+                if "fieldRef" not in field:
+                    continue
+                target = directory / field["path"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(field_value(pod, field["fieldRef"].get("fieldPath", "")))
 
 
 def container_mounts(

@@ -51,7 +51,9 @@ RESOURCES: tuple[Resource, ...] = (
         categories=("all",),
     ),
     Resource("", "v1", "secrets", "secret", "Secret", True),
-    Resource("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, (), ("sa",)),
+    Resource(
+        "", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", True, ("token",), ("sa",)
+    ),
     Resource("", "v1", "configmaps", "configmap", "ConfigMap", True, (), ("cm",)),
     Resource("", "v1", "events", "event", "Event", True, (), ("ev",)),
     Resource(

@@ -89,6 +89,7 @@ def start_kubeapi(
     if failure:
         raise failure[0]
     url = f"https://127.0.0.1:{bound[0]}"
+    server.tokens.issuer = url  # its discovery documents are served at this URL
     workdir = tempfile.TemporaryDirectory(prefix="kubeapi-")
     kubeconfig = write_kubeconfig(Path(workdir.name) / "kubeconfig", url, material)
     return KubeAPIHandle(

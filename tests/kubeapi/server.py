@@ -26,6 +26,7 @@ from .resources import RESOURCES, Resource, by_plural, lookup
 from .selectors import matcher
 from .store import Obj, Store, Watcher
 from .tls import user_from_peer_cert
+from .tokens import TokenIssuer
 
 CONTROLLER_USER = "system:serviceaccount:kube-system:{}"
 FOREGROUND = "foregroundDeletion"
@@ -78,6 +79,7 @@ class KubeAPIServer:
         self.faults = Faults()
         # API groups answered as a server without them answers (404): an older cluster.
         self.unserved_groups: set[str] = set()
+        self.tokens = TokenIssuer()  # the runner sets its issuer to the served URL
         self.faults._drop_watches = lambda: self.call_in_loop(self.store.drop_watchers)
         self.faults._compact = lambda: self.call_in_loop(self.store.compact)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -712,6 +714,23 @@ class KubeAPIServer:
             response.headers.add("Warning", f'299 - "{_header_safe(warning)}"')
         return response
 
+    def _token_request(self, namespace: str, name: str, body: Any) -> Obj:
+        """`serviceaccounts/token` (TokenRequest; see tokens)."""
+        accounts = by_plural("serviceaccounts")
+        self._check_namespace(accounts, namespace, creating=False)
+        account = self._read(accounts, namespace, name)
+        if account is None:
+            raise not_found(accounts.plural, accounts.group, name)
+        body = body if isinstance(body, dict) else {}
+        bound = (body.get("spec") or {}).get("boundObjectRef") or {}
+        pod = None
+        if bound.get("kind") == "Pod":
+            pods = by_plural("pods")
+            pod = self._read(pods, namespace, bound.get("name", ""))
+            if pod is None or (bound.get("uid") and bound["uid"] != pod["metadata"].get("uid")):
+                raise not_found(pods.plural, pods.group, bound.get("name", ""))
+        return self.tokens.request_token(account, body, pod)
+
     async def _pod_log(self, request: web.Request, namespace: str, name: str) -> web.Response:
         """`pods/log`: proxied to the kubelet of the pod's node (see kubelet_logs)."""
         pods = by_plural("pods")
@@ -729,6 +748,10 @@ class KubeAPIServer:
         return web.Response(body=body, content_type="text/plain")
 
     def _simple_document(self, path: str) -> dict[str, Any] | None:
+        if path == "/.well-known/openid-configuration":
+            return self.tokens.discovery()
+        if path == "/openid/v1/jwks":
+            return self.tokens.jwks()
         if path == "/version":
             return discovery.SERVER_VERSION
         if path == "/api":
@@ -788,6 +811,8 @@ class KubeAPIServer:
                 return await self._watch(request, req, r, namespace)
             return self._list(request, req, r, namespace)
         body = await _read_json(request) if method in ("POST", "PUT", "PATCH") else None
+        if method == "POST" and subresource == "token":
+            return _json(self._token_request(namespace, name, body), 201)
         if method == "POST" and subresource == "binding":
             return _json(await self._bind(r, namespace, name, body, req), 201)
         if method == "POST" and not name:
