@@ -148,6 +148,11 @@ class CredentialsConfig(_Model):
     max_secret_bytes: Annotated[int, Field(ge=1024)] = 64 * 1024
     # RSA key checks cost tens of milliseconds; results are cached by the key's SHA-256 (0: off).
     key_check_cache_size: Annotated[int, Field(ge=0)] = 256
+    # Keyless AWS (aws-credential with AWS_ROLE_ARN): the projected ServiceAccount token's
+    # audience (what the IAM OIDC provider lists as its client ID) and lifetime; the kubelet
+    # rewrites the file at 80% of it and the SDKs read it again for each new session.
+    aws_token_audience: str = "sts.amazonaws.com"
+    token_expiration_seconds: Annotated[int, Field(ge=600, le=2**32)] = 86400
 
 
 MAX_PARALLELISM = 100  # a sanity bound; Indexed Jobs allow far more

@@ -49,6 +49,14 @@ AWS_DEFAULT_REGION = "AWS_DEFAULT_REGION"
 AWS_ENDPOINT_URL = "AWS_ENDPOINT_URL"
 AWS_REQUIRED_KEYS = (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)
 AWS_OPTIONAL_KEYS = (AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL)
+# Keyless (web identity): every AWS SDK, and rclone's S3 backend with env_auth, reads these.
+AWS_ROLE_ARN = "AWS_ROLE_ARN"
+AWS_ROLE_SESSION_NAME = "AWS_ROLE_SESSION_NAME"
+AWS_WEB_IDENTITY_TOKEN_FILE = "AWS_WEB_IDENTITY_TOKEN_FILE"
+AWS_KEYLESS_OPTIONAL_KEYS = (AWS_ROLE_SESSION_NAME, AWS_REGION, AWS_ENDPOINT_URL)
+# Where the projected token goes, named after its audience as Kubernetes names its own.
+AWS_TOKEN_DIR = "/var/run/secrets/sts.amazonaws.com/serviceaccount"
+AWS_TOKEN_FILE = "token"
 
 # Dataset loading.
 LOADING_CONDITION = "Loading"

@@ -7,7 +7,12 @@ ServiceAccount can carry the same annotation for all its pods, unless the pod sa
 - `gcp-credential`: a read-only secret volume mounted at /var/run/secrets/gcp/<secret> in every
   init and regular container, and GOOGLE_APPLICATION_CREDENTIALS pointing at its key.json.
 - `aws-credential`: one env var per key the Secret holds, each a `secretKeyRef`; AWS_REGION is
-  also exported as AWS_DEFAULT_REGION, which older SDKs read.
+  also exported as AWS_DEFAULT_REGION, which older SDKs read. A keyless Secret (AWS_ROLE_ARN,
+  no keys) also gets the pod a projected ServiceAccount token (audience
+  `credentials.aws_token_audience`, default sts.amazonaws.com) mounted read-only at
+  /var/run/secrets/sts.amazonaws.com/serviceaccount/token, and AWS_WEB_IDENTITY_TOKEN_FILE
+  pointing at it: every AWS SDK then assumes the role with that token and refreshes from the
+  file, which the kubelet rewrites before it expires.
 
 A container that already sets one of these variables keeps its own value, with a warning.
 Containers named in the `skip-containers` annotation get nothing. Ephemeral containers do not
@@ -35,6 +40,11 @@ from gpu_admission.names import (
     AWS_OPTIONAL_KEYS,
     AWS_REGION,
     AWS_REQUIRED_KEYS,
+    AWS_ROLE_ARN,
+    AWS_ROLE_SESSION_NAME,
+    AWS_TOKEN_DIR,
+    AWS_TOKEN_FILE,
+    AWS_WEB_IDENTITY_TOKEN_FILE,
     CREDENTIAL_TYPES,
     GCP_CREDENTIAL_TYPE,
     GCP_KEY_FILE,
@@ -42,6 +52,7 @@ from gpu_admission.names import (
     GOOGLE_APPLICATION_CREDENTIALS,
     Names,
 )
+from webhooks.credentials.aws import is_keyless
 from webhooks.patch import Patch
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policy import MutatingPolicy, Scope
@@ -54,7 +65,8 @@ DEFAULT_SERVICE_ACCOUNT = "default"
 MAX_VOLUME_NAME = 63  # a DNS label
 VOLUME_PREFIX = "gcp-"
 HASH_LENGTH = 8
-AWS_KEYS = (*AWS_REQUIRED_KEYS, *AWS_OPTIONAL_KEYS)
+AWS_KEYS = (*AWS_REQUIRED_KEYS, *AWS_OPTIONAL_KEYS, AWS_ROLE_ARN, AWS_ROLE_SESSION_NAME)
+AWS_TOKEN_VOLUME = "aws-web-identity-token"
 
 
 def parse_names(value: str | None) -> list[str]:
@@ -149,6 +161,8 @@ def _problems(
 
 
 def _missing_keys(info: SecretInfo) -> list[str]:
+    if info.type == AWS_CREDENTIAL_TYPE and is_keyless(info.keys):
+        return []
     needed = (GCP_KEY_FILE,) if info.type == GCP_CREDENTIAL_TYPE else AWS_REQUIRED_KEYS
     return [key for key in needed if key not in info.keys]
 
@@ -205,6 +219,11 @@ def _add_volume(patch: Patch, secret: str) -> str:
     return name
 
 
+def _mounts_at(ref: ContainerRef, path: str) -> list[Mapping[str, Any]]:
+    mounts = ref.container.get("volumeMounts") or []
+    return [m for m in mounts if str(m.get("mountPath", "")).rstrip("/") == path]
+
+
 def _env_state(ref: ContainerRef, entry: Mapping[str, Any]) -> str:
     """ "absent": add it; "ours": already exactly so; "theirs": the container set its own."""
     existing = ref.env_entries(entry["name"])
@@ -218,8 +237,7 @@ def _inject_gcp(patch: Patch, secret: str, containers: list[ContainerRef]) -> No
     env = {"name": GOOGLE_APPLICATION_CREDENTIALS, "value": f"{mount_path}/{GCP_KEY_FILE}"}
     volume = _existing_volume(patch.obj, secret)
     for ref in containers:
-        mounts = ref.container.get("volumeMounts") or []
-        at_path = [m for m in mounts if str(m.get("mountPath", "")).rstrip("/") == mount_path]
+        at_path = _mounts_at(ref, mount_path)
         if not at_path:
             if volume is None:
                 volume = _add_volume(patch, secret)
@@ -260,8 +278,61 @@ def aws_env(info: SecretInfo) -> list[dict[str, Any]]:
     return entries
 
 
-def _inject_aws(patch: Patch, info: SecretInfo, containers: list[ContainerRef]) -> None:
+@dataclass(frozen=True, slots=True)
+class TokenSettings:
+    audience: str
+    expiration_seconds: int
+
+
+def aws_token_volume(settings: TokenSettings) -> dict[str, Any]:
+    token = {
+        "audience": settings.audience,
+        "expirationSeconds": settings.expiration_seconds,
+        "path": AWS_TOKEN_FILE,
+    }
+    return {"name": AWS_TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}}
+
+
+def _token_volume(patch: Patch, settings: TokenSettings) -> str | None:
+    """The web-identity token volume (added once); None when the pod has another volume of
+    that name."""
+    wanted = aws_token_volume(settings)
+    for volume in (patch.obj.get("spec") or {}).get("volumes") or []:
+        if volume.get("name") == AWS_TOKEN_VOLUME:
+            return AWS_TOKEN_VOLUME if volume == wanted else None
+    patch.append("/spec/volumes", wanted)
+    return AWS_TOKEN_VOLUME
+
+
+def _inject_aws(
+    patch: Patch, info: SecretInfo, containers: list[ContainerRef], settings: TokenSettings
+) -> None:
     entries = aws_env(info)
+    if is_keyless(info.keys):
+        token_path = f"{AWS_TOKEN_DIR}/{AWS_TOKEN_FILE}"
+        entries.append({"name": AWS_WEB_IDENTITY_TOKEN_FILE, "value": token_path})
+        volume = _token_volume(patch, settings)
+        if volume is None:
+            patch.warn(
+                f"the pod already has a volume named {AWS_TOKEN_VOLUME}; keyless Secret "
+                f'"{info.name}" needs that name for its token, so no token was added'
+            )
+            return
+        for ref in containers:
+            mounts = ref.container.get("volumeMounts") or []
+            at_path = [
+                m for m in mounts if str(m.get("mountPath", "")).rstrip("/") == AWS_TOKEN_DIR
+            ]
+            if not at_path:
+                patch.append(
+                    f"{ref.path}/volumeMounts",
+                    {"name": volume, "mountPath": AWS_TOKEN_DIR, "readOnly": True},
+                )
+            elif all(m.get("name") != volume for m in at_path):
+                patch.warn(
+                    f"{ref.describe} already mounts another volume at {AWS_TOKEN_DIR}; keyless "
+                    f'Secret "{info.name}" cannot give it a token there'
+                )
     for ref in containers:
         kept = []
         for entry in entries:
@@ -284,7 +355,7 @@ def _containers(pod: Mapping[str, Any], skipped: set[str]) -> list[ContainerRef]
     return [ref for ref in iter_containers(pod, INJECTED_LISTS) if ref.name not in skipped]
 
 
-def make_policy(names: Names) -> MutatingPolicy:
+def make_policy(names: Names, settings: TokenSettings) -> MutatingPolicy:
     def references(request: AdmissionRequest, view: ClusterView | None = None) -> list[ObjectRef]:
         namespace = request.namespace
         annotations = request.annotations
@@ -330,11 +401,13 @@ def make_policy(names: Names) -> MutatingPolicy:
             if info.type == GCP_CREDENTIAL_TYPE:
                 _inject_gcp(patch, info.name, containers)
             elif info.type == AWS_CREDENTIAL_TYPE:
-                _inject_aws(patch, info, containers)
+                _inject_aws(patch, info, containers, settings)
         return None
 
     return MutatingPolicy(POLICY_NAME, SCOPE, mutate, references)
 
 
 def policies(config: Config) -> list[MutatingPolicy]:
-    return [make_policy(config.names)]
+    credentials = config.credentials
+    settings = TokenSettings(credentials.aws_token_audience, credentials.token_expiration_seconds)
+    return [make_policy(config.names, settings)]
