@@ -33,6 +33,7 @@ from commands.load_report import (
     RunLog,
     encode_summary,
     summary,
+    token_identity,
 )
 from commands.load_shards import (
     ListingError,
@@ -44,7 +45,11 @@ from commands.load_shards import (
 )
 from gpu_admission.datasource import DataSource, DataSourceError, parse_data_source
 from gpu_admission.load_progress import from_stats
-from gpu_admission.names import DATA_MOUNT_PATH, LOADER_PERMANENT_EXIT_CODE
+from gpu_admission.names import (
+    AWS_WEB_IDENTITY_TOKEN_FILE,
+    DATA_MOUNT_PATH,
+    LOADER_PERMANENT_EXIT_CODE,
+)
 
 REMOTE = "src"  # the rclone remote the Job's environment defines (RCLONE_CONFIG_SRC_*)
 TERMINATION_LOG = "/dev/termination-log"
@@ -174,7 +179,10 @@ def run_load(
                 files_from=files_from,
             )
             exit_code, interrupted = _run_rclone(command, env, log, out, shard, shard_count)
-    result = summary(log, exit_code, time.monotonic() - started, source.url, interrupted, shard)
+    # Who a web identity token says the loader is, to name it if the role refused it.
+    identity = token_identity(env.get(AWS_WEB_IDENTITY_TOKEN_FILE)) if exit_code else {}
+    duration = time.monotonic() - started
+    result = summary(log, exit_code, duration, source.url, interrupted, shard, identity)
     out.write(json.dumps({"level": "notice", "msg": "load finished", "summary": result}) + "\n")
     out.flush()
     try:

@@ -3,9 +3,11 @@ failure in plain words, and the compact summary the loader leaves in its termina
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from commands.load_shards import ShardPlan
@@ -17,6 +19,13 @@ MAX_ERRORS_KEPT = 20
 # again could help (True: permanent, needs a person). First match wins; unmatched failures are
 # taken as transient.
 CAUSES: tuple[tuple[tuple[str, ...], str, bool], ...] = (
+    (
+        ("AssumeRoleWithWebIdentity", "InvalidIdentityToken", "WebIdentityErr"),
+        "could not assume the role with the loader's ServiceAccount token: the IAM role's trust "
+        "policy must allow {subject} from this cluster's OIDC provider (audience {audience}); "
+        "check the role named by AWS_ROLE_ARN in the credentials Secret",
+        True,
+    ),
     (
         (
             "InvalidAccessKeyId",
@@ -122,19 +131,39 @@ class RunLog:
             self.errors.append(text)
 
 
-def classify(errors: Iterable[str], exit_code: int) -> tuple[str, bool]:
-    """(the failure in plain words with rclone's own first error line after it, permanent)."""
+def classify(
+    errors: Iterable[str], exit_code: int, identity: Mapping[str, str] | None = None
+) -> tuple[str, bool]:
+    """(the failure in plain words with rclone's own first error line after it, permanent).
+    `identity`: who the loader's web identity token says it is (subject, audience)."""
     errors = list(errors)
     text = "\n".join(errors)
     detail = errors[0] if errors else f"rclone exited with code {exit_code}"
+    known = {"subject": "this ServiceAccount", "audience": "sts.amazonaws.com", **(identity or {})}
     for needles, words, permanent in CAUSES:
         if any(needle in text for needle in needles):
-            return f"{words} (rclone: {detail})", permanent
+            return f"{words.format(**known)} (rclone: {detail})", permanent
     return f"the copy failed (rclone: {detail})", False
 
 
 def plain_cause(errors: Iterable[str], exit_code: int) -> str:
     return classify(errors, exit_code)[0]
+
+
+def token_identity(path: str | None) -> dict[str, str]:
+    """The subject and audience a projected ServiceAccount token names, read from its claims
+    (not verified: only to say who asked). The token itself never leaves this function."""
+    if not path:
+        return {}
+    try:
+        payload = Path(path).read_text().split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (OSError, IndexError, ValueError):
+        return {}
+    audience = claims.get("aud")
+    audience = ", ".join(audience) if isinstance(audience, list) else str(audience or "")
+    subject = str(claims.get("sub") or "")
+    return {k: v for k, v in (("subject", subject), ("audience", audience)) if v}
 
 
 def summary(
@@ -144,6 +173,7 @@ def summary(
     source: str,
     interrupted: bool = False,
     shard: ShardPlan | None = None,
+    identity: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     stats = log.stats
     result: dict[str, Any] = {
@@ -166,7 +196,7 @@ def summary(
             listing=shard.fingerprint,
         )
     if exit_code != 0:
-        cause, permanent = classify(log.errors, exit_code)
+        cause, permanent = classify(log.errors, exit_code, identity)
         if interrupted:
             cause, permanent = "the loader was stopped before the copy finished", False
         result["cause"] = cause

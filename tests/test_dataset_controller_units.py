@@ -161,14 +161,24 @@ def test_job_spec_s3_with_credentials_by_reference() -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "none"
     ref = env["RCLONE_CONFIG_SRC_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]
-    assert ref == {"name": "s3-reader", "key": "AWS_ACCESS_KEY_ID"}
+    # Optional: a keyless Secret has no keys, and then rclone's env_auth uses the role.
+    assert ref == {"name": "s3-reader", "key": "AWS_ACCESS_KEY_ID", "optional": True}
+    assert env["RCLONE_CONFIG_SRC_ENV_AUTH"]["value"] == "true"
+    role = env["AWS_ROLE_ARN"]["valueFrom"]["secretKeyRef"]
+    assert role == {"name": "s3-reader", "key": "AWS_ROLE_ARN", "optional": True}
+    token_file = "/var/run/secrets/sts.amazonaws.com/serviceaccount/token"
+    assert env["AWS_WEB_IDENTITY_TOKEN_FILE"]["value"] == token_file
     assert env["RCLONE_CONFIG_SRC_ENDPOINT"]["valueFrom"]["secretKeyRef"]["optional"] is True
     assert all("value" not in e or "AKIA" not in e["value"] for e in container["env"])
     assert container["command"][-1] == "--sync"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["fsGroup"]
-    assert {v["name"] for v in pod["volumes"]} == {"data", "scratch"}
+    assert {v["name"] for v in pod["volumes"]} == {"data", "scratch", "aws-web-identity-token"}
+    [token_volume] = [v for v in pod["volumes"] if v["name"] == "aws-web-identity-token"]
+    token = token_volume["projected"]["sources"][0]["serviceAccountToken"]
+    assert token["audience"] == "sts.amazonaws.com"
+    assert pod["automountServiceAccountToken"] is False  # no Kubernetes API access
     assert spec["spec"]["template"]["metadata"]["labels"] == {NAMES.data_load_label: "true"}
     record = job_record(spec)
     assert record is not None and record.pvc_key == "ml/imagenet" and not record.finished

@@ -3,6 +3,16 @@
 Credentials are passed by reference only (secretKeyRef env for S3, a secret volume for a Google
 key file), never copied: the controller never reads a Secret. The pod runs non-root with a
 read-only root filesystem; rclone's config and cache go to an emptyDir.
+
+Keyless S3: the controller cannot tell a key Secret from a keyless one (it reads no Secret), so
+every S3 loader with credentials gets both ways, each of which works only with its own keys:
+the access keys as optional references (rclone uses them when present), and rclone's env_auth
+with AWS_ROLE_ARN (an optional reference) and a projected token of the loader pod's
+ServiceAccount (`dataset.service_account`, else the namespace's `default`), audience
+`credentials.aws_token_audience`. That token is no escalation: any pod in the namespace may run
+as that ServiceAccount and project the same token; its audience is the cloud's STS alone (the
+API server refuses it), automounting stays off so the loader holds no Kubernetes API access,
+and the cloud grants only what the role's trust policy gives that ServiceAccount.
 """
 
 from __future__ import annotations
@@ -16,8 +26,13 @@ from gpu_admission.names import (
     AWS_ACCESS_KEY_ID,
     AWS_ENDPOINT_URL,
     AWS_REGION,
+    AWS_ROLE_ARN,
+    AWS_ROLE_SESSION_NAME,
     AWS_SECRET_ACCESS_KEY,
     AWS_SESSION_TOKEN,
+    AWS_TOKEN_DIR,
+    AWS_TOKEN_FILE,
+    AWS_WEB_IDENTITY_TOKEN_FILE,
     DATA_MOUNT_PATH,
     GCP_KEY_FILE,
     GCP_MOUNT_ROOT,
@@ -51,12 +66,15 @@ CREDENTIALS_VOLUME = "credentials"
 REMOTE_ENV = "RCLONE_CONFIG_SRC_"
 # rclone option <- aws-credential Secret key. Only the keys are required; the rest are optional.
 S3_SECRET_ENV = (
-    ("ACCESS_KEY_ID", AWS_ACCESS_KEY_ID, False),
-    ("SECRET_ACCESS_KEY", AWS_SECRET_ACCESS_KEY, False),
-    ("SESSION_TOKEN", AWS_SESSION_TOKEN, True),
-    ("REGION", AWS_REGION, True),
-    ("ENDPOINT", AWS_ENDPOINT_URL, True),
+    ("ACCESS_KEY_ID", AWS_ACCESS_KEY_ID),
+    ("SECRET_ACCESS_KEY", AWS_SECRET_ACCESS_KEY),
+    ("SESSION_TOKEN", AWS_SESSION_TOKEN),
+    ("REGION", AWS_REGION),
+    ("ENDPOINT", AWS_ENDPOINT_URL),
 )
+# What the AWS SDK inside rclone reads for web identity (env_auth), by reference too.
+S3_KEYLESS_ENV = (AWS_ROLE_ARN, AWS_ROLE_SESSION_NAME, AWS_REGION)
+TOKEN_VOLUME = "aws-web-identity-token"
 
 
 def _secret_env(name: str, secret: str, key: str, optional: bool) -> dict[str, Any]:
@@ -77,9 +95,14 @@ def _env(source: DataSource, secret: str | None, config: Config) -> list[dict[st
         {"name": REMOTE_ENV + "TYPE", "value": "s3" if source.scheme == "s3" else "gcs"},
     ]
     if source.scheme == "s3":
-        # Without keys (and env_auth off, rclone's default) rclone reads anonymously.
+        # Without a Secret (and env_auth off, rclone's default) rclone reads anonymously.
         if secret:
-            env += [_secret_env(REMOTE_ENV + o, secret, k, opt) for o, k, opt in S3_SECRET_ENV]
+            env += [_secret_env(REMOTE_ENV + o, secret, k, True) for o, k in S3_SECRET_ENV]
+            env.append({"name": REMOTE_ENV + "ENV_AUTH", "value": "true"})
+            env += [_secret_env(k, secret, k, True) for k in S3_KEYLESS_ENV]
+            env.append(
+                {"name": AWS_WEB_IDENTITY_TOKEN_FILE, "value": f"{AWS_TOKEN_DIR}/{AWS_TOKEN_FILE}"}
+            )
     elif secret:
         env.append({"name": REMOTE_ENV + "SERVICE_ACCOUNT_FILE", "value": gcp_key_path(secret)})
     else:
@@ -135,6 +158,16 @@ def build_loader_job(
         {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": pvc_name}},
         {"name": SCRATCH_VOLUME, "emptyDir": {}},
     ]
+    if secret and source.scheme == "s3":
+        mounts.append({"name": TOKEN_VOLUME, "mountPath": AWS_TOKEN_DIR, "readOnly": True})
+        token = {
+            "audience": config.credentials.aws_token_audience,
+            "expirationSeconds": config.credentials.token_expiration_seconds,
+            "path": AWS_TOKEN_FILE,
+        }
+        volumes.append(
+            {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}}
+        )
     if secret and source.scheme == "gs":
         mounts.append(
             {
