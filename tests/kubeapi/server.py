@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from . import discovery, kinds
+from . import discovery, kinds, protobuf
 from .admission_types import AdmissionAttributes, AdmissionHook
 from .errors import StatusError, already_exists, bad_request, conflict, not_found, qualified
 from .faults import Faults
@@ -1139,6 +1139,9 @@ async def _read_json(request: web.Request) -> Any:
     raw = await request.read()
     if request.method == "PATCH":
         return None
+    content_type = request.headers.get("Content-Type", "")
+    if content_type.split(";")[0].strip() == protobuf.CONTENT_TYPE:
+        return protobuf.read_body(content_type, raw)
     try:
         return json.loads(raw or b"null")
     except ValueError as exc:
