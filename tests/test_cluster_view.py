@@ -163,7 +163,9 @@ async def test_view_keeps_no_secret_values(view):
             "name",
             "type",
             "keys",
+            "token",  # a keyless Google file's token path and audience: none here
         }
+        assert record.token is None
         assert SECRET_VALUE not in repr(record)
         assert b64(SECRET_VALUE)[:12] not in repr(record)
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_admission.cluster.view import SecretInfo
+from gpu_admission.cluster.view import SecretInfo, secret_info
 from gpu_admission.config import Config
+from gpu_admission.keyless import TokenRequest, gcp_token_request, path_problem
 from tests.policy_helpers import mutate_twice
 from tests.test_credential_injection import CREDS, NS, env_of, mounts_of, pod, secret_ref, view
-from tests.test_credential_secrets import aws_secret, denial, validate
+from tests.test_credential_secrets import aws_secret, denial, gcp_secret, validate
 from webhooks.credentials.aws import is_keyless
 from webhooks.policies.credential_injection import policies
 
@@ -142,3 +143,88 @@ def test_two_aws_secrets_one_keyless_are_refused_naming_both() -> None:
     assert verdict is not None and not verdict.allowed
     assert '"s3"' in verdict.message and '"s3-role"' in verdict.message
     assert "both" not in verdict.message or "AWS_" in verdict.message
+
+
+# -- keyless Google (workload identity federation) -------------------------------------------
+
+PROVIDER = (
+    "//iam.googleapis.com/projects/123/locations/global/workloadIdentityPools/k8s/providers/ml"
+)
+TOKEN_PATH = "/var/run/secrets/tokens/gcp-ksa/token"
+KUBE = "/var/run/secrets/kubernetes.io"
+STS = "/var/run/secrets/sts.amazonaws.com"
+
+
+def external_account(path: str = TOKEN_PATH) -> dict:
+    return {
+        "type": "external_account",
+        "audience": PROVIDER,
+        "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+        "token_url": "https://sts.googleapis.com/v1/token",
+        "credential_source": {"file": path, "format": {"type": "text"}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "problem"),
+    [
+        (TOKEN_PATH, None),
+        ("/var/run/secrets/gcp-ksa/token", None),
+        ("/tmp/token", "must be a file in a directory of its own under /var/run/secrets/"),
+        ("/var/run/secrets/token", "must be a file in a directory of its own"),
+        ("/var/run/secrets/tokens/../x/token", "must be a file in a directory of its own"),
+        ("/var/run/secrets/kubernetes.io/serviceaccount/token", "must not be under " + KUBE),
+        ("/var/run/secrets/gcp/reader/token", "must not be under /var/run/secrets/gcp"),
+        ("/var/run/secrets/sts.amazonaws.com/serviceaccount/x", "must not be under " + STS),
+    ],
+)  # fmt: skip
+def test_token_paths_the_injector_can_serve(path: str, problem: str | None) -> None:
+    found = path_problem(path)
+    assert (found is None) if problem is None else (found is not None and problem in found)
+
+
+def test_the_token_audience_is_the_provider_as_an_https_url() -> None:
+    request = gcp_token_request(external_account())
+    assert request is not None
+    assert request.audience == "https:" + PROVIDER
+    assert (request.directory, request.file) == ("/var/run/secrets/tokens/gcp-ksa", "token")
+    assert gcp_token_request({"type": "service_account"}) is None
+
+
+def test_a_file_naming_a_path_the_injector_cannot_serve_is_refused_saying_which_it_can() -> None:
+    message = denial(gcp_secret(external_account("/etc/token")))
+    assert "credential_source.file" in message
+    assert "like /var/run/secrets/tokens/gcp-workload-identity/token" in message
+
+
+def test_the_view_keeps_only_the_token_path_and_audience_of_a_keyless_file() -> None:
+    secret = gcp_secret(external_account())
+    info = secret_info({**secret, "metadata": {"name": "gcs-wif", "namespace": NS}})
+    assert info.token == TokenRequest(TOKEN_PATH, "https:" + PROVIDER)
+
+
+def test_a_pod_gets_the_subject_token_where_the_file_reads_it() -> None:
+    info = SecretInfo(
+        NS, "gcs-wif", "gcp-credential", frozenset({"key.json"}),
+        TokenRequest(TOKEN_PATH, "https:" + PROVIDER),
+    )  # fmt: skip
+    _, warnings, verdict, patched = mutate_twice(
+        policies(Config()), pod({CREDS: "gcs-wif"}), view(info)
+    )
+    assert verdict is None and warnings == []
+    volumes = {v["name"]: v for v in patched["spec"]["volumes"]}
+    token_volume = volumes["gcp-token-gcs-wif"]["projected"]["sources"][0]["serviceAccountToken"]
+    assert token_volume == {
+        "audience": "https:" + PROVIDER,
+        "expirationSeconds": 86400,
+        "path": "token",
+    }
+    [container] = patched["spec"]["containers"]
+    assert mounts_of(container) == {
+        "/var/run/secrets/gcp/gcs-wif": "gcp-gcs-wif",
+        "/var/run/secrets/tokens/gcp-ksa": "gcp-token-gcs-wif",
+    }
+    assert (
+        env_of(container)["GOOGLE_APPLICATION_CREDENTIALS"]
+        == "/var/run/secrets/gcp/gcs-wif/key.json"
+    )

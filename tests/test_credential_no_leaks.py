@@ -42,7 +42,7 @@ SESSION_TOKEN = "CanarySessionToken7731XQZW9K"
 REGION = "eu-canary-7"
 ENDPOINT = "https://canary-endpoint-7731.example:9000"
 AUDIENCE = "//iam.googleapis.com/projects/77317731/locations/global/workloadIdentityPools/canary"
-TOKEN_FILE = "/var/run/canary-token-7731"
+TOKEN_FILE = "/var/run/secrets/canary-token-7731/token"
 
 
 def _pem(key: Any) -> str:

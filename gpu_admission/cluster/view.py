@@ -7,6 +7,7 @@ service uses the informer-fed view in `gpu_admission.cluster.informers`.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from typing import Any, Literal, Protocol
 
 from gpu_admission.cluster.dra import ClaimInfo, DeviceClassInfo
 from gpu_admission.cluster.snapshots import SnapshotInfo
+from gpu_admission.keyless import TokenRequest, gcp_token_request_from
+from gpu_admission.names import GCP_CREDENTIAL_TYPE, GCP_KEY_FILE
 
 RefKind = Literal[
     "Secret",
@@ -34,12 +37,14 @@ class NodeInfo:
 
 @dataclass(frozen=True, slots=True)
 class SecretInfo:
-    """A credential Secret's shape: its type and key names. Values are never kept."""
+    """A credential Secret's shape: its type and key names. Values are never kept, with one
+    exception that is not secret: a keyless Google file's token path and audience."""
 
     namespace: str
     name: str
     type: str
     keys: frozenset[str] = frozenset()
+    token: TokenRequest | None = None  # the projected token a keyless gcp-credential needs
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,12 +189,21 @@ def node_info(obj: Mapping[str, Any]) -> NodeInfo:
 
 def secret_info(obj: Mapping[str, Any]) -> SecretInfo:
     meta = _meta(obj)
-    keys = set(obj.get("data") or {}) | set(obj.get("stringData") or {})
+    data = obj.get("data") or {}
+    keys = set(data) | set(obj.get("stringData") or {})
+    kind = obj.get("type") or "Opaque"
+    token = None
+    if kind == GCP_CREDENTIAL_TYPE and isinstance(data.get(GCP_KEY_FILE), str):
+        try:
+            token = gcp_token_request_from(base64.b64decode(data[GCP_KEY_FILE]))
+        except ValueError:
+            token = None
     return SecretInfo(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
-        type=obj.get("type") or "Opaque",
+        type=kind,
         keys=frozenset(keys),
+        token=token,
     )
 
 

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpu_admission.keyless import path_problem
 from gpu_admission.names import GCP_KEY_FILE
 from webhooks.credentials.checks import is_email, is_text, is_url
 from webhooks.credentials.problems import Problem
@@ -255,6 +256,11 @@ def _credential_source(document: Mapping[str, Any]) -> list[Problem]:
     kind = kinds[0]
     if kind == "file":
         problems = _nested(source, "file", is_text, "the path of the subject token file")
+        path = source.get("file")
+        problem = path_problem(path) if is_text(path) else None
+        if problem is not None:
+            # The pod's ServiceAccount token is projected at this path: it must be servable.
+            problems.append(_field("credential_source.file", problem))
         return problems + _token_format(source)
     if kind == "url":
         problems = _nested(source, "url", lambda v: is_url(v, ("http", "https")), "an http(s) URL")

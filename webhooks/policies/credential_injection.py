@@ -5,7 +5,10 @@ ServiceAccount can carry the same annotation for all its pods, unless the pod sa
 `inject-cloud-credentials: "false"` (which drops the ServiceAccount's, never the pod's own).
 
 - `gcp-credential`: a read-only secret volume mounted at /var/run/secrets/gcp/<secret> in every
-  init and regular container, and GOOGLE_APPLICATION_CREDENTIALS pointing at its key.json.
+  init and regular container, and GOOGLE_APPLICATION_CREDENTIALS pointing at its key.json. A
+  keyless file (workload identity federation, `credential_source.file`) also gets the pod a
+  projected ServiceAccount token at exactly that path, with the provider's audience
+  (gpu_admission.keyless).
 - `aws-credential`: one env var per key the Secret holds, each a `secretKeyRef`; AWS_REGION is
   also exported as AWS_DEFAULT_REGION, which older SDKs read. A keyless Secret (AWS_ROLE_ARN,
   no keys) also gets the pod a projected ServiceAccount token (audience
@@ -27,8 +30,7 @@ cache anyway; the second round matters for a Secret created moments before the p
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,9 +44,6 @@ from gpu_admission.names import (
     AWS_REQUIRED_KEYS,
     AWS_ROLE_ARN,
     AWS_ROLE_SESSION_NAME,
-    AWS_TOKEN_DIR,
-    AWS_TOKEN_FILE,
-    AWS_WEB_IDENTITY_TOKEN_FILE,
     CREDENTIAL_TYPES,
     GCP_CREDENTIAL_TYPE,
     GCP_KEY_FILE,
@@ -55,6 +54,14 @@ from gpu_admission.names import (
 from webhooks.credentials.aws import is_keyless
 from webhooks.patch import Patch
 from webhooks.policies.containers import ContainerRef, iter_containers
+from webhooks.policies.credential_tokens import (
+    TokenSettings,
+    inject_aws_token,
+    inject_gcp_token,
+    mounts_at,
+    volume_name,
+    web_identity_env,
+)
 from webhooks.policy import MutatingPolicy, Scope
 from webhooks.review import AdmissionRequest, Verdict
 
@@ -62,11 +69,7 @@ POLICY_NAME = "cloud-credentials"
 SCOPE = Scope("Pod")  # CREATE of the pod itself
 INJECTED_LISTS = ("initContainers", "containers")
 DEFAULT_SERVICE_ACCOUNT = "default"
-MAX_VOLUME_NAME = 63  # a DNS label
-VOLUME_PREFIX = "gcp-"
-HASH_LENGTH = 8
 AWS_KEYS = (*AWS_REQUIRED_KEYS, *AWS_OPTIONAL_KEYS, AWS_ROLE_ARN, AWS_ROLE_SESSION_NAME)
-AWS_TOKEN_VOLUME = "aws-web-identity-token"
 
 
 def parse_names(value: str | None) -> list[str]:
@@ -170,30 +173,6 @@ def _missing_keys(info: SecretInfo) -> list[str]:
 # -- gcp-credential --------------------------------------------------------------------------
 
 
-def _short_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
-
-
-def volume_name(secret: str, taken: Iterable[str]) -> str:
-    """A DNS-label volume name for `secret`, unused in the pod and stable for the same inputs.
-
-    `gcp-<secret>` when that is a valid, free label; otherwise a prefix of it with a short hash
-    of the Secret name, so long or dotted names and collisions still get a distinct name.
-    """
-    taken = set(taken)
-    plain = f"{VOLUME_PREFIX}{secret}"
-    if len(plain) <= MAX_VOLUME_NAME and "." not in plain and plain not in taken:
-        return plain
-    stem = plain.replace(".", "-")[: MAX_VOLUME_NAME - HASH_LENGTH - 1].rstrip("-")
-    attempt = 0
-    while True:
-        salt = secret if attempt == 0 else f"{secret}#{attempt}"
-        name = f"{stem}-{_short_hash(salt)}"
-        if name not in taken:
-            return name
-        attempt += 1
-
-
 def _is_volume_of(volume: Mapping[str, Any], secret: str) -> bool:
     """A plain volume of the whole Secret (any name): ours from an earlier run, or the user's."""
     source = volume.get("secret")
@@ -219,11 +198,6 @@ def _add_volume(patch: Patch, secret: str) -> str:
     return name
 
 
-def _mounts_at(ref: ContainerRef, path: str) -> list[Mapping[str, Any]]:
-    mounts = ref.container.get("volumeMounts") or []
-    return [m for m in mounts if str(m.get("mountPath", "")).rstrip("/") == path]
-
-
 def _env_state(ref: ContainerRef, entry: Mapping[str, Any]) -> str:
     """ "absent": add it; "ours": already exactly so; "theirs": the container set its own."""
     existing = ref.env_entries(entry["name"])
@@ -237,7 +211,7 @@ def _inject_gcp(patch: Patch, secret: str, containers: list[ContainerRef]) -> No
     env = {"name": GOOGLE_APPLICATION_CREDENTIALS, "value": f"{mount_path}/{GCP_KEY_FILE}"}
     volume = _existing_volume(patch.obj, secret)
     for ref in containers:
-        at_path = _mounts_at(ref, mount_path)
+        at_path = mounts_at(ref, mount_path)
         if not at_path:
             if volume is None:
                 volume = _add_volume(patch, secret)
@@ -278,61 +252,14 @@ def aws_env(info: SecretInfo) -> list[dict[str, Any]]:
     return entries
 
 
-@dataclass(frozen=True, slots=True)
-class TokenSettings:
-    audience: str
-    expiration_seconds: int
-
-
-def aws_token_volume(settings: TokenSettings) -> dict[str, Any]:
-    token = {
-        "audience": settings.audience,
-        "expirationSeconds": settings.expiration_seconds,
-        "path": AWS_TOKEN_FILE,
-    }
-    return {"name": AWS_TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}}
-
-
-def _token_volume(patch: Patch, settings: TokenSettings) -> str | None:
-    """The web-identity token volume (added once); None when the pod has another volume of
-    that name."""
-    wanted = aws_token_volume(settings)
-    for volume in (patch.obj.get("spec") or {}).get("volumes") or []:
-        if volume.get("name") == AWS_TOKEN_VOLUME:
-            return AWS_TOKEN_VOLUME if volume == wanted else None
-    patch.append("/spec/volumes", wanted)
-    return AWS_TOKEN_VOLUME
-
-
 def _inject_aws(
     patch: Patch, info: SecretInfo, containers: list[ContainerRef], settings: TokenSettings
 ) -> None:
     entries = aws_env(info)
     if is_keyless(info.keys):
-        token_path = f"{AWS_TOKEN_DIR}/{AWS_TOKEN_FILE}"
-        entries.append({"name": AWS_WEB_IDENTITY_TOKEN_FILE, "value": token_path})
-        volume = _token_volume(patch, settings)
-        if volume is None:
-            patch.warn(
-                f"the pod already has a volume named {AWS_TOKEN_VOLUME}; keyless Secret "
-                f'"{info.name}" needs that name for its token, so no token was added'
-            )
+        entries.append(web_identity_env())
+        if not inject_aws_token(patch, info, containers, settings):
             return
-        for ref in containers:
-            mounts = ref.container.get("volumeMounts") or []
-            at_path = [
-                m for m in mounts if str(m.get("mountPath", "")).rstrip("/") == AWS_TOKEN_DIR
-            ]
-            if not at_path:
-                patch.append(
-                    f"{ref.path}/volumeMounts",
-                    {"name": volume, "mountPath": AWS_TOKEN_DIR, "readOnly": True},
-                )
-            elif all(m.get("name") != volume for m in at_path):
-                patch.warn(
-                    f"{ref.describe} already mounts another volume at {AWS_TOKEN_DIR}; keyless "
-                    f'Secret "{info.name}" cannot give it a token there'
-                )
     for ref in containers:
         kept = []
         for entry in entries:
@@ -400,6 +327,8 @@ def make_policy(names: Names, settings: TokenSettings) -> MutatingPolicy:
             assert info is not None  # checked by _problems
             if info.type == GCP_CREDENTIAL_TYPE:
                 _inject_gcp(patch, info.name, containers)
+                if info.token is not None:
+                    inject_gcp_token(patch, info, containers, settings.expiration_seconds)
             elif info.type == AWS_CREDENTIAL_TYPE:
                 _inject_aws(patch, info, containers, settings)
         return None
