@@ -177,6 +177,17 @@ class Names:
         return self._key("dataset-key")
 
     @property
+    def data_token_audience(self) -> str:
+        """Written by the PVC webhook when the PVC's credentials are a keyless Google file: the
+        audience of the token its loader needs (the controller reads no Secret)."""
+        return self._key("data-token-audience")
+
+    @property
+    def data_token_path(self) -> str:
+        """Written with data-token-audience: where the file reads its subject token."""
+        return self._key("data-token-path")
+
+    @property
     def data_load_retry(self) -> str:
         """PVC annotation, any new value: load the same source again (after a failure)."""
         return self._key("data-load-retry")

@@ -174,8 +174,8 @@ def test_job_spec_s3_with_credentials_by_reference() -> None:
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["fsGroup"]
-    assert {v["name"] for v in pod["volumes"]} == {"data", "scratch", "aws-web-identity-token"}
-    [token_volume] = [v for v in pod["volumes"] if v["name"] == "aws-web-identity-token"]
+    assert {v["name"] for v in pod["volumes"]} == {"data", "scratch", "web-identity-token"}
+    [token_volume] = [v for v in pod["volumes"] if v["name"] == "web-identity-token"]
     token = token_volume["projected"]["sources"][0]["serviceAccountToken"]
     assert token["audience"] == "sts.amazonaws.com"
     assert pod["automountServiceAccountToken"] is False  # no Kubernetes API access

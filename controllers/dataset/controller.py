@@ -411,6 +411,7 @@ class DatasetController:
                 sync=pvc.sync or limits.sync_delete,
                 config=self.config,
                 shards=pvc.shards,
+                token=pvc.token,
             )
             created = await self.api.create_job(pvc.namespace, job)
             if created:

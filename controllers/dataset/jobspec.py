@@ -22,6 +22,7 @@ from typing import Any
 
 from gpu_admission.config import Config
 from gpu_admission.datasource import DataSource
+from gpu_admission.keyless import TokenRequest
 from gpu_admission.names import (
     AWS_ACCESS_KEY_ID,
     AWS_ENDPOINT_URL,
@@ -36,6 +37,7 @@ from gpu_admission.names import (
     DATA_MOUNT_PATH,
     GCP_KEY_FILE,
     GCP_MOUNT_ROOT,
+    GOOGLE_APPLICATION_CREDENTIALS,
     LOADER_PERMANENT_EXIT_CODE,
     NVIDIA_VISIBLE_DEVICES,
     VISIBLE_DEVICES_NONE,
@@ -74,7 +76,7 @@ S3_SECRET_ENV = (
 )
 # What the AWS SDK inside rclone reads for web identity (env_auth), by reference too.
 S3_KEYLESS_ENV = (AWS_ROLE_ARN, AWS_ROLE_SESSION_NAME, AWS_REGION)
-TOKEN_VOLUME = "aws-web-identity-token"
+TOKEN_VOLUME = "web-identity-token"
 
 
 def _secret_env(name: str, secret: str, key: str, optional: bool) -> dict[str, Any]:
@@ -84,7 +86,9 @@ def _secret_env(name: str, secret: str, key: str, optional: bool) -> dict[str, A
     return {"name": name, "valueFrom": {"secretKeyRef": ref}}
 
 
-def _env(source: DataSource, secret: str | None, config: Config) -> list[dict[str, Any]]:
+def _env(
+    source: DataSource, secret: str | None, config: Config, token: TokenRequest | None
+) -> list[dict[str, Any]]:
     env = [{"name": k, "value": v} for k, v in config.dataset.loader_env.items()]
     env += [
         {"name": NVIDIA_VISIBLE_DEVICES, "value": VISIBLE_DEVICES_NONE},
@@ -103,6 +107,11 @@ def _env(source: DataSource, secret: str | None, config: Config) -> list[dict[st
             env.append(
                 {"name": AWS_WEB_IDENTITY_TOKEN_FILE, "value": f"{AWS_TOKEN_DIR}/{AWS_TOKEN_FILE}"}
             )
+    elif secret and token is not None:
+        # A keyless Google file: rclone's service_account_file takes service-account keys only,
+        # but application default credentials (env_auth) exchange the projected token.
+        env.append({"name": REMOTE_ENV + "ENV_AUTH", "value": "true"})
+        env.append({"name": GOOGLE_APPLICATION_CREDENTIALS, "value": gcp_key_path(secret)})
     elif secret:
         env.append({"name": REMOTE_ENV + "SERVICE_ACCOUNT_FILE", "value": gcp_key_path(secret)})
     else:
@@ -146,6 +155,7 @@ def build_loader_job(
     sync: bool,
     config: Config,
     shards: int = 1,
+    token: TokenRequest | None = None,
 ) -> dict[str, Any]:
     """`shards` > 1: an Indexed Job, one pod per shard, each index retried alone."""
     names, ds = config.names, config.dataset
@@ -167,6 +177,16 @@ def build_loader_job(
         }
         volumes.append(
             {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}}
+        )
+    if secret and source.scheme == "gs" and token is not None:
+        mounts.append({"name": TOKEN_VOLUME, "mountPath": token.directory, "readOnly": True})
+        projected = {
+            "audience": token.audience,
+            "expirationSeconds": config.credentials.token_expiration_seconds,
+            "path": token.file,
+        }
+        volumes.append(
+            {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": projected}]}}
         )
     if secret and source.scheme == "gs":
         mounts.append(
@@ -201,7 +221,7 @@ def build_loader_job(
                 "name": CONTAINER_NAME,
                 "image": ds.loader_image,
                 "command": loader_args(source, sync, config, shards),
-                "env": _env(source, secret, config),
+                "env": _env(source, secret, config, token),
                 "resources": {
                     "requests": {"cpu": ds.loader_cpu_request, "memory": ds.loader_memory_request},
                     "limits": {"cpu": ds.loader_cpu_limit, "memory": ds.loader_memory_limit},

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_admission.datasource import loader_job_name
+from gpu_admission.keyless import TokenRequest, path_problem
 from gpu_admission.load_parallelism import load_parallelism
 from gpu_admission.names import LOADING_CONDITION, PHASE_SUCCEEDED, Names
 
@@ -43,6 +44,7 @@ class PvcRecord:
     storage_class: str | None = None
     cache: bool = True  # may be cloned from / kept as a snapshot (data-cache is not "false")
     cloned_from: str | None = None  # the snapshot admission cloned it from
+    token: TokenRequest | None = None  # a keyless Google credential's token, as the webhook saw it
 
     @property
     def key(self) -> str:
@@ -132,7 +134,16 @@ def pvc_record(
         storage_class=(obj.get("spec") or {}).get("storageClassName"),
         cache=(annotations.get(names.data_cache) or "").strip().lower() != "false",
         cloned_from=annotations.get(names.data_cloned_from),
+        token=_token(annotations, names),
     )
+
+
+def _token(annotations: Mapping[str, str], names: Names) -> TokenRequest | None:
+    path = annotations.get(names.data_token_path)
+    audience = annotations.get(names.data_token_audience)
+    if not path or not audience or path_problem(path) is not None:
+        return None
+    return TokenRequest(path, audience)
 
 
 def _loading_condition(status: Mapping[str, Any]) -> Condition | None:

@@ -95,14 +95,38 @@ def validate_dataset_pvc(request: AdmissionRequest, view: ClusterView, config: C
     return Verdict.allow()
 
 
-def label_dataset_pvc(request: AdmissionRequest, patch: Patch, names: Names) -> None:
+def label_dataset_pvc(
+    request: AdmissionRequest, patch: Patch, view: ClusterView, names: Names
+) -> None:
     metadata = patch.obj.get("metadata") or {}
-    is_dataset = names.data_source in (metadata.get("annotations") or {})
+    annotations = metadata.get("annotations") or {}
+    is_dataset = names.data_source in annotations
     labels = metadata.get("labels") or {}
     if is_dataset:
         patch.set_label(names.data_load_label, LABEL_VALUE)
     elif names.data_load_label in labels:
         patch.remove(f"/metadata/labels/{escape(names.data_load_label)}")
+    _record_token(patch, view, names, request.namespace, annotations if is_dataset else {})
+
+
+def _record_token(
+    patch: Patch, view: ClusterView, names: Names, namespace: str, annotations: dict[str, str]
+) -> None:
+    """A keyless Google credentials Secret: record on the PVC the token its loader needs (its
+    path and audience, not secret), since the controller reads no Secret."""
+    secret_name = annotations.get(names.data_credentials, "").strip()
+    secret = view.secret(namespace, secret_name) if secret_name else None
+    token = secret.token if secret is not None else None
+    wanted = {
+        names.data_token_audience: token.audience if token else None,
+        names.data_token_path: token.path if token else None,
+    }
+    current = (patch.obj.get("metadata") or {}).get("annotations") or {}
+    for key, value in wanted.items():
+        if value is not None:
+            patch.set_annotation(key, value)
+        elif key in current:
+            patch.remove(f"/metadata/annotations/{escape(key)}")
 
 
 def policies(config: Config) -> list[MutatingPolicy | ValidatingPolicy]:
@@ -111,7 +135,8 @@ def policies(config: Config) -> list[MutatingPolicy | ValidatingPolicy]:
         MutatingPolicy(
             name="dataset-pvc-label",
             scope=SCOPE,
-            mutate=lambda request, patch, view: label_dataset_pvc(request, patch, names),
+            mutate=lambda request, patch, view: label_dataset_pvc(request, patch, view, names),
+            references=lambda request, view=None: credentials_ref(request, names),
         ),
         ValidatingPolicy(
             name="dataset-pvc",
