@@ -4,6 +4,9 @@ reads for web identity."""
 
 from __future__ import annotations
 
+import base64
+import re
+
 import pytest
 
 from gpu_admission.cluster.view import SecretInfo, secret_info
@@ -12,6 +15,7 @@ from gpu_admission.keyless import TokenRequest, gcp_token_request, path_problem
 from tests.policy_helpers import mutate_twice
 from tests.test_credential_injection import CREDS, NS, env_of, mounts_of, pod, secret_ref, view
 from tests.test_credential_secrets import aws_secret, denial, gcp_secret, validate
+from tests.test_review_cli import run
 from webhooks.credentials.aws import is_keyless
 from webhooks.policies.credential_injection import policies
 
@@ -228,3 +232,26 @@ def test_a_pod_gets_the_subject_token_where_the_file_reads_it() -> None:
         env_of(container)["GOOGLE_APPLICATION_CREDENTIALS"]
         == "/var/run/secrets/gcp/gcs-wif/key.json"
     )
+
+
+def test_review_shows_what_keyless_pods_get_and_never_a_token(tmp_path) -> None:
+    """The offline review renders the token volumes; no token exists to show, and none does."""
+    state = tmp_path / "state.yaml"
+    state.write_text(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: s3-role, namespace: ml}\n"
+        "type: aws-credential\ndata: {AWS_ROLE_ARN: "
+        + base64.b64encode(ROLE.encode()).decode()
+        + "}\n"
+    )
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: trainer\n  namespace: ml\n"
+        "  annotations: {gpu-admission.io/cloud-credentials: s3-role}\n"
+        "spec:\n  containers: [{name: main, image: python}]\n"
+    )
+    code, out, err = run(
+        ["review", "-f", str(manifest), "--cluster-state", str(state), "-o", "yaml"]
+    )
+    assert code == 0, err
+    assert "aws-web-identity-token" in out and "AWS_WEB_IDENTITY_TOKEN_FILE" in out
+    assert not re.search(r"eyJ[A-Za-z0-9_-]{10,}\.", out + err)
