@@ -157,7 +157,8 @@ def _problems(
         if len(items) > 1:
             listed = " and ".join(f'"{i.name}" (named by {i.source})' for i in items)
             problems.append(
-                f"Secrets {listed} are all of type {secret_type}, which is ambiguous; "
+                f"Secrets {listed} are all of type {secret_type}, which is ambiguous (they "
+                "would set the same environment variables and token file); "
                 "a pod can use one Secret of each type: name only one"
             )
     return problems
