@@ -12,7 +12,6 @@ others answer 415 as kube-apiserver does for a type it cannot decode that way.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
 from typing import Any
 
 from .errors import StatusError
@@ -102,84 +101,56 @@ def _object_meta(data: bytes) -> dict[str, Any]:
     return meta
 
 
-def _secret(parts: Fields) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    data, string_data = [], []
-    for number, _, value in parts:
-        if number == 1:
-            obj["metadata"] = _object_meta(value)
-        elif number == 2:
-            data.append(value)
-        elif number == 3:
-            if value:
-                obj["type"] = _text(value)
-        elif number == 4:
-            string_data.append(value)
-        elif number == 5:
-            obj["immutable"] = bool(value)
-        else:
-            raise Unsupported(f"Secret field {number}")
-    if data:
-        obj["data"] = _map(data, as_bytes=True)
-    if string_data:
-        obj["stringData"] = _map(string_data, as_bytes=False)
-    return obj
-
-
-def _config_map(parts: Fields) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    data, binary = [], []
-    for number, _, value in parts:
-        if number == 1:
-            obj["metadata"] = _object_meta(value)
-        elif number == 2:
-            data.append(value)
-        elif number == 3:
-            binary.append(value)
-        elif number == 4:
-            obj["immutable"] = bool(value)
-        else:
-            raise Unsupported(f"ConfigMap field {number}")
-    if data:
-        obj["data"] = _map(data, as_bytes=False)
-    if binary:
-        obj["binaryData"] = _map(binary, as_bytes=True)
-    return obj
-
-
-def _namespace(parts: Fields) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for number, _, value in parts:
-        if number == 1:
-            obj["metadata"] = _object_meta(value)
-        elif number == 2:
-            finalizers = [_text(v) for n, _, v in fields(value) if n == 1]
-            obj["spec"] = {"finalizers": finalizers} if finalizers else {}
-        elif number == 3:
-            continue  # status is the server's
-        else:
-            raise Unsupported(f"Namespace field {number}")
-    return obj
-
-
-def _service_account(parts: Fields) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for number, _, value in parts:
-        if number == 1:
-            obj["metadata"] = _object_meta(value)
-        elif number == 3:
-            obj["automountServiceAccountToken"] = bool(value)
-        else:
-            raise Unsupported(f"ServiceAccount field {number}")
-    return obj
-
-
-DECODERS: dict[tuple[str, str], Callable[[Fields], dict[str, Any]]] = {
-    ("v1", "Secret"): _secret,
-    ("v1", "ConfigMap"): _config_map,
-    ("v1", "Namespace"): _namespace,
-    ("v1", "ServiceAccount"): _service_account,
+# Per kind: field number -> (JSON name, how to read it). "meta" is ObjectMeta, "map" a
+# map<string,string>, "bytes-map" a map<string,bytes> (base64 in JSON), "skip" the server's own.
+Layout = dict[int, tuple[str, str]]
+LAYOUTS: dict[tuple[str, str], Layout] = {
+    ("v1", "Secret"): {
+        1: ("metadata", "meta"),
+        2: ("data", "bytes-map"),
+        3: ("type", "string"),
+        4: ("stringData", "map"),
+        5: ("immutable", "bool"),
+    },
+    ("v1", "ConfigMap"): {
+        1: ("metadata", "meta"),
+        2: ("data", "map"),
+        3: ("binaryData", "bytes-map"),
+        4: ("immutable", "bool"),
+    },
+    ("v1", "Namespace"): {1: ("metadata", "meta"), 2: ("spec", "namespace-spec"), 3: ("", "skip")},
+    ("v1", "ServiceAccount"): {
+        1: ("metadata", "meta"),
+        3: ("automountServiceAccountToken", "bool"),
+    },
 }
+
+
+def _object(kind: str, layout: Layout, parts: Fields) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    maps: dict[str, list[bytes]] = {}
+    for number, _, value in parts:
+        if number not in layout:
+            raise Unsupported(f"{kind} field {number}")
+        name, how = layout[number]
+        if how == "meta":
+            obj[name] = _object_meta(value)
+        elif how in ("map", "bytes-map"):
+            maps.setdefault(name, []).append(value)
+        elif how == "string" and value:
+            obj[name] = _text(value)
+        elif how == "bool":
+            obj[name] = bool(value)
+        elif how == "namespace-spec":
+            finalizers = [_text(v) for n, _, v in fields(value) if n == 1]
+            obj[name] = {"finalizers": finalizers} if finalizers else {}
+    for name, entries in maps.items():
+        obj[name] = _map(entries, as_bytes=layout_kind(layout, name) == "bytes-map")
+    return obj
+
+
+def layout_kind(layout: Layout, name: str) -> str:
+    return next(how for field_name, how in layout.values() if field_name == name)
 
 
 def decode(body: bytes) -> dict[str, Any]:
@@ -191,10 +162,11 @@ def decode(body: bytes) -> dict[str, Any]:
     api_version, kind = type_meta.get(1, ""), type_meta.get(2, "")
     if _text(envelope.get(3, b"")):
         raise Unsupported("content encoding")
-    decoder = DECODERS.get((api_version, kind))
-    if decoder is None:
+    layout = LAYOUTS.get((api_version, kind))
+    if layout is None:
         raise Unsupported(f"{api_version} {kind}")
-    return {"apiVersion": api_version, "kind": kind, **decoder(fields(envelope.get(2, b"")))}
+    obj = _object(kind, layout, fields(envelope.get(2, b"")))
+    return {"apiVersion": api_version, "kind": kind, **obj}
 
 
 def read_body(content_type: str, raw: bytes) -> dict[str, Any]:
