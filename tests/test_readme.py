@@ -34,6 +34,7 @@ QUOTED_DENIALS = (
     "Secret ml/s3-typo",
     "PersistentVolumeClaim ml/bad-source",
     "PersistentVolumeClaim ml/wrong-credential-type",
+    "PersistentVolumeClaim ml/shards-on-rwo",
     "Pod ml/pinned-eval",
 )
 
