@@ -1,15 +1,19 @@
 """The dataset loader controller: a loader Job per (PVC, source), state on the PVC, gates removed.
 
-Runs in its own process (`gpu-admission controller`), active on the leader replica only. Four
-informers (dataset PVCs, loader Jobs, loader pods and pods waiting for a dataset; all selected by
-label) feed a de-duplicating work queue, served round-robin by namespace; workers reconcile one
-key at a time, in parallel. All state lives in the cluster (Job names are deterministic, phases
-are PVC annotations), so a restarted controller carries on where the last one stopped.
+Runs in its own process (`gpu-admission controller`), active on the leader replica only. Five
+informers (dataset PVCs, loader Jobs, loader pods, pods waiting for a dataset, and dataset cache
+snapshots; all selected by label) feed a de-duplicating work queue, served round-robin by
+namespace; workers reconcile one key at a time, in parallel. Load slots (slots), progress
+(progress) and the snapshot cache (snapshots) are their own modules. All state lives in the
+cluster (Job names are deterministic, phases are PVC annotations), so a restarted controller
+carries on where the last one stopped.
 
 API calls per new dataset PVC: create its Job, one status write (condition and annotations
 together), one Event; then one status write when the copy starts, and one status write and one
-Event when it ends (the loader's summary is read from the loader pod informer, not fetched). No
-read precedes a write: what a write needs comes from the informers.
+Event when it ends (the loader's summary is read from the loader pod informer, not fetched), plus
+a VolumeSnapshot create where the cache is on; while it runs, one pods/log read per running
+loader pod and at most one status write per progress interval. No read precedes a write: what a
+write needs comes from the informers.
 """
 
 from __future__ import annotations
@@ -26,10 +30,8 @@ from typing import Any
 
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
 
-from controllers.dataset.decide import REASON_WAITING_FOR_CAPACITY, Plan, decide
+from controllers.dataset.decide import Plan, decide
 from controllers.dataset.gates import WaitingPods
-from controllers.dataset.jobindex import JobIndex
-from controllers.dataset.jobspec import build_loader_job
 from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.progress import ProgressReader
 from controllers.dataset.recorder import LoadRecorder, pvc_ref
@@ -43,13 +45,13 @@ from controllers.dataset.records import (
     pvc_record,
     waiting_pod,
 )
+from controllers.dataset.slots import LoadSlots
 from controllers.dataset.snapshots import SnapshotKeeper
 from controllers.dataset.writes import ApiWriter, NamespaceTerminating
 from controllers.leader import LeaderElector
 from controllers.workqueue import RateLimitedQueue, ShutDown
 from gpu_admission.cluster.informer import EventType, Informer, describe_error
 from gpu_admission.config import Config
-from gpu_admission.datasource import parse_data_source
 from gpu_admission.metrics import Metrics
 from gpu_admission.names import PHASE_FAILED, PHASE_SUCCEEDED
 from gpu_admission.quiet_log import QuietLog
@@ -100,9 +102,7 @@ class DatasetController:
         self.recorder: LoadRecorder | None = None
         self.progress: ProgressReader | None = None
         self.snapshots: SnapshotKeeper | None = None
-        self._index = JobIndex()
-        self._launch_lock = asyncio.Lock()
-        self._launched: set[str] = set()  # Jobs created but not yet seen by the informer
+        self.slots = LoadSlots(self.api, config, self.metrics)
         self._throttled: set[str] = set()  # PVCs waiting for a free load slot
         self._terminating: set[str] = set()  # namespaces whose work was dropped
         self._failures = QuietLog(log)
@@ -151,10 +151,10 @@ class DatasetController:
         self._queue = RateLimitedQueue(
             dataset.requeue_base_seconds, dataset.requeue_max_seconds, shard=_namespace_of
         )
-        self._launched.clear()
         self._terminating.clear()
-        self._index = JobIndex()
         self._informers = self._make_informers()
+        assert self.jobs is not None
+        self.slots.reset(self.jobs)
         for informer in self._informers:
             informer.start()
         for informer in self._informers:
@@ -250,7 +250,7 @@ class DatasetController:
             self._enqueue((PVC, record.key))
 
     def _on_job(self, event: EventType, old: JobRecord | None, new: JobRecord | None) -> None:
-        self._index.update(old, new)
+        self.slots.job_changed(old, new)
         record = new or old
         if record is None:
             return
@@ -316,16 +316,6 @@ class DatasetController:
 
     # -- PVCs -----------------------------------------------------------------------------------
 
-    def _running_loads(self, excluding_pvc: str | None = None) -> int:
-        self._launched -= self._index.running_keys() | self._seen_jobs()
-        running = self._index.running(excluding_pvc) + len(self._launched)
-        self.metrics.loads_running.set(self._index.running() + len(self._launched))
-        return running
-
-    def _seen_jobs(self) -> set[str]:
-        assert self.jobs is not None
-        return {key for key in self._launched if self.jobs.get(key) is not None}
-
     async def reconcile_pvc(self, key: str) -> None:
         assert self.pvcs is not None and self.jobs is not None and self._queue is not None
         pvc = self.pvcs.get(key)
@@ -336,12 +326,12 @@ class DatasetController:
             if self.progress is not None:
                 self.progress.forget(key)
             return
-        jobs = [j for k in self._index.jobs_of(key) if (j := self.jobs.get(k)) is not None]
+        jobs = self.slots.jobs_of(key)
         limits = self.config.dataset
         plan = decide(
             pvc,
             jobs,
-            self._running_loads(excluding_pvc=key),
+            self.slots.running(excluding_pvc=key),
             limits.max_concurrent_loads,
             limits.capacity_requeue_seconds,
         )
@@ -349,7 +339,7 @@ class DatasetController:
             await self.api.delete_job(pvc.namespace, name)
         started = False
         if plan.create_job:
-            plan, started = await self._launch(pvc, plan)
+            plan, started = await self.slots.launch(pvc, plan)
         if plan.requeue_after is not None:
             self._throttled.add(key)
             self._queue.add_after((PVC, key), plan.requeue_after)
@@ -384,36 +374,3 @@ class DatasetController:
         if progress is None:
             return plan
         return replace(plan, message=f"{plan.message}: {progress.message()}", progress=progress)
-
-    async def _launch(self, pvc: PvcRecord, plan: Plan) -> tuple[Plan, bool]:
-        """Create the loader Job, unless the load limit says wait; (plan, created)."""
-        limits = self.config.dataset
-        async with self._launch_lock:  # count and create together: never over the limit
-            running = self._running_loads(excluding_pvc=pvc.key)
-            if running >= limits.max_concurrent_loads:
-                return (
-                    Plan(
-                        phase=plan.phase,
-                        reason=REASON_WAITING_FOR_CAPACITY,
-                        message=f"waiting: {running} loads are running (at most "
-                        f"{limits.max_concurrent_loads} at once)",
-                        requeue_after=limits.capacity_requeue_seconds,
-                    ),
-                    False,
-                )
-            job = build_loader_job(
-                job_name=pvc.current_job,
-                pvc_namespace=pvc.namespace,
-                pvc_name=pvc.name,
-                pvc_uid=pvc.uid,
-                source=parse_data_source(pvc.source),
-                secret=pvc.credentials,
-                sync=pvc.sync or limits.sync_delete,
-                config=self.config,
-                shards=pvc.shards,
-                token=pvc.token,
-            )
-            created = await self.api.create_job(pvc.namespace, job)
-            if created:
-                self._launched.add(f"{pvc.namespace}/{pvc.current_job}")
-        return plan, created

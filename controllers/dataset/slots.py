@@ -1,0 +1,85 @@
+"""Load slots: how many loads run cluster-wide, and creating a loader Job only under the limit.
+
+A Job this controller created is counted from the moment the create returns, before the Job
+informer shows it (`launched`), so a burst of reconciles never overshoots
+`dataset.max_concurrent_loads`; counting and creating happen under one lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from controllers.dataset.decide import REASON_WAITING_FOR_CAPACITY, Plan
+from controllers.dataset.jobindex import JobIndex
+from controllers.dataset.jobspec import build_loader_job
+from controllers.dataset.metrics import DatasetMetrics
+from controllers.dataset.records import JobRecord, PvcRecord
+from controllers.dataset.writes import ApiWriter
+from gpu_admission.cluster.informer import Informer
+from gpu_admission.config import Config
+from gpu_admission.datasource import parse_data_source
+
+
+class LoadSlots:
+    def __init__(self, api: ApiWriter, config: Config, metrics: DatasetMetrics) -> None:
+        self.api, self.config, self.metrics = api, config, metrics
+        self.index = JobIndex()
+        self._launched: set[str] = set()  # Jobs created but not yet seen by the informer
+        self._lock = asyncio.Lock()
+        self.jobs: Informer[JobRecord] | None = None
+
+    def reset(self, jobs: Informer[JobRecord]) -> None:
+        """A new term of leadership: fresh counts over a fresh Job informer."""
+        self.index = JobIndex()
+        self._launched.clear()
+        self.jobs = jobs
+
+    def job_changed(self, old: JobRecord | None, new: JobRecord | None) -> None:
+        self.index.update(old, new)
+
+    def jobs_of(self, pvc_key: str) -> list[JobRecord]:
+        assert self.jobs is not None
+        return [j for k in self.index.jobs_of(pvc_key) if (j := self.jobs.get(k)) is not None]
+
+    def running(self, excluding_pvc: str | None = None) -> int:
+        """Unfinished loads (this PVC's excluded); also keeps the gauge current."""
+        assert self.jobs is not None
+        seen = {key for key in self._launched if self.jobs.get(key) is not None}
+        self._launched -= self.index.running_keys() | seen
+        self.metrics.loads_running.set(self.index.running() + len(self._launched))
+        return self.index.running(excluding_pvc) + len(self._launched)
+
+    async def launch(self, pvc: PvcRecord, plan: Plan) -> tuple[Plan, bool]:
+        """Create the loader Job, unless the load limit says wait; (plan, created)."""
+        limits = self.config.dataset
+        async with self._lock:  # count and create together: never over the limit
+            running = self.running(excluding_pvc=pvc.key)
+            if running >= limits.max_concurrent_loads:
+                waiting = Plan(
+                    phase=plan.phase,
+                    reason=REASON_WAITING_FOR_CAPACITY,
+                    message=f"waiting: {running} loads are running (at most "
+                    f"{limits.max_concurrent_loads} at once)",
+                    requeue_after=limits.capacity_requeue_seconds,
+                )
+                return waiting, False
+            created = await self.api.create_job(pvc.namespace, self._job(pvc))
+            if created:
+                self._launched.add(f"{pvc.namespace}/{pvc.current_job}")
+        return plan, created
+
+    def _job(self, pvc: PvcRecord) -> dict[str, Any]:
+        limits = self.config.dataset
+        return build_loader_job(
+            job_name=pvc.current_job,
+            pvc_namespace=pvc.namespace,
+            pvc_name=pvc.name,
+            pvc_uid=pvc.uid,
+            source=parse_data_source(pvc.source),
+            secret=pvc.credentials,
+            sync=pvc.sync or limits.sync_delete,
+            config=self.config,
+            shards=pvc.shards,
+            token=pvc.token,
+        )
