@@ -142,29 +142,41 @@ def _form_problems(keys: set[str]) -> list[Problem]:
     ]
 
 
+_ELSEWHERE = f"(for S3-compatible storage, set {AWS_ENDPOINT_URL})"
+# AWS's own formats: key -> (pattern, what it must be).
+_FORMATS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    (
+        AWS_ACCESS_KEY_ID,
+        _ACCESS_KEY_ID,
+        f"must be AKIA or ASIA followed by 16 uppercase letters or digits {_ELSEWHERE}",
+    ),
+    (
+        AWS_SECRET_ACCESS_KEY,
+        _SECRET_ACCESS_KEY,
+        f"must be 40 characters of letters, digits, / and + {_ELSEWHERE}",
+    ),
+    (AWS_REGION, _REGION, "must be an AWS region, like us-east-1"),
+    (
+        AWS_ROLE_ARN,
+        _ROLE_ARN,
+        f"must be an IAM role ARN, like arn:aws:iam::123456789012:role/dataset-reader {_ELSEWHERE}",
+    ),
+    (
+        AWS_ROLE_SESSION_NAME,
+        _SESSION_NAME,
+        "must be 2 to 64 characters of letters, digits and +=,.@_-",
+    ),
+)
+
+
 def _aws_formats(text: Mapping[str, str]) -> list[Problem]:
     """AWS's own formats, for Secrets that talk to AWS itself (no endpoint)."""
-    problems = []
+    problems = [
+        Problem(key, "", expected)
+        for key, pattern, expected in _FORMATS
+        if key in text and not pattern.fullmatch(text[key])
+    ]
     key_id = text.get(AWS_ACCESS_KEY_ID)
-    if key_id is not None and not _ACCESS_KEY_ID.fullmatch(key_id):
-        problems.append(
-            Problem(
-                AWS_ACCESS_KEY_ID,
-                "",
-                "must be AKIA or ASIA followed by 16 uppercase letters or digits "
-                f"(for S3-compatible storage, set {AWS_ENDPOINT_URL})",
-            )
-        )
-    secret = text.get(AWS_SECRET_ACCESS_KEY)
-    if secret is not None and not _SECRET_ACCESS_KEY.fullmatch(secret):
-        problems.append(
-            Problem(
-                AWS_SECRET_ACCESS_KEY,
-                "",
-                "must be 40 characters of letters, digits, / and + "
-                f"(for S3-compatible storage, set {AWS_ENDPOINT_URL})",
-            )
-        )
     if key_id is not None and key_id.startswith("ASIA") and AWS_SESSION_TOKEN not in text:
         problems.append(
             Problem(
@@ -172,28 +184,6 @@ def _aws_formats(text: Mapping[str, str]) -> list[Problem]:
                 "",
                 f"is required: the {AWS_ACCESS_KEY_ID} is a temporary (ASIA) key, "
                 "which works only with its session token",
-            )
-        )
-    region = text.get(AWS_REGION)
-    if region is not None and not _REGION.fullmatch(region):
-        problems.append(Problem(AWS_REGION, "", "must be an AWS region, like us-east-1"))
-    role = text.get(AWS_ROLE_ARN)
-    if role is not None and not _ROLE_ARN.fullmatch(role):
-        problems.append(
-            Problem(
-                AWS_ROLE_ARN,
-                "",
-                "must be an IAM role ARN, like arn:aws:iam::123456789012:role/dataset-reader "
-                f"(for S3-compatible storage, set {AWS_ENDPOINT_URL})",
-            )
-        )
-    session = text.get(AWS_ROLE_SESSION_NAME)
-    if session is not None and not _SESSION_NAME.fullmatch(session):
-        problems.append(
-            Problem(
-                AWS_ROLE_SESSION_NAME,
-                "",
-                "must be 2 to 64 characters of letters, digits and +=,.@_-",
             )
         )
     return problems
