@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_admission.names import AWS_TOKEN_DIR, GCP_MOUNT_ROOT
+from gpu_admission.names import AWS_TOKEN_DIR, AWS_TOKEN_PATH, GCP_MOUNT_ROOT
 
 TOKEN_ROOT = "/var/run/secrets"
 RESERVED_DIRS = ("/var/run/secrets/kubernetes.io", GCP_MOUNT_ROOT, AWS_TOKEN_DIR)
@@ -44,6 +44,16 @@ class TokenRequest:
     @property
     def file(self) -> str:
         return posixpath.basename(self.path)
+
+    def volume(self, name: str, seconds: int) -> dict[str, Any]:
+        """The projected volume that puts the token at `path` once mounted at `directory`."""
+        token = {"audience": self.audience, "expirationSeconds": seconds, "path": self.file}
+        return {"name": name, "projected": {"sources": [{"serviceAccountToken": token}]}}
+
+
+def aws_web_identity(audience: str) -> TokenRequest:
+    """The token keyless AWS credentials read (AWS_WEB_IDENTITY_TOKEN_FILE)."""
+    return TokenRequest(AWS_TOKEN_PATH, audience)
 
 
 def path_problem(path: str) -> str | None:

@@ -57,6 +57,7 @@ AWS_KEYLESS_OPTIONAL_KEYS = (AWS_ROLE_SESSION_NAME, AWS_REGION, AWS_ENDPOINT_URL
 # Where the projected token goes, named after its audience as Kubernetes names its own.
 AWS_TOKEN_DIR = "/var/run/secrets/sts.amazonaws.com/serviceaccount"
 AWS_TOKEN_FILE = "token"
+AWS_TOKEN_PATH = f"{AWS_TOKEN_DIR}/{AWS_TOKEN_FILE}"
 
 # Dataset loading.
 LOADING_CONDITION = "Loading"

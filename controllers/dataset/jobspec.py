@@ -22,7 +22,7 @@ from typing import Any
 
 from gpu_admission.config import Config
 from gpu_admission.datasource import DataSource
-from gpu_admission.keyless import TokenRequest
+from gpu_admission.keyless import TokenRequest, aws_web_identity
 from gpu_admission.names import (
     AWS_ACCESS_KEY_ID,
     AWS_ENDPOINT_URL,
@@ -31,8 +31,7 @@ from gpu_admission.names import (
     AWS_ROLE_SESSION_NAME,
     AWS_SECRET_ACCESS_KEY,
     AWS_SESSION_TOKEN,
-    AWS_TOKEN_DIR,
-    AWS_TOKEN_FILE,
+    AWS_TOKEN_PATH,
     AWS_WEB_IDENTITY_TOKEN_FILE,
     DATA_MOUNT_PATH,
     GCP_KEY_FILE,
@@ -104,9 +103,7 @@ def _env(
             env += [_secret_env(REMOTE_ENV + o, secret, k, True) for o, k in S3_SECRET_ENV]
             env.append({"name": REMOTE_ENV + "ENV_AUTH", "value": "true"})
             env += [_secret_env(k, secret, k, True) for k in S3_KEYLESS_ENV]
-            env.append(
-                {"name": AWS_WEB_IDENTITY_TOKEN_FILE, "value": f"{AWS_TOKEN_DIR}/{AWS_TOKEN_FILE}"}
-            )
+            env.append({"name": AWS_WEB_IDENTITY_TOKEN_FILE, "value": AWS_TOKEN_PATH})
     elif secret and token is not None:
         # A keyless Google file: rclone's service_account_file takes service-account keys only,
         # but application default credentials (env_auth) exchange the projected token.
@@ -168,26 +165,14 @@ def build_loader_job(
         {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": pvc_name}},
         {"name": SCRATCH_VOLUME, "emptyDir": {}},
     ]
-    if secret and source.scheme == "s3":
-        mounts.append({"name": TOKEN_VOLUME, "mountPath": AWS_TOKEN_DIR, "readOnly": True})
-        token = {
-            "audience": config.credentials.aws_token_audience,
-            "expirationSeconds": config.credentials.token_expiration_seconds,
-            "path": AWS_TOKEN_FILE,
-        }
-        volumes.append(
-            {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}}
-        )
-    if secret and source.scheme == "gs" and token is not None:
-        mounts.append({"name": TOKEN_VOLUME, "mountPath": token.directory, "readOnly": True})
-        projected = {
-            "audience": token.audience,
-            "expirationSeconds": config.credentials.token_expiration_seconds,
-            "path": token.file,
-        }
-        volumes.append(
-            {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": projected}]}}
-        )
+    # A projected ServiceAccount token for keyless credentials: any S3 Secret may be keyless
+    # (see the module docstring); a Google one is, when the PVC webhook recorded its token.
+    needed = (
+        aws_web_identity(config.credentials.aws_token_audience) if source.scheme == "s3" else token
+    )
+    if secret and needed is not None:
+        mounts.append({"name": TOKEN_VOLUME, "mountPath": needed.directory, "readOnly": True})
+        volumes.append(needed.volume(TOKEN_VOLUME, config.credentials.token_expiration_seconds))
     if secret and source.scheme == "gs":
         mounts.append(
             {

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_admission.cluster.view import SecretInfo
-from gpu_admission.names import AWS_TOKEN_DIR, AWS_TOKEN_FILE, AWS_WEB_IDENTITY_TOKEN_FILE
+from gpu_admission.keyless import aws_web_identity
+from gpu_admission.names import AWS_TOKEN_DIR, AWS_TOKEN_PATH, AWS_WEB_IDENTITY_TOKEN_FILE
 from webhooks.patch import Patch
 from webhooks.policies.containers import ContainerRef
 
@@ -36,12 +37,7 @@ class TokenSettings:
 
 
 def aws_token_volume(settings: TokenSettings) -> dict[str, Any]:
-    token = {
-        "audience": settings.audience,
-        "expirationSeconds": settings.expiration_seconds,
-        "path": AWS_TOKEN_FILE,
-    }
-    return {"name": AWS_TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}}
+    return aws_web_identity(settings.audience).volume(AWS_TOKEN_VOLUME, settings.expiration_seconds)
 
 
 def _token_volume(patch: Patch, settings: TokenSettings) -> str | None:
@@ -56,7 +52,7 @@ def _token_volume(patch: Patch, settings: TokenSettings) -> str | None:
 
 
 def web_identity_env() -> dict[str, Any]:
-    return {"name": AWS_WEB_IDENTITY_TOKEN_FILE, "value": f"{AWS_TOKEN_DIR}/{AWS_TOKEN_FILE}"}
+    return {"name": AWS_WEB_IDENTITY_TOKEN_FILE, "value": AWS_TOKEN_PATH}
 
 
 def _short_hash(text: str) -> str:
@@ -100,18 +96,7 @@ def inject_aws_token(
             f'"{info.name}" needs that name for its token, so no token was added'
         )
         return False
-    for ref in containers:
-        at_path = mounts_at(ref, AWS_TOKEN_DIR)
-        if not at_path:
-            patch.append(
-                f"{ref.path}/volumeMounts",
-                {"name": volume, "mountPath": AWS_TOKEN_DIR, "readOnly": True},
-            )
-        elif all(m.get("name") != volume for m in at_path):
-            patch.warn(
-                f"{ref.describe} already mounts another volume at {AWS_TOKEN_DIR}; keyless "
-                f'Secret "{info.name}" cannot give it a token there'
-            )
+    _mount_token(patch, containers, volume, AWS_TOKEN_DIR, info.name)
     return True
 
 
@@ -121,28 +106,28 @@ def inject_gcp_token(
     """A keyless Google file: its subject token, projected where the file reads it."""
     token = info.token
     assert token is not None
-    source = {
-        "serviceAccountToken": {
-            "audience": token.audience,
-            "expirationSeconds": seconds,
-            "path": token.file,
-        }
-    }
     volumes = (patch.obj.get("spec") or {}).get("volumes") or []
-    volume = next((v["name"] for v in volumes if v.get("projected") == {"sources": [source]}), None)
+    wanted = token.volume("", seconds)["projected"]
+    volume = next((v["name"] for v in volumes if v.get("projected") == wanted), None)
     if volume is None:
-        name = volume_name(f"token-{info.name}", (v.get("name", "") for v in volumes))
-        patch.append("/spec/volumes", {"name": name, "projected": {"sources": [source]}})
-        volume = name
+        volume = volume_name(f"token-{info.name}", (v.get("name", "") for v in volumes))
+        patch.append("/spec/volumes", token.volume(volume, seconds))
+    _mount_token(patch, containers, volume, token.directory, info.name)
+
+
+def _mount_token(
+    patch: Patch, containers: list[ContainerRef], volume: str, directory: str, secret: str
+) -> None:
+    """The token volume, read-only at `directory` in each container where nothing else is."""
     for ref in containers:
-        at_path = mounts_at(ref, token.directory)
+        at_path = mounts_at(ref, directory)
         if not at_path:
             patch.append(
                 f"{ref.path}/volumeMounts",
-                {"name": volume, "mountPath": token.directory, "readOnly": True},
+                {"name": volume, "mountPath": directory, "readOnly": True},
             )
         elif all(m.get("name") != volume for m in at_path):
             patch.warn(
-                f"{ref.describe} already mounts another volume at {token.directory}; keyless "
-                f'Secret "{info.name}" cannot give it a token there'
+                f"{ref.describe} already mounts another volume at {directory}; keyless "
+                f'Secret "{secret}" cannot give it a token there'
             )
