@@ -126,8 +126,12 @@ def test_summary_sums_the_shards_last_successful_attempts() -> None:
 
 def test_shards_that_listed_different_sources_are_not_a_success() -> None:
     pods = [ok(0, 1, 1), ok(1, 1, 1, listing="other"), ok(2, 1, 1)]
-    summary = summary_from_pods(pods, job(complete=True, completions=3), 60)
+    done = job(complete=True, completions=3)
+    summary = summary_from_pods(pods, done, 60)
     assert summary["cause"] == SOURCE_CHANGED
+    message = failure_message("s3://b/x", "imagenet", done, summary, NAMES.data_load_retry)
+    assert "no loader failed, so nothing was retried" in message
+    assert "transient" not in message
 
 
 def test_a_failed_shard_names_itself_and_its_cause() -> None:

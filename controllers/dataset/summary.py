@@ -115,7 +115,9 @@ def failure_message(
     again = (
         f"once fixed, load again with `kubectl annotate pvc {pvc_name} {retry_key}=<any new value>`"
     )
-    if job.failure_reason == "PodFailurePolicy" or summary.get("permanent"):
+    if job.complete:  # every shard copied its part, but they split different listings
+        retried = "no loader failed, so nothing was retried"
+    elif job.failure_reason == "PodFailurePolicy" or summary.get("permanent"):
         retried = "trying again cannot fix this, so it was not retried"
     elif job.failure_reason == "DeadlineExceeded":
         retried = "it was stopped at its deadline"
