@@ -10,7 +10,6 @@ so a running load costs (running loader pods + 1 status write) per interval; wit
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 
@@ -27,11 +26,8 @@ LIMIT_BYTES = 64 * 1024
 
 def finished_progress(pod: LoaderPod) -> Progress | None:
     """A succeeded shard's part, complete, from its summary."""
-    try:
-        summary = json.loads(pod.message)
-    except ValueError:
-        return None
-    if not isinstance(summary, dict):
+    summary = pod.summary()
+    if summary is None:
         return None
     size = int(summary.get("plannedBytes") or summary.get("bytes") or 0)
     files = int(summary.get("plannedFiles") or 0) or int(summary.get("files") or 0) + int(
@@ -106,13 +102,9 @@ class ProgressReader:
             return  # a finished load is reconciled again and again; it ended once
         self._ended[pvc.key] = key
         for pod in self._pods(job):
-            if pod.exit_code is not None:
-                try:
-                    summary = json.loads(pod.message)
-                except ValueError:
-                    continue
-                if isinstance(summary, dict):
-                    self._count(job, pod, int(summary.get("bytes") or 0))
+            summary = pod.summary() if pod.exit_code is not None else None
+            if summary is not None:
+                self._count(job, pod, int(summary.get("bytes") or 0))
         self._counted = {k: v for k, v in self._counted.items() if k[0] != key}
         self._forget_reads(pvc.key)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -239,6 +240,14 @@ class LoaderPod:
     @property
     def shard(self) -> int:
         return self.index or 0
+
+    def summary(self) -> dict[str, Any] | None:
+        """The loader's JSON summary from the termination message; None when it is not one."""
+        try:
+            parsed = json.loads(self.message)
+        except ValueError:
+            return None
+        return parsed if isinstance(parsed, dict) else None
 
     @property
     def job_key(self) -> str:

@@ -8,7 +8,6 @@ between their listings) may have missed or doubled objects, so such a load is no
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -21,12 +20,12 @@ SOURCE_CHANGED = (
 
 
 def _parse(pod: LoaderPod) -> dict[str, Any]:
+    """The summary, or the message itself as the cause (the kubelet's log tail, say)."""
+    parsed = pod.summary()
+    if parsed is not None:
+        return parsed
     message = pod.message.strip()
-    try:
-        parsed = json.loads(message)
-        return parsed if isinstance(parsed, dict) else {"cause": message}
-    except ValueError:
-        return {"cause": message[-1024:]} if message else {}
+    return {"cause": message[-1024:]} if message else {}
 
 
 def _last_attempts(pods: Iterable[LoaderPod], complete: bool) -> dict[int, LoaderPod]:
