@@ -3,6 +3,8 @@ workload identity federation file and its projected token, exchanged at a Google
 that verifies it; and pods asking for keyless AWS and Google credentials get, from the webhook
 and the kubelet, exactly the tokens their SDKs read."""
 
+# ruff: noqa: F811 - the shared fixtures are imported, then named as arguments
+
 from __future__ import annotations
 
 import base64
@@ -16,13 +18,14 @@ import pytest
 from kubernetes import client
 
 from controllers.dataset import DatasetController
-from tests.e2e_harness import AdmissionCluster, AdmissionClusterFactory
+from tests.e2e_harness import AdmissionCluster
 from tests.google_sts import GoogleSts
 from tests.jwt_check import fetch_jwks, verify
 from tests.kubeapi.kubelet import FakeKubelet
 from tests.objectstores import GcsStore, dataset_files, gcs_store, tree
 
 from .test_dataset_controller_e2e import eventually, make_config, wait_phase
+from .test_dataset_e2e_webhooks import cluster, kubelet  # noqa: F401 - fixtures
 
 NS = "ml"
 PREFIX = "gpu-admission.io/"
@@ -41,26 +44,11 @@ def gcs() -> Iterator[GcsStore]:
 
 
 @pytest.fixture
-def cluster(admission_cluster_factory: AdmissionClusterFactory) -> AdmissionCluster:
-    return admission_cluster_factory()
-
-
-@pytest.fixture
 def sts(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[GoogleSts]:
     context = ssl.create_default_context(cafile=str(cluster.kubeapi.ca_path))
     started = GoogleSts(cluster.kubeapi.url, context, tmp_path)
     yield started
     started.stop()
-
-
-@pytest.fixture
-def kubelet(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[FakeKubelet]:
-    node = FakeKubelet(cluster.api, pvc_base_dir=tmp_path / "pvcs", run_all_pods=True)
-    node.start()
-    try:
-        yield node
-    finally:
-        node.stop()
 
 
 @pytest.fixture

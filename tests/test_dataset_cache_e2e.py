@@ -2,6 +2,8 @@
 snapshot-capable fake CSI driver, real rclone against moto. A loaded PVC is snapshotted; a second
 PVC of the same source starts as a clone and the loader copies only what changed."""
 
+# ruff: noqa: F811 - the shared fixtures are imported, then named as arguments
+
 from __future__ import annotations
 
 import base64
@@ -17,29 +19,19 @@ from kubernetes import client
 
 from controllers.dataset import DatasetController
 from gpu_admission.cluster.snapshots import cache_key
-from tests.e2e_harness import AdmissionCluster, AdmissionClusterFactory
+from tests.e2e_harness import AdmissionCluster
 from tests.kubeapi.kubelet import FakeKubelet
 from tests.kubeapi.snapshotter import FakeSnapshotter
-from tests.objectstores import S3Store, dataset_files, s3_store, tree
+from tests.objectstores import S3Store, dataset_files, tree
 
 from .test_dataset_controller_e2e import eventually, make_config, wait_phase
+from .test_dataset_e2e_webhooks import cluster, s3  # noqa: F401 - fixtures
 
 NS = "ml"
 PREFIX = "gpu-admission.io/"
 GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
 STORAGE_CLASS = "shared-fs"
 CHANGED = ("part-1/shard-1/file-0001.bin", "part-2/shard-2/file-0002.bin")
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Store]:
-    with s3_store() as store:
-        yield store
-
-
-@pytest.fixture
-def cluster(admission_cluster_factory: AdmissionClusterFactory) -> AdmissionCluster:
-    return admission_cluster_factory()
 
 
 @pytest.fixture
