@@ -43,6 +43,16 @@ def _write_items(
         target.chmod(item.get("mode", mode))
 
 
+def _secret_bytes(
+    sources: Sources, namespace: str, name: str, spec: Mapping[str, Any]
+) -> dict[str, bytes]:
+    """A Secret's decoded data; a missing one is an error unless `spec` says optional."""
+    secret = sources.secret(namespace, name)
+    if secret is None and not spec.get("optional"):
+        raise ConfigError(f'secret "{name}" not found')
+    return {k: base64.b64decode(v) for k, v in ((secret or {}).get("data") or {}).items()}
+
+
 def prepare_volumes(
     pod: Mapping[str, Any],
     pod_dir: Path,
@@ -63,10 +73,7 @@ def prepare_volumes(
             prepared[name] = (directory, False)
         elif "secret" in volume:
             spec = volume["secret"]
-            secret = sources.secret(namespace, spec.get("secretName", ""))
-            if secret is None and not spec.get("optional"):
-                raise ConfigError(f'secret "{spec.get("secretName", "")}" not found')
-            data = {k: base64.b64decode(v) for k, v in ((secret or {}).get("data") or {}).items()}
+            data = _secret_bytes(sources, namespace, spec.get("secretName", ""), spec)
             directory.mkdir(parents=True, exist_ok=True)
             _write_items(directory, data, spec, "Secret", spec.get("secretName", ""))
             prepared[name] = (directory, True)  # secret volumes are always read-only
@@ -102,10 +109,7 @@ def _write_projected(
             target.chmod(mode)
         elif "secret" in source:
             item = source["secret"]
-            secret = sources.secret(namespace, item.get("name", ""))
-            if secret is None and not item.get("optional"):
-                raise ConfigError(f'secret "{item.get("name", "")}" not found')
-            data = {k: base64.b64decode(v) for k, v in ((secret or {}).get("data") or {}).items()}
+            data = _secret_bytes(sources, namespace, item.get("name", ""), item)
             _write_items(directory, data, {"defaultMode": mode, **item}, "Secret", item["name"])
         elif "configMap" in source:
             item = source["configMap"]
