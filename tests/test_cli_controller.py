@@ -128,10 +128,15 @@ def test_the_controller_process_leads_loads_and_stops_cleanly(
     batch = client.BatchV1Api(kube_client)
     (job,) = wait_for(lambda: batch.list_namespaced_job("ml").items, "the loader Job", process)
     assert job.metadata.name.startswith("dl-imagenet-")
-    status, body = get(f"{base}/metrics")
+    started = b"gpu_admission_dataset_loads_started_total 1.0"
+    status, body = wait_for(
+        lambda: (answer := get(f"{base}/metrics")) and started in answer[1] and answer,
+        "the loads-started counter",
+        process,
+    )
     assert status == 200
     assert b"gpu_admission_leader 1.0" in body
-    assert b"gpu_admission_dataset_loads_started_total 1.0" in body
+    assert started in body
     assert get(f"{base}/healthz")[0] == 200
 
     process.send_signal(signal.SIGTERM)

@@ -340,6 +340,8 @@ class DatasetController:
         started = False
         if plan.create_job:
             plan, started = await self.slots.launch(pvc, plan)
+            if started:
+                self.metrics.loads_started.inc()  # counted as the Job is created
         if plan.requeue_after is not None:
             self._throttled.add(key)
             self._queue.add_after((PVC, key), plan.requeue_after)
@@ -353,7 +355,6 @@ class DatasetController:
         if plan.finished_job is not None and self.progress is not None:
             self.progress.finished(pvc, plan.finished_job)
         if started:
-            self.metrics.loads_started.inc()
             await self.api.event(
                 pvc_ref(pvc),
                 "Normal",
