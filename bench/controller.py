@@ -1,4 +1,4 @@
-"""Dataset controller benchmarks against the Kubernetes API emulator (tests/kubeapi).
+"""Dataset controller benchmarks against the Kubernetes API emulator (tests/world/kubeapi).
 
 Three processes, so that no two of them share a GIL: the emulator, the controller
 (DatasetController, leader election off), and this one, which writes PVCs and watches Jobs.
@@ -185,9 +185,9 @@ async def seed(server: Any, count: int, with_jobs: bool, prefix: str) -> None:
     from controllers.dataset.jobspec import build_loader_job
     from gpu_admission.datasource import loader_job_name, parse_data_source
     from gpu_admission.names import PHASE_PENDING, PHASE_SUCCEEDED
-    from tests.kubeapi.resources import by_plural
-    from tests.kubeapi.server import Request
-    from tests.kubeapi.tls import ADMIN_GROUPS, ADMIN_USER
+    from tests.world.kubeapi.resources import by_plural
+    from tests.world.kubeapi.server import Request
+    from tests.world.kubeapi.tls import ADMIN_GROUPS, ADMIN_USER
 
     config = bench_config(max_loads=10, workers=1, prefix=prefix)
     names = config.names
@@ -227,9 +227,9 @@ async def seed_state(server: Any, path: Path) -> int:
     already there, are skipped. Returns how many were created."""
     import yaml
 
-    from tests.kubeapi.resources import RESOURCES
-    from tests.kubeapi.server import Request
-    from tests.kubeapi.tls import ADMIN_GROUPS, ADMIN_USER
+    from tests.world.kubeapi.resources import RESOURCES
+    from tests.world.kubeapi.server import Request
+    from tests.world.kubeapi.tls import ADMIN_GROUPS, ADMIN_USER
 
     request = Request({"username": ADMIN_USER, "groups": list(ADMIN_GROUPS)}, {})
     created = 0
@@ -250,7 +250,7 @@ async def seed_state(server: Any, path: Path) -> int:
 def run_emulator(args: argparse.Namespace) -> int:
     from kubernetes import client, config
 
-    from tests.kubeapi.runner import start_kubeapi
+    from tests.world.kubeapi.runner import start_kubeapi
 
     handle = start_kubeapi(history_size=args.history)
     if not args.gc:

@@ -1,9 +1,9 @@
 """Admission latency while the dataset controller works: does a controller burst slow the
 webhooks down?
 
-Against the Kubernetes API emulator (tests/kubeapi, seeded with examples/cluster-state.yaml), the
-webhook server answers `/mutate/pods` (the Deployment pod asking for a shared GPU, bench/data) at
-a fixed offered rate, in alternate windows with the cluster idle and while 1,000 dataset PVCs
+Against the Kubernetes API emulator (tests/world/kubeapi, seeded with examples/cluster-state.yaml),
+the webhook server answers `/mutate/pods` (the Deployment pod asking for a shared GPU, bench/data)
+at a fixed offered rate, in alternate windows with the cluster idle and while 1,000 dataset PVCs
 are written and the controller creates a loader Job for each (max_concurrent_loads raised so that
 every PVC gets its Job: the heaviest case). The figure is the p99 of every request in a burst
 window over that of every request in an idle window, pooled per run and over all runs: a single

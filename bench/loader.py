@@ -35,7 +35,7 @@ from typing import Any
 from commands.load import REMOTE, rclone_command, rclone_env
 from gpu_admission.config import DatasetConfig
 from gpu_admission.datasource import DataSource, parse_data_source
-from tests.objectstores import S3Store, dataset_files, s3_store
+from tests.world.stand_ins.objectstores import S3Store, dataset_files, s3_store
 
 BUCKET = "bench-dataset"
 PREFIX = "train"

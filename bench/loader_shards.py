@@ -53,7 +53,7 @@ from bench.loader import (
 )
 from gpu_admission.config import DatasetConfig
 from gpu_admission.datasource import parse_data_source
-from tests.objectstores import s3_store
+from tests.world.stand_ins.objectstores import s3_store
 
 SHARD_COUNTS = (1, 2, 4)
 

@@ -1,0 +1,330 @@
+"""Certificates in a TLS Secret and caBundle in the webhook configurations, through the official
+client against the API emulator; and the emulator's admission calls verifying the served
+certificate against the published caBundle across a CA rotation."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from aiohttp import web
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from certs.cabundle import MUTATING, VALIDATING, CABundleSyncer, bundle_patch
+from certs.issue import (
+    CertBundle,
+    ServingSpec,
+    issue_bundle,
+    issue_ca,
+    issue_serving,
+    renew_bundle,
+)
+from certs.reloader import CertReloader
+from certs.store import TLS_SECRET_TYPE, SecretStore
+from tests.world.kubeapi.admission import WebhookAdmission
+
+NAMESPACE = "gpu-system"
+SERVICE = "gpu-admission"
+SPEC = ServingSpec(service=SERVICE, namespace=NAMESPACE)
+TIMEOUT = 30.0
+
+
+@pytest.fixture
+def core(kube_client: client.ApiClient) -> client.CoreV1Api:
+    api = client.CoreV1Api(kube_client)
+    api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+    return api
+
+
+@pytest.fixture
+def admission_api(kube_client: client.ApiClient) -> client.AdmissionregistrationV1Api:
+    return client.AdmissionregistrationV1Api(kube_client)
+
+
+@pytest.fixture(scope="module")
+def bundle() -> CertBundle:
+    return issue_bundle(SPEC)
+
+
+# ------------------------------------------------------------------------------ Secret store
+
+
+def test_secret_store_round_trip(core: client.CoreV1Api, bundle: CertBundle) -> None:
+    store = SecretStore(core, NAMESPACE, "gpu-admission-tls")
+    assert store.load() is None
+    assert store.save(bundle) == bundle
+    secret = core.read_namespaced_secret("gpu-admission-tls", NAMESPACE)
+    assert secret.type == TLS_SECRET_TYPE
+    assert sorted(secret.data or {}) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
+    assert SecretStore(core, NAMESPACE, "gpu-admission-tls").load() == bundle
+
+
+def test_replicas_racing_to_create_agree_on_the_first_writer(
+    core: client.CoreV1Api, bundle: CertBundle
+) -> None:
+    first, second = (SecretStore(core, NAMESPACE, "tls") for _ in range(2))
+    assert first.load() is None and second.load() is None  # both see nothing and issue
+    other = issue_bundle(SPEC)
+    assert first.save(bundle) == bundle
+    assert second.save(other) == bundle  # 409 AlreadyExists: the stored one is adopted
+
+
+def test_replicas_racing_to_renew_agree_on_the_first_writer(
+    core: client.CoreV1Api, bundle: CertBundle
+) -> None:
+    first, second = (SecretStore(core, NAMESPACE, "tls") for _ in range(2))
+    first.save(bundle)
+    assert first.load() == bundle and second.load() == bundle
+    due = bundle.renew_at()
+    mine, theirs = renew_bundle(bundle, SPEC, now=due), renew_bundle(bundle, SPEC, now=due)
+    assert first.save(mine) == mine
+    assert second.save(theirs) == mine  # 409 Conflict on the stale resourceVersion
+    # The loser's resourceVersion is current again, so its next write goes through.
+    later = renew_bundle(mine, SPEC, now=mine.renew_at())
+    assert second.save(later) == later
+    assert first.load() == later
+
+
+def test_a_corrupted_secret_is_refused_naming_the_key(
+    core: client.CoreV1Api, bundle: CertBundle
+) -> None:
+    store = SecretStore(core, NAMESPACE, "tls")
+    store.save(bundle)
+    other = issue_bundle(SPEC)
+    core.patch_namespaced_secret(
+        "tls", NAMESPACE, {"data": {"tls.key": base64.b64encode(other.key_pem).decode()}}
+    )
+    with pytest.raises(Exception, match=f"Secret {NAMESPACE}/tls key tls.key does not belong"):
+        store.load()
+
+
+async def test_replicas_managing_one_secret_serve_one_certificate(core: client.CoreV1Api) -> None:
+    replicas = [CertReloader() for _ in range(3)]
+    stop = asyncio.Event()
+    tasks = [
+        asyncio.create_task(
+            r.run(SecretStore(core, NAMESPACE, "tls"), SPEC, poll_interval=0.05, stop=stop)
+        )
+        for r in replicas
+    ]
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
+        while not all(r.loaded for r in replicas):
+            assert loop.time() < deadline, "replicas did not load a certificate in time"
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), TIMEOUT)
+    stored = SecretStore(core, NAMESPACE, "tls").load()
+    assert stored is not None
+    assert {r.serial for r in replicas} == {stored.serial}
+
+
+# ------------------------------------------------------------------------------ caBundle
+
+
+def webhook(kind: str, name: str, path: str, ca_bundle: str | None = None) -> dict[str, Any]:
+    hook: dict[str, Any] = {
+        "name": name,
+        "clientConfig": {"service": {"namespace": NAMESPACE, "name": SERVICE, "path": path}},
+        "rules": [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods"],
+            }
+        ],
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": 5,
+    }
+    if ca_bundle is not None:
+        hook["clientConfig"]["caBundle"] = ca_bundle
+    return hook
+
+
+def create_configurations(
+    api: client.AdmissionregistrationV1Api, names: tuple[str, ...] = ("a", "b")
+) -> None:
+    """Both configurations, with webhooks as a fresh `kubectl apply` leaves them: no caBundle."""
+    for kind, create in (
+        (MUTATING, api.create_mutating_webhook_configuration),
+        (VALIDATING, api.create_validating_webhook_configuration),
+    ):
+        path = "/mutate/pods" if kind == MUTATING else "/validate/pods"
+        hooks = [webhook(kind, f"{n}.gpu-admission.io", path) for n in names]
+        create(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": kind,
+                "metadata": {"name": "gpu-admission"},
+                "webhooks": hooks,
+            }
+        )
+
+
+def published(api: client.AdmissionregistrationV1Api) -> list[str]:
+    configurations = [
+        api.read_mutating_webhook_configuration("gpu-admission"),
+        api.read_validating_webhook_configuration("gpu-admission"),
+    ]
+    return [
+        base64.b64decode(w.client_config.ca_bundle or "").decode()
+        for c in configurations
+        for w in c.webhooks or []
+    ]
+
+
+def test_ca_bundle_is_set_on_every_webhook_and_only_written_when_it_differs(
+    kubeapi, admission_api: client.AdmissionregistrationV1Api, bundle: CertBundle
+) -> None:
+    create_configurations(admission_api)
+    syncer = CABundleSyncer(admission_api)
+    first = syncer.sync(bundle.ca_bundle_pem)
+    assert first.updated == [MUTATING, VALIDATING] and first.complete
+    assert published(admission_api) == [bundle.ca_bundle_pem.decode()] * 4
+
+    kubeapi.faults.reset_counts()
+    again = syncer.sync(bundle.ca_bundle_pem)
+    assert again.unchanged == [MUTATING, VALIDATING]
+    assert kubeapi.faults.request_count("PATCH") == 0
+    assert kubeapi.faults.request_count("PUT") == 0
+
+    rotated = renew_bundle(bundle, SPEC, now=bundle.ca_renew_at())
+    assert syncer.sync(rotated.ca_bundle_pem).updated == [MUTATING, VALIDATING]
+    assert published(admission_api) == [(rotated.ca_cert_pem + bundle.ca_cert_pem).decode()] * 4
+
+
+def test_missing_configurations_are_reported_then_filled_in_later(
+    admission_api: client.AdmissionregistrationV1Api, bundle: CertBundle
+) -> None:
+    syncer = CABundleSyncer(admission_api)
+    result = syncer.sync(bundle.ca_bundle_pem)
+    assert result.missing == [MUTATING, VALIDATING] and not result.complete
+    create_configurations(admission_api)
+    assert syncer.sync(bundle.ca_bundle_pem).updated == [MUTATING, VALIDATING]
+
+
+async def test_the_sync_loop_restores_a_bundle_that_was_reset(
+    admission_api: client.AdmissionregistrationV1Api, bundle: CertBundle
+) -> None:
+    syncer = CABundleSyncer(admission_api)
+    stop = asyncio.Event()
+    task = asyncio.create_task(syncer.run(lambda: bundle, interval=0.05, stop=stop))
+    try:
+        # Created after the loop started, as when the manifests are applied after the service.
+        await asyncio.to_thread(create_configurations, admission_api)
+        wanted = [bundle.ca_bundle_pem.decode()] * 4
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
+        while await asyncio.to_thread(published, admission_api) != wanted:
+            assert loop.time() < deadline, "caBundle was not published in time"
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, TIMEOUT)
+
+
+def test_a_patch_computed_before_the_webhooks_changed_does_not_apply(
+    admission_api: client.AdmissionregistrationV1Api, bundle: CertBundle
+) -> None:
+    create_configurations(admission_api)
+    before = admission_api.read_validating_webhook_configuration("gpu-admission")
+    operations = bundle_patch(before.webhooks or [], "c3RhbGU=")
+    # Someone reorders the webhooks between the read and the patch.
+    reordered = admission_api.read_validating_webhook_configuration("gpu-admission")
+    reordered.webhooks = list(reversed(reordered.webhooks or []))
+    admission_api.replace_validating_webhook_configuration("gpu-admission", reordered)
+    with pytest.raises(ApiException) as caught:
+        admission_api.patch_validating_webhook_configuration("gpu-admission", operations)
+    assert caught.value.status == 422
+    # sync re-reads and patches the webhooks where they are now.
+    CABundleSyncer(admission_api).sync(bundle.ca_bundle_pem)
+    assert set(published(admission_api)) == {bundle.ca_bundle_pem.decode()}
+
+
+# ------------------------------------------------------------------------------ end to end
+
+
+@pytest.fixture
+async def webhook_server(kubeapi) -> AsyncIterator[CertReloader]:
+    """An HTTPS webhook that allows everything, registered with the emulator as the Service."""
+    reloader = CertReloader()
+
+    async def allow(request: web.Request) -> web.Response:
+        review = await request.json()
+        answer = {"uid": review["request"]["uid"], "allowed": True}
+        return web.json_response({**review, "response": answer})
+
+    app = web.Application()
+    app.router.add_post("/validate/pods", allow)
+    app.router.add_post("/mutate/pods", allow)
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=reloader.context)
+    await site.start()
+    address = f"127.0.0.1:{runner.addresses[0][1]}"
+    kubeapi.server.admission = WebhookAdmission(
+        kubeapi.server.list_objects, {(NAMESPACE, SERVICE): address}
+    )
+    try:
+        yield reloader
+    finally:
+        kubeapi.server.admission = None
+        await runner.cleanup()
+
+
+def create_pod(core: client.CoreV1Api, name: str) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+    }
+    core.create_namespaced_pod(NAMESPACE, pod)
+
+
+async def test_api_server_keeps_trusting_the_service_across_a_ca_rotation(
+    core: client.CoreV1Api,
+    admission_api: client.AdmissionregistrationV1Api,
+    webhook_server: CertReloader,
+) -> None:
+    syncer = CABundleSyncer(admission_api)
+    await asyncio.to_thread(create_configurations, admission_api, ("only",))
+    # A CA two days into a three-day life (past its renewal point) with a fresh serving cert.
+    spec = ServingSpec(
+        service=SERVICE,
+        namespace=NAMESPACE,
+        validity=timedelta(days=1),
+        ca_validity=timedelta(days=3),
+    )
+    ca_cert, ca_key = issue_ca(validity=spec.ca_validity, now=datetime.now(UTC) - timedelta(days=2))
+    first = CertBundle(ca_cert, ca_key, *issue_serving(ca_cert, ca_key, spec))
+    await syncer.publish(first)
+    webhook_server.reload(first)
+    await asyncio.to_thread(create_pod, core, "before-rotation")
+
+    # Serving a certificate from a CA that was not published: the API server refuses it.
+    webhook_server.reload(issue_bundle(SPEC))
+    with pytest.raises(ApiException) as caught:
+        await asyncio.to_thread(create_pod, core, "untrusted")
+    assert "x509: certificate signed by unknown authority" in str(caught.value.body)
+    webhook_server.reload(first)
+
+    # The watcher's order: publish both CAs, then serve the certificate from the new CA.
+    rotated = renew_bundle(first, spec)
+    assert rotated.ca_cert_pem != first.ca_cert_pem
+    await syncer.publish(rotated)
+    # A replica still serving the old certificate is trusted during the overlap...
+    await asyncio.to_thread(create_pod, core, "overlap-old-certificate")
+    webhook_server.reload(rotated)
+    # ...and so is the new certificate.
+    await asyncio.to_thread(create_pod, core, "after-rotation")

@@ -1,0 +1,106 @@
+"""What the dataset controller asks of the API server: the fewest calls per PVC, no reads before
+writes, and work for a namespace being deleted dropped instead of retried."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from controllers.dataset import DatasetController
+from tests.e2e.datasets import NS, create_pvc, eventually, jobs, make_config, start
+from tests.world.kubelet.node import FakeKubelet
+from tests.world.stand_ins.objectstores import S3Store, dataset_files, s3_store
+
+PVCS = r"/namespaces/ml/persistentvolumeclaims"
+
+
+@pytest.fixture
+def core(kube_client: client.ApiClient) -> client.CoreV1Api:
+    api = client.CoreV1Api(kube_client)
+    for name in (NS, "gpu-admission", "doomed"):
+        api.create_namespace({"metadata": {"name": name}})
+    return api
+
+
+@pytest.fixture(scope="module")
+def s3() -> S3Store:
+    with s3_store() as store:
+        yield store
+
+
+@pytest.fixture
+async def controllers(kube_client: client.ApiClient):
+    started: list[DatasetController] = []
+    yield started
+    for controller in started:
+        await controller.stop()
+
+
+async def test_a_load_costs_one_job_status_writes_and_two_events_and_no_reads(
+    kubeapi, kube_client, core, s3, tmp_path: Path, controllers
+) -> None:
+    s3.put("counted", dataset_files(files=5, large_bytes=0), public=True)
+    controller = await start(controllers, kube_client, make_config(s3.endpoint))
+    listed: list[str] = []
+    real_list = controller.api.list_job_pods
+
+    async def list_job_pods(namespace: str, job: str, label: str) -> list:
+        listed.append(job)
+        return await real_list(namespace, job, label)
+
+    controller.api.list_job_pods = list_job_pods  # type: ignore[method-assign]
+    node = FakeKubelet(kube_client, pvc_base_dir=tmp_path / "pvcs").start()
+    try:
+        kubeapi.faults.reset_counts()
+        create_pvc(core, "counted", "s3://counted")
+        # Watched through the controller's own cache: the test makes no reads of its own.
+        await asyncio.wait_for(controller.leading.wait(), 30)
+        assert controller.pvcs is not None
+        await eventually(
+            lambda: (pvc := controller.pvcs.get(f"{NS}/counted")) and pvc.phase == "Succeeded",
+            what="the load to succeed",
+        )
+        events = await eventually(
+            lambda: kubeapi.faults.request_count("POST", r"/namespaces/ml/events$") >= 2,
+            what="the LoadSucceeded event",
+        )
+        assert events
+    finally:
+        node.stop()
+    count = kubeapi.faults.request_count
+    assert count("POST", r"/namespaces/ml/jobs$") == 1
+    # Pending, Loading, Succeeded: each one status write with condition and annotations.
+    writes = count("PATCH", rf"{PVCS}/counted/status$")
+    assert 1 <= writes <= 3, f"{writes} status writes"
+    assert count("PATCH", rf"{PVCS}/counted$") == 0  # no separate annotation write
+    assert count("GET", rf"{PVCS}/counted$") == 0  # nothing read before writing
+    assert count("POST", r"/namespaces/ml/events$") == 2  # LoadStarted, LoadSucceeded
+    # The summary came from the loader pod informer, not from a LIST per finished load (the
+    # fake kubelet's Job controller lists pods itself, so the emulator's counts cannot tell).
+    assert listed == []
+
+
+async def test_a_terminating_namespace_is_dropped_and_does_not_hold_up_others(
+    kubeapi, kube_client, core, s3, controllers, caplog
+) -> None:
+    caplog.set_level(logging.INFO, logger="controllers.dataset.controller")
+    kubeapi.server.pause_gc()  # the namespace controller is slow: its PVCs stay a while
+    for i in range(30):
+        create_pvc(core, f"d{i}", f"s3://doomed-{i}", namespace="doomed")
+    core.delete_namespace("doomed")  # terminating: nothing new may be created in it
+    create_pvc(core, "wanted", "s3://wanted-data")
+    kubeapi.faults.reset_counts()
+    await start(controllers, kube_client, make_config(s3.endpoint, max_concurrent_loads=100))
+    await eventually(
+        lambda: any(j["metadata"]["name"].startswith("dl-wanted-") for j in jobs(kube_client)),
+        what="the other namespace's Job",
+    )
+    await asyncio.sleep(1.0)  # time enough for retries, were there any (backoff 0.05 s)
+    attempts = kubeapi.faults.request_count("POST", r"/namespaces/doomed/jobs$")
+    assert attempts <= 30  # each tried at most once, never retried
+    said = [r for r in caplog.records if "namespace doomed is being deleted" in r.getMessage()]
+    assert len(said) == 1

@@ -1,0 +1,158 @@
+"""The dataset cache's pure parts: which snapshot a new PVC is cloned from (admission), the cache
+key, the snapshot class, and how many snapshots per source are kept."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from controllers.dataset.snapshots import SnapshotKeeper, choose_class, snapshot_name
+from gpu_admission.cluster.snapshots import SnapshotInfo, cache_key
+from gpu_admission.cluster.view import StaticClusterView
+from gpu_admission.config import Config
+from tests.controllers.test_dataset_units import PVC
+from tests.webhooks.policy_helpers import mutate_twice
+from webhooks.policies.dataset_cache import choose_snapshot, policies
+
+CONFIG = Config()
+NAMES = CONFIG.names
+SOURCE = "s3://ml-datasets/imagenet"
+KEY = cache_key(SOURCE, None)
+
+
+def snap(name: str, created: str, **fields: Any) -> SnapshotInfo:
+    values: dict[str, Any] = dict(
+        namespace="ml",
+        name=name,
+        key=KEY,
+        ready=True,
+        restore_size="100Gi",
+        storage_class="cephfs",
+        created=created,
+    )
+    values.update(fields)
+    return SnapshotInfo(**values)
+
+
+def pvc(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": "new",
+            "namespace": "ml",
+            "annotations": {NAMES.data_source: SOURCE, **spec.pop("annotations", {})},
+        },
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "cephfs",
+            "resources": {"requests": {"storage": "200Gi"}},
+            **spec,
+        },
+    }
+
+
+def test_cache_key_separates_credentials() -> None:
+    assert cache_key(SOURCE, None) == cache_key(SOURCE, "")
+    assert cache_key(SOURCE, "team-a") != cache_key(SOURCE, "team-b") != cache_key(SOURCE, None)
+    assert cache_key(SOURCE, None) != cache_key(SOURCE + "/x", None)
+
+
+def test_choose_snapshot_takes_the_newest_usable_one() -> None:
+    old, new = snap("old", "2026-11-01T00:00:00Z"), snap("new", "2026-11-20T00:00:00Z")
+    assert choose_snapshot([old, new], "cephfs", "200Gi") == new
+    assert choose_snapshot([old, replace(new, ready=False)], "cephfs", "200Gi") == old
+    assert choose_snapshot([old, new], "other-class", "200Gi") is None
+    assert choose_snapshot([old, new], "cephfs", "50Gi") is None  # the restore would not fit
+    assert choose_snapshot([replace(new, restore_size="")], "cephfs", "200Gi") is None
+
+
+def test_a_new_dataset_pvc_is_cloned_from_the_newest_ready_snapshot() -> None:
+    view = StaticClusterView(snapshots=[snap("ds-a", "2026-11-01T00:00:00Z")])
+    _, warnings, verdict, patched = mutate_twice(policies(CONFIG), pvc(), view)
+    assert verdict is None
+    ref = {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "ds-a"}
+    assert patched["spec"]["dataSourceRef"] == ref == patched["spec"]["dataSource"]
+    assert patched["metadata"]["annotations"][NAMES.data_cloned_from] == "ds-a"
+    assert "starts as a clone of VolumeSnapshot ds-a" in warnings[0]
+    assert 'gpu-admission.io/data-cache: "false"' in warnings[0]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"annotations": {"gpu-admission.io/data-cache": "false"}},  # opted out
+        {"annotations": {"gpu-admission.io/data-credentials": "team-b"}},  # other credentials
+        {"dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "mine"}},  # user's choice
+        {"storageClassName": None},
+    ],
+)
+def test_no_clone(changes: dict[str, Any]) -> None:
+    view = StaticClusterView(snapshots=[snap("ds-a", "2026-11-01T00:00:00Z")])
+    ops, warnings, _, _ = mutate_twice(policies(CONFIG), pvc(**changes), view)
+    assert ops == [] and warnings == []
+
+
+def test_updates_are_never_cloned_and_the_cache_can_be_switched_off() -> None:
+    view = StaticClusterView(snapshots=[snap("ds-a", "2026-11-01T00:00:00Z")])
+    ops, _, _, _ = mutate_twice(policies(CONFIG), pvc(), view, operation="UPDATE")
+    assert ops == []
+    off = Config.model_validate({"dataset": {"cache": {"enabled": False}}})
+    assert policies(off) == []
+
+
+def test_snapshot_names_follow_the_load() -> None:
+    assert snapshot_name("dl-imagenet-0123456789") == "ds-imagenet-0123456789"
+
+
+def snapshot_class(name: str, driver: str, default: bool = False) -> dict[str, Any]:
+    annotations = {"snapshot.storage.kubernetes.io/is-default-class": "true"} if default else {}
+    return {"metadata": {"name": name, "annotations": annotations}, "driver": driver}
+
+
+def test_snapshot_class_is_the_drivers_default_or_its_only_one() -> None:
+    classes = [
+        snapshot_class("a", "d1"),
+        snapshot_class("b", "d2"),
+        snapshot_class("c", "d2", True),
+    ]
+    assert choose_class(classes, "d1") == "a"
+    assert choose_class(classes, "d2") == "c"
+    assert choose_class(classes, "d3") is None
+    assert choose_class([snapshot_class("x", "d"), snapshot_class("y", "d")], "d") is None
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    async def delete_snapshot(self, namespace: str, name: str) -> None:
+        self.deleted.append(name)
+
+
+class FakeInformer:
+    def __init__(self, records: list[SnapshotInfo]) -> None:
+        self.records = records
+
+    def values(self) -> list[SnapshotInfo]:
+        return self.records
+
+
+async def test_only_the_newest_snapshots_of_a_key_are_kept() -> None:
+    loaded = replace(PVC, source=SOURCE)
+    keeper = SnapshotKeeper.__new__(SnapshotKeeper)
+    keeper.api = FakeApi()  # type: ignore[assignment]
+    keeper.settings = CONFIG.dataset.cache  # keep_per_source: 2
+    keeper.informer = FakeInformer(  # type: ignore[assignment]
+        [
+            snap("ds-1", "2026-11-01T00:00:00Z"),
+            snap("ds-2", "2026-11-02T00:00:00Z"),
+            snap("ds-3", "2026-11-03T00:00:00Z"),
+            snap("other-key", "2026-10-01T00:00:00Z", key="x"),
+            snap("other-ns", "2026-10-01T00:00:00Z", namespace="prod"),
+        ]
+    )
+    await keeper._prune(loaded, "ds-4")
+    assert keeper.api.deleted == ["ds-2", "ds-1"]  # ds-4 (new) and ds-3 stay

@@ -1,0 +1,122 @@
+"""Failed loads end to end: a transient failure (the object store briefly unreachable) recovers
+by itself through the loader Job's own retries; a permanent one (no such bucket) is not retried,
+and `data-load-retry` loads the same source again once the cause is fixed."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from kubernetes import client
+
+from controllers.dataset import DatasetController
+from tests.e2e.datasets import (
+    NS,
+    PREFIX,
+    create_pvc,
+    eventually,
+    jobs,
+    make_config,
+    read_pvc,
+    start,
+    wait_phase,
+)
+from tests.world.stand_ins.holding_proxy import HoldingProxy
+from tests.world.stand_ins.objectstores import S3Store, dataset_files, tree
+
+FILES = dataset_files(files=30, large_bytes=0)
+# rclone gives up on a refused connection at once instead of retrying it for seconds.
+FAST_FAILING = {"RCLONE_RETRIES": "1", "RCLONE_LOW_LEVEL_RETRIES": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def condition_message(core: client.CoreV1Api, name: str) -> str:
+    conditions = read_pvc(core, name)["status"].get("conditions") or [{}]
+    return str(conditions[0].get("message", ""))
+
+
+def failed_pods(core: client.CoreV1Api) -> int:
+    pods = core.list_namespaced_pod(NS, label_selector=f"{PREFIX}data-load=true").items
+    return sum(1 for p in pods if p.status.phase == "Failed")
+
+
+async def test_a_briefly_unreachable_store_recovers_by_itself(
+    kube_client: client.ApiClient,
+    core: client.CoreV1Api,
+    kubelet: Any,
+    s3: S3Store,
+    controllers: list[DatasetController],
+) -> None:
+    s3.put("comes-back", FILES, public=True)
+    port = free_port()  # nothing listens there yet: connections are refused
+    config = make_config(f"http://127.0.0.1:{port}", backoff_limit=20)
+    env = {**config.dataset.loader_env, **FAST_FAILING}
+    config = config.model_copy(
+        update={"dataset": config.dataset.model_copy(update={"loader_env": env})}
+    )
+    await start(controllers, kube_client, config)
+    create_pvc(core, "flaky-store", "s3://comes-back")
+    await eventually(lambda: failed_pods(core) >= 1, what="a first attempt to fail")
+    retrying = await eventually(
+        lambda: (
+            "transient failure" in condition_message(core, "flaky-store")
+            and read_pvc(core, "flaky-store")
+        ),
+        what="the PVC to say it is retrying",
+    )
+    assert retrying["metadata"]["annotations"][f"{PREFIX}data-load-phase"] == "Loading"
+    proxy = HoldingProxy(s3.endpoint)  # the store comes back on the same address
+    await proxy.start(port)
+    try:
+        await wait_phase(core, "flaky-store", "Succeeded")
+    finally:
+        await proxy.stop()
+    assert tree(kubelet.pvc_dir(NS, "flaky-store")) == FILES
+    [job] = jobs(kube_client)  # one load: the Job itself retried
+    assert job["status"]["failed"] >= 1 and job["status"]["succeeded"] == 1
+
+
+async def test_a_permanent_failure_is_not_retried_until_asked(
+    kube_client: client.ApiClient,
+    core: client.CoreV1Api,
+    kubelet: Any,
+    s3: S3Store,
+    controllers: list[DatasetController],
+) -> None:
+    await start(controllers, kube_client, make_config(s3.endpoint, backoff_limit=5))
+    create_pvc(core, "later", "s3://not-there-yet")
+    pvc = await wait_phase(core, "later", "Failed")
+    message = pvc["status"]["conditions"][0]["message"]
+    assert "the source was not found" in message and "so it was not retried" in message
+    [first] = jobs(kube_client)
+    assert first["status"]["failed"] == 1  # not 6: the backoff limit was never used
+
+    # The cause is fixed; the user asks for the same source again.
+    s3.put("not-there-yet", FILES, public=True)
+    core.patch_namespaced_persistent_volume_claim(
+        "later", NS, {"metadata": {"annotations": {f"{PREFIX}data-load-retry": "1"}}}
+    )
+    job_key = f"{PREFIX}data-load-job"
+    await eventually(
+        lambda: (
+            read_pvc(core, "later")["metadata"]["annotations"][job_key] != first["metadata"]["name"]
+        ),
+        what="the new load to be recorded",
+    )
+    pvc = await wait_phase(core, "later", "Succeeded")
+    assert tree(kubelet.pvc_dir(NS, "later")) == FILES
+    names = {j["metadata"]["name"] for j in jobs(kube_client)}
+    assert len(names) == 2 and pvc["metadata"]["annotations"][f"{PREFIX}data-load-job"] in names
+    # The same value again changes nothing: no third load.
+    core.patch_namespaced_persistent_volume_claim(
+        "later", NS, {"metadata": {"annotations": {f"{PREFIX}data-load-retry": "1"}}}
+    )
+    assert read_pvc(core, "later")["metadata"]["annotations"][f"{PREFIX}data-load-phase"] == (
+        "Succeeded"
+    )
+    assert len(jobs(kube_client)) == 2

@@ -1,0 +1,233 @@
+"""Sharded loads end to end: the controller, the emulator's Indexed Jobs, the fake kubelet running
+real `gpu-admission load` shards with real rclone against moto, and progress read from the
+loader pods' logs through `pods/log`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from controllers.dataset import DatasetController
+from gpu_admission.config import Config
+from tests.e2e.datasets import (
+    NS,
+    PREFIX,
+    eventually,
+    jobs,
+    make_config,
+    read_pvc,
+    start,
+    wait_phase,
+)
+from tests.world.harness import KUBECTL
+from tests.world.kubeapi.runner import KubeAPIHandle
+from tests.world.stand_ins.holding_proxy import HoldingProxy, holding_proxy
+from tests.world.stand_ins.objectstores import S3Store, dataset_files, tree
+
+# A few hundred small objects and one much larger.
+FILES = dataset_files(files=300, large_bytes=12 * 1024 * 1024)
+PROGRESS = f"{PREFIX}data-load-progress"
+
+
+def sharded_config(endpoint: str, **dataset: Any) -> Config:
+    config = make_config(endpoint, progress_interval_seconds=0.3, **dataset)
+    env = {**config.dataset.loader_env, "RCLONE_DISABLE_HTTP_KEEP_ALIVES": "true"}
+    return config.model_copy(
+        update={"dataset": config.dataset.model_copy(update={"loader_env": env})}
+    )
+
+
+def create_sharded_pvc(core: client.CoreV1Api, name: str, source: str, shards: int) -> None:
+    body = {
+        "metadata": {
+            "name": name,
+            "annotations": {
+                f"{PREFIX}data-source": source,
+                f"{PREFIX}data-load-parallelism": str(shards),
+            },
+            "labels": {f"{PREFIX}data-load": "true"},
+        },
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    core.create_namespaced_persistent_volume_claim(NS, body, _preload_content=False)
+
+
+def loader_pods(core: client.CoreV1Api) -> list[dict[str, Any]]:
+    response = core.list_namespaced_pod(
+        NS, label_selector=f"{PREFIX}data-load=true", _preload_content=False
+    )
+    return json.loads(response.data)["items"]
+
+
+def summaries_by_shard(core: client.CoreV1Api) -> dict[int, list[dict[str, Any]]]:
+    found: dict[int, list[dict[str, Any]]] = {}
+    for pod in loader_pods(core):
+        index = int(pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
+        state = pod["status"]["containerStatuses"][0]["state"].get("terminated") or {}
+        message = state.get("message", "")
+        found.setdefault(index, []).append(json.loads(message) if message.startswith("{") else {})
+    return found
+
+
+async def test_four_shards_copy_every_object_once_and_succeed(
+    kube_client: client.ApiClient,
+    core: client.CoreV1Api,
+    kubelet: Any,
+    s3: S3Store,
+    controllers: list[DatasetController],
+) -> None:
+    s3.put("sharded-data", FILES, public=True)
+    await start(controllers, kube_client, sharded_config(s3.endpoint))
+    create_sharded_pvc(core, "big", "s3://sharded-data", 4)
+    pvc = await wait_phase(core, "big", "Succeeded")
+    assert tree(kubelet.pvc_dir(NS, "big")) == FILES
+    [job] = jobs(kube_client)
+    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 4
+    assert job["status"]["completedIndexes"] == "0-3"
+    # The loaders' own counts: one attempt per shard, and the shards' parts add up to the
+    # source with nothing copied twice.
+    shards = summaries_by_shard(core)
+    assert sorted(shards) == [0, 1, 2, 3] and all(len(a) == 1 for a in shards.values())
+    files = [shards[i][0]["files"] for i in range(4)]
+    assert sum(files) == len(FILES) and all(f > 0 for f in files)
+    assert len({shards[i][0]["listing"] for i in range(4)}) == 1
+    annotations = pvc["metadata"]["annotations"]
+    assert annotations[f"{PREFIX}data-load-files"] == str(len(FILES))
+    assert annotations[f"{PREFIX}data-load-bytes"] == str(sum(map(len, FILES.values())))
+    assert PROGRESS not in annotations and PROGRESS not in (pvc["metadata"].get("labels") or {})
+    [condition] = pvc["status"]["conditions"]
+    assert condition["message"].endswith("by 4 shards")
+
+
+async def test_a_shard_failing_once_is_retried_alone(
+    kube_client: client.ApiClient,
+    core: client.CoreV1Api,
+    kubelet: Any,
+    s3: S3Store,
+    tmp_path: Path,
+    controllers: list[DatasetController],
+) -> None:
+    files = dataset_files(files=60, large_bytes=0)
+    s3.put("flaky-shard", files, public=True)
+    marker = tmp_path / "shard-2-failed-once"
+    # Shard 2's first attempt fails before loading anything; every later one loads.
+    script = (
+        f'if [ "$JOB_COMPLETION_INDEX" = 2 ] && [ ! -e {marker} ]; then touch {marker}; '
+        'echo "network went away" >&2; exit 1; fi; exec "$0" -m commands load "$@"'
+    )
+    config = sharded_config(s3.endpoint, loader_command=["sh", "-c", script, sys.executable])
+    await start(controllers, kube_client, config)
+    create_sharded_pvc(core, "flaky", "s3://flaky-shard", 4)
+    await wait_phase(core, "flaky", "Succeeded")
+    assert tree(kubelet.pvc_dir(NS, "flaky")) == files
+    attempts = {i: len(a) for i, a in summaries_by_shard(core).items()}
+    assert attempts == {0: 1, 1: 1, 2: 2, 3: 1}
+    [job] = jobs(kube_client)
+    assert job["status"]["failed"] == 1 and job["status"]["completedIndexes"] == "0-3"
+
+
+async def test_read_write_once_pvc_asking_for_shards_is_refused(admission_cluster: Any) -> None:
+    result = admission_cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {
+                    "name": "rwo",
+                    "annotations": {
+                        f"{PREFIX}data-source": "s3://some-bucket/x",
+                        f"{PREFIX}data-load-parallelism": "4",
+                    },
+                },
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+        ),
+    )
+    assert result.returncode != 0
+    assert "denied the request" in result.stderr
+    assert "4 loader shards" in result.stderr and "ReadWriteMany" in result.stderr
+
+
+@pytest.fixture
+async def proxy(s3: S3Store) -> AsyncIterator[HoldingProxy]:
+    async with holding_proxy(s3.endpoint) as started:
+        yield started
+
+
+def kubectl_progress(kubeapi: KubeAPIHandle, name: str) -> str:
+    assert KUBECTL
+    command = [KUBECTL, "--kubeconfig", str(kubeapi.kubeconfig_path), "-n", NS, "get", "pvc"]
+    done = subprocess.run(
+        [*command, name, "-L", PROGRESS, "--no-headers"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return done.stdout.split()[-1]
+
+
+async def test_progress_advances_on_the_pvc_while_the_load_runs(
+    kube_client: client.ApiClient,
+    kubeapi: KubeAPIHandle,
+    core: client.CoreV1Api,
+    kubelet: Any,
+    s3: S3Store,
+    proxy: HoldingProxy,
+    controllers: list[DatasetController],
+) -> None:
+    s3.put("watched-data", FILES, public=True)
+    # The large object and a dozen small ones wait at the proxy; with more transfer slots than
+    # held objects, the other objects always get through meanwhile.
+    proxy.hold("watched-data", "large/")
+    proxy.hold("watched-data", "part-3/shard-6/")
+    await start(controllers, kube_client, sharded_config(proxy.endpoint, transfers=32))
+    create_sharded_pvc(core, "watched", "s3://watched-data", 2)
+
+    def progress() -> tuple[str, str, str] | None:
+        pvc = read_pvc(core, "watched")
+        label = (pvc["metadata"].get("labels") or {}).get(PROGRESS)
+        annotation = (pvc["metadata"].get("annotations") or {}).get(PROGRESS)
+        conditions = pvc["status"].get("conditions") or [{}]
+        if label and annotation and " files" in annotation:
+            return label, annotation, conditions[0].get("message", "")
+        return None
+
+    def files_done(annotation: str) -> int:
+        return int(annotation.split(", ")[1].split(" of ")[0])
+
+    total = len(FILES)
+    first = await eventually(
+        lambda: (p := progress()) and 0 < files_done(p[1]) < total and p, what="progress"
+    )
+    label, annotation, message = first
+    assert "of 2 shards done" in annotation and "%" in annotation
+    assert message.startswith("copying s3://watched-data with 2 shards: ")
+    assert message.endswith(annotation)
+    assert kubectl_progress(kubeapi, "watched") == label  # readable with kubectl get pvc -L
+    proxy.release("watched-data", "part-3/shard-6/")
+    second = await eventually(
+        lambda: (p := progress()) and files_done(p[1]) > files_done(annotation) and p,
+        what="progress to advance",
+    )
+    assert files_done(second[1]) < total  # the large object is still held: not over yet
+    assert read_pvc(core, "watched")["metadata"]["annotations"][f"{PREFIX}data-load-phase"] == (
+        "Loading"
+    )
+    proxy.release()
+    pvc = await wait_phase(core, "watched", "Succeeded")
+    assert PROGRESS not in (pvc["metadata"].get("labels") or {})
+    assert tree(kubelet.pvc_dir(NS, "watched")) == FILES

@@ -1,0 +1,167 @@
+"""The kustomize base and the cert-manager overlay render, and say what the install promises."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import ROOT
+
+KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or "kubectl"
+EXEMPT = "gpu-admission.io/exempt"
+
+
+@cache
+def render(path: str) -> tuple[dict[str, Any], ...]:
+    out = subprocess.run(
+        [KUBECTL, "kustomize", str(ROOT / path)], check=True, capture_output=True, text=True
+    ).stdout
+    return tuple(doc for doc in yaml.safe_load_all(out) if doc)
+
+
+def one(docs: tuple[dict[str, Any], ...], kind: str, name: str = "gpu-admission") -> dict:
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+@pytest.fixture(params=["manifests", "manifests/overlays/cert-manager"])
+def docs(request):
+    return render(request.param)
+
+
+def test_the_namespace_is_exempt_from_the_webhooks(docs):
+    namespace = one(docs, "Namespace")
+    assert namespace["metadata"]["labels"][EXEMPT] == "true"
+
+
+def test_deployment_is_highly_available_non_root_and_read_only(docs):
+    deployment = one(docs, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 2
+    assert spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    container = spec["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+def test_webhooks_follow_the_contract(docs):
+    paths = set()
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for webhook in one(docs, kind)["webhooks"]:
+            assert webhook["sideEffects"] == "None"
+            assert webhook["admissionReviewVersions"] == ["v1"]
+            assert webhook["timeoutSeconds"] <= 5
+            assert webhook["failurePolicy"] in ("Fail", "Ignore")
+            expression = webhook["namespaceSelector"]["matchExpressions"][0]
+            assert expression == {"key": EXEMPT, "operator": "NotIn", "values": ["true"]}
+            if kind.startswith("Mutating"):
+                assert webhook["reinvocationPolicy"] == "IfNeeded"
+            paths.add(webhook["clientConfig"]["service"]["path"])
+    assert paths == {
+        "/mutate/pods",
+        "/validate/pods",
+        "/validate/secrets",
+        "/mutate/persistentvolumeclaims",
+        "/validate/persistentvolumeclaims",
+    }
+
+
+def test_mirror_pods_are_excluded_from_the_pod_mutations(docs):
+    pods = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]
+    assert "kubernetes.io/config.mirror" in pods["matchConditions"][0]["expression"]
+
+
+def test_rbac_grants_no_wildcards(docs):
+    for kind in ("ClusterRole", "Role"):
+        for rule in one(docs, kind)["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+
+
+def test_self_managed_base_publishes_its_own_ca_bundle():
+    config = yaml.safe_load(one(render("manifests"), "ConfigMap")["data"]["config.yaml"])
+    assert config["certs"]["secret_name"] == "gpu-admission-tls"
+    assert config["certs"].get("manage_ca_bundle", True) is True
+
+
+def test_cert_manager_overlay_injects_the_ca_and_mounts_its_certificate():
+    docs = render("manifests/overlays/cert-manager")
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        annotations = one(docs, kind)["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == (
+            "gpu-admission/gpu-admission-serving"
+        )
+    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    certs = next(v for v in volumes if v["name"] == "certs")
+    assert certs == {"name": "certs", "secret": {"secretName": "gpu-admission-serving"}}
+    config = yaml.safe_load(one(docs, "ConfigMap")["data"]["config.yaml"])
+    assert config["certs"]["manage_ca_bundle"] is False
+    serving = one(docs, "Certificate", "gpu-admission-serving")
+    assert "gpu-admission.gpu-admission.svc" in serving["spec"]["dnsNames"]
+
+
+def test_the_shipped_config_is_valid(docs, tmp_path):
+    from gpu_admission.config import load_config
+
+    path = tmp_path / "config.yaml"
+    path.write_text(one(docs, "ConfigMap")["data"]["config.yaml"])
+    config = load_config(path, environ={})
+    assert config.certs.service_name == one(docs, "Service")["metadata"]["name"]
+
+
+def _rules(docs: tuple[dict[str, Any], ...], account: str) -> list[dict[str, Any]]:
+    """Every rule bound to the ServiceAccount `account` (ClusterRoles and Roles)."""
+    rules = []
+    for binding in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        if any(s.get("name") == account for s in binding["subjects"]):
+            role = one(docs, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+            rules += role["rules"]
+    return rules
+
+
+def _may(rules: list[dict[str, Any]], verb: str, resource: str) -> bool:
+    return any(verb in r["verbs"] and resource in r["resources"] for r in rules)
+
+
+def test_the_controller_is_its_own_deployment_with_only_its_own_rights(docs):
+    controller = one(docs, "Deployment", "gpu-admission-controller")
+    spec = controller["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "gpu-admission-controller"
+    (container,) = spec["containers"]
+    assert container["args"][0] == "controller"
+    assert (
+        container["image"]
+        == one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    )  # one image
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    # Not behind the webhook Service, which must reach webhook pods only.
+    selector = one(docs, "Service")["spec"]["selector"]
+    labels = controller["spec"]["template"]["metadata"]["labels"]
+    assert not all(labels.get(k) == v for k, v in selector.items())
+    webhook = _rules(docs, "gpu-admission")
+    mine = _rules(docs, "gpu-admission-controller")
+    assert _may(mine, "create", "jobs") and not _may(webhook, "create", "jobs")
+    assert _may(mine, "patch", "persistentvolumeclaims/status")
+    assert not _may(webhook, "patch", "persistentvolumeclaims/status")
+    assert _may(mine, "update", "leases") and not _may(webhook, "update", "leases")
+    assert not _may(mine, "get", "secrets")  # the controller never reads a Secret
+    assert _may(mine, "get", "pods/log") and not _may(webhook, "get", "pods/log")
+    # The dataset cache: the controller takes and prunes snapshots, the webhooks only watch them.
+    assert _may(mine, "create", "volumesnapshots") and _may(mine, "delete", "volumesnapshots")
+    assert _may(webhook, "watch", "volumesnapshots")
+    assert not _may(webhook, "create", "volumesnapshots")
+    assert _may(mine, "get", "storageclasses") and _may(mine, "list", "volumesnapshotclasses")
+    log_rules = [r for r in mine if "pods/log" in r["resources"]]
+    assert all(r["verbs"] == ["get"] and r["resources"] == ["pods/log"] for r in log_rules)
+    assert _may(webhook, "update", "mutatingwebhookconfigurations")

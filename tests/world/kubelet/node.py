@@ -1,0 +1,603 @@
+"""A fake scheduler + kubelet + Job controller: a client of the emulator through the real client.
+
+    kubelet = FakeKubelet(api_client, pvc_base_dir=tmp_path / "pvcs", create_node=True)
+    kubelet.start()          # background threads; returns once its watches have listed
+    ...                      # create Jobs / Pods through the API
+    kubelet.pvc_dir("ml", "imagenet"), kubelet.logs("ml", pod_name, "main")
+    kubelet.stop()           # kills running processes and stops the watches
+
+Everything is driven by watches on Pods, Jobs and Nodes (no polling). Ungated pending pods are
+bound (``pods/binding``) to a Ready node whose labels satisfy ``nodeSelector``, then marked
+Running with the usual conditions. Job pods — and every pod with ``run_all_pods=True`` — really
+run: each container's command as a local process (see kubelet_run), init containers first, then
+the others one after another. Their exit codes become container states and the pod phase
+(Succeeded/Failed; a ``restartPolicy: Always`` pod stays Running). Pod deletion, Job deadlines
+and ``stop()`` kill the processes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import queue
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from tests.world.kubelet.env import ConfigError, build_env, command_line
+from tests.world.kubelet.jobs import (
+    CONTROLLER_UID_LABEL,
+    decide,
+    finished,
+    pod_for_job,
+    rfc3339,
+)
+from tests.world.kubelet.logs import KubeletLogServer
+from tests.world.kubelet.run import (
+    DEFAULT_TERMINATION_MESSAGE_PATH,
+    ContainerProcess,
+    MountPoints,
+    Termination,
+)
+from tests.world.kubelet.volumes import container_mounts, prepare_volumes
+from tests.world.kubelet.watch import Watcher
+
+DEFAULT_NODE = "node-1"
+HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SYNC_TIMEOUT_SECONDS = 10
+NODE_ADDRESS = "127.0.0.1"  # the kubelet's log endpoint listens on loopback
+
+
+def _now() -> str:
+    return rfc3339(dt.datetime.now(dt.UTC))
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return metadata.get("namespace", ""), metadata.get("name", "")
+
+
+def _condition(kind: str, status: str = "True", reason: str | None = None) -> dict[str, Any]:
+    condition = {
+        "type": kind,
+        "status": status,
+        "lastProbeTime": None,
+        "lastTransitionTime": _now(),
+    }
+    if reason:
+        condition["reason"] = reason
+    return condition
+
+
+class _ApiSources:
+    """Secrets and ConfigMaps read through the API for env and volumes."""
+
+    def __init__(self, core: client.CoreV1Api) -> None:
+        self._core = core
+
+    def _read(self, call: Any, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(call(name, namespace, _preload_content=False).data)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read(self._core.read_namespaced_secret, namespace, name)
+
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read(self._core.read_namespaced_config_map, namespace, name)
+
+    def token(self, pod: Mapping[str, Any], audience: str | None, seconds: int) -> str:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        body: dict[str, Any] = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "expirationSeconds": seconds,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta.get("name", ""),
+                    "uid": meta.get("uid", ""),
+                },
+            },
+        }
+        if audience:
+            body["spec"]["audiences"] = [audience]
+        try:
+            response = self._core.create_namespaced_service_account_token(
+                spec.get("serviceAccountName") or "default",
+                meta.get("namespace", ""),
+                body,
+                _preload_content=False,
+            )
+        except ApiException as error:
+            raise ConfigError(f"failed to fetch token: {error.reason}") from error
+        return str(json.loads(response.data)["status"]["token"])
+
+
+class FakeKubelet:
+    def __init__(
+        self,
+        api_client: client.ApiClient | None = None,
+        *,
+        kubeconfig: str | Path | None = None,
+        pvc_base_dir: str | Path | None = None,
+        node_name: str = DEFAULT_NODE,
+        create_node: bool = True,
+        node_labels: Mapping[str, str] | None = None,
+        run_all_pods: bool = False,
+        volume_source: Callable[[str, str, Path], None] | None = None,
+    ) -> None:
+        if api_client is None:
+            if kubeconfig is None:
+                raise ValueError("give an ApiClient or a kubeconfig path")
+            api_client = config.new_client_from_config(str(kubeconfig))
+        # Typed as Any: plain dicts go in and raw responses come out (_preload_content=False).
+        self._core: Any = client.CoreV1Api(api_client)
+        self._batch: Any = client.BatchV1Api(api_client)
+        self._sources = _ApiSources(self._core)
+        self._workdir = Path(tempfile.mkdtemp(prefix="fake-kubelet-"))
+        self._pvc_base = Path(pvc_base_dir) if pvc_base_dir else self._workdir / "pvcs"
+        self.node_name = node_name
+        self._create_node = create_node
+        self._node_labels = dict(node_labels or {})
+        self._run_all_pods = run_all_pods
+        # Fills a PVC's directory when it is first made (a provisioner restoring a snapshot).
+        self._volume_source = volume_source
+        self._volume_lock = threading.Lock()
+        self._queue: queue.Queue[tuple[str, tuple[str, str]] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self._nodes: dict[str, dict[str, Any]] = {}
+        self._runners: dict[tuple[str, str], _PodRun] = {}
+        self._started: set[str] = set()  # pod uids this kubelet has started
+        self._timers: list[threading.Timer] = []
+        self._mount_points = MountPoints()
+        self._next_ip = 10
+        self._watchers = [
+            Watcher(self._core.list_pod_for_all_namespaces, self._on_pod, "pods"),
+            Watcher(self._batch.list_job_for_all_namespaces, self._on_job, "jobs"),
+            Watcher(self._core.list_node, self._on_node, "nodes"),
+        ]
+        self._worker = threading.Thread(target=self._work, name="kubelet-worker", daemon=True)
+        self._log_server = KubeletLogServer(self._log_path)
+
+    # ------------------------------------------------------------------ lifecycle and queries
+    def start(self) -> FakeKubelet:
+        self._log_server.start()
+        if self._create_node:
+            self._ensure_node()
+        self._worker.start()
+        for watcher in self._watchers:
+            watcher.start()
+        for watcher in self._watchers:
+            if not watcher.synced.wait(SYNC_TIMEOUT_SECONDS):
+                raise TimeoutError("the kubelet's watches did not list within 10 s")
+        return self
+
+    def stop(self) -> None:
+        for watcher in self._watchers:
+            watcher.stop()
+        for timer in self._timers:
+            timer.cancel()
+        self._queue.put(None)
+        if self._worker.is_alive():
+            self._worker.join(timeout=10)
+        with self._lock:
+            runs = list(self._runners.values())
+        for run in runs:
+            run.kill()
+        for run in runs:
+            run.join()
+        self._log_server.stop()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def __enter__(self) -> FakeKubelet:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def pvc_dir(self, namespace: str, claim: str) -> Path:
+        """The host directory holding PersistentVolumeClaim ``namespace/claim``'s data."""
+        directory = self._pvc_base / namespace / claim
+        with self._volume_lock:
+            if not directory.exists():
+                directory.mkdir(parents=True)
+                if self._volume_source is not None:
+                    self._volume_source(namespace, claim, directory)
+        return directory
+
+    def logs(self, namespace: str, pod: str, container: str) -> str:
+        path = self._log_path(namespace, pod, container)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def _log_path(self, namespace: str, pod: str, container: str) -> Path:
+        return self._workdir / "logs" / namespace / pod / f"{container}.log"
+
+    # ------------------------------------------------------------------ watch handlers
+    def _on_pod(self, event: str, pod: dict[str, Any]) -> None:
+        key = _key(pod)
+        with self._lock:
+            if event == "DELETED":
+                self._pods.pop(key, None)
+            else:
+                self._pods[key] = pod
+        self._queue.put(("pod", key))
+        for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+            if owner.get("kind") == "Job" and owner.get("controller"):
+                self._queue.put(("job", (key[0], owner.get("name", ""))))
+
+    def _on_job(self, event: str, job: dict[str, Any]) -> None:
+        self._queue.put(("job", _key(job)))
+
+    def _on_node(self, event: str, node: dict[str, Any]) -> None:
+        name = (node.get("metadata") or {}).get("name", "")
+        with self._lock:
+            if event == "DELETED":
+                self._nodes.pop(name, None)
+            else:
+                self._nodes[name] = node
+            pending = [
+                k for k, p in self._pods.items() if not (p.get("spec") or {}).get("nodeName")
+            ]
+        for key in pending:
+            self._queue.put(("pod", key))
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            kind, key = item
+            try:
+                if kind == "pod":
+                    self._sync_pod(key)
+                else:
+                    self._sync_job(key)
+            except ApiException as error:
+                if error.status in (404, 409):
+                    continue  # gone or changed meanwhile: a newer event follows
+                raise
+
+    # ------------------------------------------------------------------ scheduler + kubelet
+    def _ensure_node(self) -> None:
+        labels = {
+            "kubernetes.io/hostname": self.node_name,
+            "kubernetes.io/os": "linux",
+            **self._node_labels,
+        }
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.node_name, "labels": labels},
+        }
+        try:
+            self._core.create_node(node, _preload_content=False)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        status = {
+            "conditions": [_condition("Ready", reason="KubeletReady")],
+            "addresses": [
+                {"type": "InternalIP", "address": NODE_ADDRESS},
+                {"type": "Hostname", "address": self.node_name},
+            ],
+            # Where the API server finds this kubelet for pods/log (kubelet_logs).
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self._log_server.port}},
+            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+        }
+        self._core.patch_node_status(
+            self.node_name,
+            [{"op": "add", "path": "/status", "value": status}],
+            _preload_content=False,
+        )
+
+    def _pick_node(self, pod: dict[str, Any]) -> str | None:
+        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+        with self._lock:
+            nodes = list(self._nodes.values())
+        for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+            labels = node["metadata"].get("labels") or {}
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (node.get("status") or {}).get("conditions") or []
+            )
+            schedulable = not (node.get("spec") or {}).get("unschedulable")
+            if ready and schedulable and all(labels.get(k) == v for k, v in selector.items()):
+                return str(node["metadata"]["name"])
+        return None
+
+    def _sync_pod(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            pod = self._pods.get(key)
+            run = self._runners.get(key)
+        if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            if run is not None:
+                run.kill()
+            return
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        if status.get("phase") in ("Succeeded", "Failed") or run is not None:
+            return
+        with self._lock:
+            if uid in self._started:
+                return
+        if not spec.get("nodeName"):
+            if spec.get("schedulingGates"):
+                return  # the scheduler ignores gated pods until every gate is removed
+            node = self._pick_node(pod)
+            if node is None:
+                return  # a node event will bring the pod back
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": key[1], "namespace": key[0]},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            }
+            self._core.create_namespaced_pod_binding(
+                key[1], key[0], binding, _preload_content=False
+            )
+            return  # the binding's watch event brings the pod back with its node
+        if spec.get("nodeName") != self.node_name and not self._node_exists(spec["nodeName"]):
+            return
+        self._start_pod(key, pod)
+
+    def _node_exists(self, name: str) -> bool:
+        with self._lock:
+            return name in self._nodes
+
+    def _start_pod(self, key: tuple[str, str], pod: dict[str, Any]) -> None:
+        with self._lock:
+            self._started.add(pod["metadata"].get("uid", ""))
+            self._next_ip += 1
+            pod_ip = f"10.244.0.{self._next_ip}"
+        pod.setdefault("status", {})["podIP"] = pod_ip
+        runs = self._run_all_pods or _owned_by_job(pod)
+        containers = pod["spec"].get("containers") or []
+        now = _now()
+        status = {
+            "phase": "Running",
+            "conditions": [
+                _condition("PodReadyToStartContainers"),
+                _condition("Initialized"),
+                _condition("Ready"),
+                _condition("ContainersReady"),
+                _condition("PodScheduled"),
+            ],
+            "hostIP": NODE_ADDRESS,
+            "podIP": pod_ip,
+            "podIPs": [{"ip": pod_ip}],
+            "startTime": now,
+            "containerStatuses": [
+                _container_status(c, {"running": {"startedAt": now}}) for c in containers
+            ],
+        }
+        self._write_pod_status(key, status)
+        if not runs:
+            return
+        run = _PodRun(self, key, pod, status)
+        with self._lock:
+            self._runners[key] = run
+        run.start()
+
+    def _write_pod_status(self, key: tuple[str, str], status: dict[str, Any]) -> None:
+        self._core.patch_namespaced_pod_status(
+            key[1],
+            key[0],
+            [{"op": "add", "path": "/status", "value": status}],
+            _preload_content=False,
+        )
+
+    def _run_finished(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._runners.pop(key, None)
+
+    # ------------------------------------------------------------------ Job controller
+    def _sync_job(self, key: tuple[str, str]) -> None:
+        namespace, name = key
+        try:
+            job = json.loads(
+                self._batch.read_namespaced_job(name, namespace, _preload_content=False).data
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            return
+        if finished(job):
+            return
+        selector = f"{CONTROLLER_UID_LABEL}={job['metadata']['uid']}"
+        listing = self._core.list_namespaced_pod(
+            namespace, label_selector=selector, _preload_content=False
+        )
+        pods = json.loads(listing.data).get("items") or []
+        decision = decide(job, pods, dt.datetime.now(dt.UTC))
+        for pod_name in decision.kill_active or []:
+            self._core.delete_namespaced_pod(pod_name, namespace, _preload_content=False)
+        for index, failures in decision.create_pods:
+            pod = pod_for_job(job, index, failures)
+            self._core.create_namespaced_pod(namespace, pod, _preload_content=False)
+        if decision.status != (job.get("status") or {}):
+            self._batch.patch_namespaced_job_status(
+                name,
+                namespace,
+                [{"op": "add", "path": "/status", "value": decision.status}],
+                _preload_content=False,
+            )
+        if decision.deadline is not None:
+            delay = (decision.deadline - dt.datetime.now(dt.UTC)).total_seconds()
+            timer = threading.Timer(max(delay, 0) + 0.05, self._queue.put, [("job", key)])
+            timer.daemon = True
+            self._timers.append(timer)
+            timer.start()
+
+
+def _owned_by_job(pod: Mapping[str, Any]) -> bool:
+    return any(
+        ref.get("kind") == "Job" and ref.get("controller")
+        for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
+    )
+
+
+def _container_status(container: Mapping[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    running = "running" in state
+    return {
+        "name": container["name"],
+        "image": container.get("image", ""),
+        "imageID": "",
+        "containerID": "",
+        "ready": running,
+        "started": running,
+        "restartCount": 0,
+        "state": state,
+        "lastState": {},
+    }
+
+
+def _terminated(result: Termination, started: str) -> dict[str, Any]:
+    terminated: dict[str, Any] = {
+        "exitCode": result.exit_code,
+        "reason": result.reason,
+        "startedAt": started,
+        "finishedAt": _now(),
+    }
+    if result.message:
+        terminated["message"] = result.message
+    return {"terminated": terminated}
+
+
+class _PodRun:
+    """Runs one pod's containers on a thread and reports their states."""
+
+    def __init__(
+        self, kubelet: FakeKubelet, key: tuple[str, str], pod: dict[str, Any], status: dict
+    ) -> None:
+        self._kubelet = kubelet
+        self._key = key
+        self._pod = pod
+        self._status = status
+        self._killed = threading.Event()
+        self._current: ContainerProcess | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"pod-{key[1]}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def kill(self) -> None:
+        self._killed.set()
+        with self._lock:
+            current = self._current
+        if current is not None:
+            current.kill()
+
+    def join(self) -> None:
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        try:
+            self._run_containers()
+        finally:
+            self._kubelet._run_finished(self._key)
+
+    def _run_containers(self) -> None:
+        kubelet, pod = self._kubelet, self._pod
+        pod_dir = kubelet._workdir / "pods" / self._key[0] / self._key[1]
+        spec = pod["spec"]
+        try:
+            volumes = prepare_volumes(pod, pod_dir, kubelet.pvc_dir, kubelet._sources)
+        except ConfigError as error:
+            self._waiting_all("CreateContainerConfigError", str(error))
+            return
+        init, main = spec.get("initContainers") or [], spec.get("containers") or []
+        init_statuses: list[dict[str, Any]] = []
+        exit_codes: list[int] = []
+        for index, container in enumerate([*init, *main]):
+            if self._killed.is_set():
+                return
+            result, started = self._run_one(container, volumes, pod_dir)
+            if result is None:
+                return
+            state = _terminated(result, started)
+            if index < len(init):
+                init_statuses.append(_container_status(container, state))
+                self._status["initContainerStatuses"] = init_statuses
+                if result.exit_code != 0:
+                    self._finish("Failed")
+                    return
+            else:
+                self._status["containerStatuses"][index - len(init)] = _container_status(
+                    container, state
+                )
+                exit_codes.append(result.exit_code)
+            self._write()
+        if spec.get("restartPolicy", "Always") == "Always":
+            return  # would be restarted forever; the pod stays Running
+        self._finish("Succeeded" if all(code == 0 for code in exit_codes) else "Failed")
+
+    def _run_one(
+        self, container: Mapping[str, Any], volumes: dict, pod_dir: Path
+    ) -> tuple[Termination | None, str]:
+        kubelet, pod = self._kubelet, self._pod
+        started = _now()
+        try:
+            env = {"PATH": HOST_PATH, "HOSTNAME": self._key[1]}
+            env.update(build_env(pod, container, kubelet._sources))
+            argv = command_line(container, env)
+        except ConfigError as error:
+            self._waiting_all("CreateContainerConfigError", str(error))
+            return None, started
+        log_path = kubelet._log_path(self._key[0], self._key[1], container["name"])
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        termination_file = pod_dir / "termination" / container["name"]
+        termination_file.parent.mkdir(parents=True, exist_ok=True)
+        process = ContainerProcess(kubelet._mount_points)
+        with self._lock:
+            self._current = process
+        if self._killed.is_set():
+            return None, started
+        result = process.run(
+            argv,
+            env,
+            container_mounts(container, volumes),
+            container.get("workingDir"),
+            termination_file,
+            container.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH,
+            container.get("terminationMessagePolicy") == "FallbackToLogsOnError",
+            log_path,
+        )
+        if self._killed.is_set():
+            return None, started
+        return result, started
+
+    def _waiting_all(self, reason: str, message: str) -> None:
+        waiting = {"waiting": {"reason": reason, "message": message}}
+        self._status["containerStatuses"] = [
+            _container_status(c, waiting) for c in self._pod["spec"].get("containers") or []
+        ]
+        self._status["phase"] = "Pending"
+        self._write()
+
+    def _finish(self, phase: str) -> None:
+        self._status["phase"] = phase
+        for condition in self._status["conditions"]:
+            if condition["type"] in ("Ready", "ContainersReady"):
+                condition.update(status="False", reason="PodCompleted")
+        self._write()
+
+    def _write(self) -> None:
+        try:
+            self._kubelet._write_pod_status(self._key, self._status)
+        except ApiException as error:
+            if error.status != 404:
+                raise
