@@ -50,6 +50,7 @@ class ControllerProcess:
         self.draining = False
         self._runner: web.AppRunner | None = None
         self._freezer: asyncio.Task[None] | None = None
+        self.metrics.watch_readiness(self.readiness)
 
     def readiness(self) -> list[str]:
         return ([SHUTTING_DOWN] if self.draining else []) + self.controller.readiness()

@@ -20,6 +20,7 @@ from commands.controller import run_controller
 from commands.load import add_load_parser
 from commands.review import add_review_parser
 from commands.serve import serve
+from gpu_admission import __version__
 from gpu_admission.cluster.kube import ClusterConfigError, api_client
 from gpu_admission.config import Config, ConfigError, load_config
 from gpu_admission.logging_setup import LOG_FORMATS, LOG_LEVELS, setup_logging
@@ -163,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Admission webhooks and a dataset-loading controller for Kubernetes GPU "
         "clusters.",
     )
+    parser.add_argument("--version", action="version", version=f"gpu-admission {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_parser(subparsers)
     add_controller_parser(subparsers)

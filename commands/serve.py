@@ -28,7 +28,7 @@ from gpu_admission.cluster.view import ClusterView, MissResolver, StaticClusterV
 from gpu_admission.config import Config
 from gpu_admission.heap import freeze_long_lived
 from gpu_admission.http_probes import create_metrics_app
-from gpu_admission.metrics import Metrics
+from gpu_admission.metrics import NOT_KNOWN, Metrics
 from gpu_admission.stop_signals import stop_signals
 from webhooks.policy import PolicySet
 from webhooks.registry import build_policy_set
@@ -107,6 +107,16 @@ class AdmissionServer:
         self._started: list[BackgroundService] = []
         self._webhook_runner: web.AppRunner | None = None
         self._metrics_runner: web.AppRunner | None = None
+        self.metrics.watch_readiness(self.readiness)
+        self.metrics.gauge_of(
+            "serving_certificate_expiry_timestamp_seconds",
+            "When the serving certificate now loaded expires (Unix time); NaN before one is",
+            self._certificate_expiry,
+        )
+
+    def _certificate_expiry(self) -> float:
+        current = self.certificates.reloader.current
+        return current.not_after.timestamp() if current is not None else NOT_KNOWN
 
     # -- readiness ----------------------------------------------------------------------------
 

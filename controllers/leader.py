@@ -26,6 +26,7 @@ from controllers.api import write
 from gpu_admission.cluster.informer import describe_error
 from gpu_admission.metrics import Metrics
 from gpu_admission.quiet_log import QuietLog
+from gpu_admission.reachability import unreachable_reason
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,9 @@ def lease_trouble(namespace: str, name: str, error: BaseException) -> str:
                 f"{where}: {describe_error(error)}; grant get, create and update on leases in "
                 f"namespace {namespace} to the controller's ServiceAccount"
             )
+    unreachable = unreachable_reason(error)
+    if unreachable is not None:  # short and stable, so a flapping connection is said once
+        return f"{where}: cannot be read or written ({unreachable}); retrying"
     return f"{where}: cannot be read or written: {describe_error(error)}; retrying"
 
 

@@ -203,6 +203,8 @@ class DatasetConfig(_Model):
     # How often a running load's progress is read (one pods/log per running loader pod) and
     # written to its PVC (at most one status write); also the loader's stats interval.
     progress_interval_seconds: Annotated[float, Field(gt=0, le=30)] = 20.0
+    # Exported as a metric so the DatasetLoadStuck alert reads it: no threshold in the rules.
+    load_stuck_after_seconds: Annotated[float, Field(gt=0)] = 2 * 3600.0
     cache: DatasetCacheConfig = DatasetCacheConfig()
 
     @model_validator(mode="after")

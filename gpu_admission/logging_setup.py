@@ -53,6 +53,24 @@ class TextFormatter(logging.Formatter):
         return f"{head} {pairs}{sep}{tail}"
 
 
+class ClientRetriesAtDebug(logging.Filter):
+    """urllib3 warns on every retry of every request while the API server is away ("Retrying
+    (Retry(total=2, ...)) after connection broken by ...", 500+ characters, several a second with
+    a few informers). The process says the outage itself, once when it begins and once when it
+    ends (gpu_admission/reachability.py), so these records become DEBUG: seen only when asked for.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and str(record.msg).startswith("Retrying"):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
+# The logger urllib3's connection pools retry on (urllib3/connectionpool.py `log.warning`).
+URLLIB3_RETRY_LOGGER = "urllib3.connectionpool"
+
+
 def setup_logging(level: str = "info", fmt: str = "json", stream: TextIO | None = None) -> None:
     """Send every logger's records to `stream` (stderr by default) in the chosen format."""
     if fmt not in LOG_FORMATS:
@@ -69,3 +87,6 @@ def setup_logging(level: str = "info", fmt: str = "json", stream: TextIO | None 
     # The kubernetes client logs every request body at DEBUG; bodies may hold Secret data.
     logging.getLogger("kubernetes").setLevel(max(root.level, logging.INFO))
     logging.getLogger("urllib3").setLevel(max(root.level, logging.INFO))
+    retries = logging.getLogger(URLLIB3_RETRY_LOGGER)
+    if not any(isinstance(f, ClientRetriesAtDebug) for f in retries.filters):
+        retries.addFilter(ClientRetriesAtDebug())

@@ -8,8 +8,10 @@ names get the `gpu_admission_` prefix.
 
 from __future__ import annotations
 
+import math
+import platform
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
 
 from prometheus_client import (
@@ -18,6 +20,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
     disable_created_metrics,
     generate_latest,
 )
@@ -26,6 +29,8 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.utils import floatToGoString
+
+from gpu_admission import __version__
 
 METRIC_PREFIX = "gpu_admission"
 EXPOSITION_CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -49,6 +54,8 @@ LATENCY_BUCKETS = (
     5.0,
 )
 
+NOT_KNOWN = math.nan  # a gauge with nothing to report yet: no alert compares true on it
+
 VERDICT_ALLOWED = "allowed"
 VERDICT_DENIED = "denied"
 VERDICT_ERROR = "error"  # no policy decision: a bad request or a policy that failed
@@ -67,6 +74,12 @@ class Metrics:
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
             GCCollector(registry=self.registry)
+        # Which build answers, for dashboards and for alerts during a rollout.
+        Info(
+            f"{METRIC_PREFIX}_build",
+            "The running gpu-admission: its version and the Python that runs it.",
+            registry=self.registry,
+        ).info({"version": __version__, "python": platform.python_version()})
 
     def counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
         return Counter(
@@ -89,6 +102,20 @@ class Metrics:
             list(labels),
             buckets=buckets,
             registry=self.registry,
+        )
+
+    def gauge_of(self, name: str, documentation: str, read: Callable[[], float]) -> None:
+        """A gauge read when scraped: `read` runs on the scraping thread and must not block."""
+        self.gauge(name, documentation).set_function(read)
+
+    def watch_readiness(self, readiness: Callable[[], list[str]]) -> None:
+        """`gpu_admission_ready`: 1 while `readiness` names nothing missing (as /readyz answers
+        200), else 0; the alert on lost readiness reads it."""
+        self.gauge_of(
+            "ready",
+            "1 while this process is ready (/readyz answers 200: caches synced, certificates "
+            "loaded, not shutting down), else 0",
+            lambda: 0.0 if readiness() else 1.0,
         )
 
     def exposition(self) -> bytes:

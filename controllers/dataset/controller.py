@@ -32,6 +32,7 @@ from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
 
 from controllers.dataset.decide import Plan, decide
 from controllers.dataset.gates import WaitingPods
+from controllers.dataset.load_gauges import LoadStateCollector
 from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.progress import ProgressReader
 from controllers.dataset.recorder import LoadRecorder, pvc_ref
@@ -108,6 +109,14 @@ class DatasetController:
         self._failures = QuietLog(log)
         self._elector: LeaderElector | None = None
         self.leading = asyncio.Event()
+        self.registry.registry.register(
+            LoadStateCollector(self._cached_pvcs, config.dataset.load_stuck_after_seconds)
+        )
+
+    def _cached_pvcs(self) -> list[PvcRecord]:
+        """The dataset PVCs as the leader's cache holds them; none on a standby."""
+        pvcs = self.pvcs
+        return pvcs.values() if pvcs is not None and self.leading.is_set() else []
 
     # -- life cycle ---------------------------------------------------------------------------
 

@@ -38,6 +38,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from gpu_admission.reachability import API_SERVER, Reachability, unreachable_reason
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -148,6 +150,7 @@ class Informer(Generic[T]):
         request_timeout_seconds: float = 60.0,
         optional: bool = False,
         not_served_recheck_seconds: float = 300.0,
+        reachability: Reachability = API_SERVER,
     ) -> None:
         """`optional`: the API server may not serve this resource at all (an API group that
         older clusters lack). A list answered 404 then counts as synced and empty, is logged
@@ -170,6 +173,7 @@ class Informer(Generic[T]):
         self._optional = optional
         self._recheck = not_served_recheck_seconds
         self._served = True
+        self._reachability = reachability
 
         self._store: dict[str, T] = {}
         self.changes = 0  # counts every change of the store; readers only compare it
@@ -315,8 +319,15 @@ class Informer(Generic[T]):
             delay = retry_delay(error, attempt, self._backoff)
             attempt += 1
             self._last_error = describe_error(error)
-            log.warning("informer %s: %s; retrying in %.1fs", self.name, self._last_error, delay)
+            unreachable = unreachable_reason(error)
+            if unreachable is not None:  # said once for the whole process, not per informer
+                self._reachability.lost(self, unreachable, f"informer {self.name}")
+            else:
+                log.warning(
+                    "informer %s: %s; retrying in %.1fs", self.name, self._last_error, delay
+                )
             self._stop.wait(delay)
+        self._reachability.forget(self)
 
     def _not_served(self) -> None:
         if self._served:
@@ -337,6 +348,7 @@ class Informer(Generic[T]):
             response = self._list_call(self._namespace, **kwargs)
         else:
             response = self._list_call(**kwargs)
+        self._reachability.answered(self)
         self._response = response
         if self._stop.is_set():  # stop() ran before the response was visible to it
             _shutdown(response)

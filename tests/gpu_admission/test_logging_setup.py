@@ -6,8 +6,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import socket
 
 import pytest
+import urllib3
 
 from gpu_admission.logging_setup import setup_logging
 
@@ -71,3 +73,22 @@ def test_level_filters_and_kubernetes_debug_is_silenced(root_logger):
 def test_bad_choices_are_refused(root_logger, level, fmt):
     with pytest.raises(ValueError, match="must be one of"):
         setup_logging(level, fmt, io.StringIO())
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # nothing listens once the probe is closed
+
+
+@pytest.mark.parametrize(("level", "shown"), [("info", 0), ("debug", 2)])
+def test_the_http_clients_retry_warnings_are_debug_lines(root_logger, level, shown):
+    # urllib3 itself, retrying a refused connection twice, as the kubernetes client's pool does.
+    stream = io.StringIO()
+    setup_logging(level, "json", stream)
+    pool = urllib3.PoolManager(retries=urllib3.Retry(total=2, backoff_factor=0))
+    with pytest.raises(urllib3.exceptions.MaxRetryError):
+        pool.request("GET", f"http://127.0.0.1:{closed_port()}/api")
+    retries = [json.loads(line) for line in stream.getvalue().splitlines() if "Retrying" in line]
+    assert len(retries) == shown
+    assert all(entry["level"] == "debug" for entry in retries)

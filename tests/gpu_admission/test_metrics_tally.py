@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from gpu_admission import __version__
 from gpu_admission.metrics import LATENCY_BUCKETS, METRIC_PREFIX, AdmissionMetrics, Metrics
 
 ANSWERS = [
@@ -53,9 +54,9 @@ def test_the_tally_exposes_what_library_metrics_would():
     for answer in ANSWERS:
         admission.answered(*answer)
     ours = _series(metrics.exposition().decode())
-    assert [line for line in ours if "_admission_" in line and "bad_requests" not in line] == [
-        line for line in _library_exposition() if "_created" not in line
-    ]
+    assert [
+        line for line in ours if "_admission_admission_" in line and "bad_requests" not in line
+    ] == [line for line in _library_exposition() if "_created" not in line]
 
 
 def test_nothing_answered_exposes_the_families_without_series():
@@ -65,3 +66,14 @@ def test_nothing_answered_exposes_the_families_without_series():
     for family in ("requests_total", "duration_seconds", "patch_operations_total"):
         assert f"# TYPE {METRIC_PREFIX}_admission_{family.removesuffix('_total')}" in text
     assert not [line for line in _series(text) if "admission_requests_total{" in line]
+
+
+def test_build_info_and_readiness_are_exposed() -> None:
+    metrics = Metrics(process_metrics=False)
+    waiting = ["informer nodes"]
+    metrics.watch_readiness(lambda: waiting)
+    assert "gpu_admission_ready 0.0" in metrics.exposition().decode()
+    waiting.clear()
+    text = metrics.exposition().decode()
+    assert "gpu_admission_ready 1.0" in text
+    assert f'version="{__version__}"' in text and "gpu_admission_build_info{" in text

@@ -1,4 +1,5 @@
-"""The kustomize base and the cert-manager overlay render, and say what the install promises."""
+"""The kustomize base and its overlays (cert-manager, monitoring) render, and say what the install
+promises."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def one(docs: tuple[dict[str, Any], ...], kind: str, name: str = "gpu-admission"
     return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
 
 
-@pytest.fixture(params=["manifests", "manifests/overlays/cert-manager"])
+@pytest.fixture(
+    params=["manifests", "manifests/overlays/cert-manager", "manifests/overlays/monitoring"]
+)
 def docs(request):
     return render(request.param)
 

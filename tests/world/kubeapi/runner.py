@@ -26,10 +26,43 @@ class KubeAPIHandle:
     _thread: threading.Thread = field(repr=False)
     _runner: web.AppRunner = field(repr=False)
     _workdir: tempfile.TemporaryDirectory[str] = field(repr=False)
+    _sites: list[web.TCPSite] = field(repr=False, default_factory=list)
 
     @property
     def faults(self) -> Faults:
         return self.server.faults
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def go_offline(self) -> None:
+        """An outage as clients see one: stop listening (new connections are refused) and cut
+        every open connection, watches included. The stored objects stay for `come_back`."""
+
+        async def cut() -> None:
+            for site in self._sites:
+                await site.stop()
+            self._sites.clear()
+            server = self._runner.server
+            for handler in server.connections if server is not None else ():
+                handler.force_close()
+                if handler.transport is not None:
+                    handler.transport.abort()
+
+        asyncio.run_coroutine_threadsafe(cut(), self._loop).result(timeout=10)
+
+    def come_back(self) -> None:
+        """Listen again on the same address, with the same objects and resourceVersions."""
+
+        async def listen() -> None:
+            site = web.TCPSite(
+                self._runner, "127.0.0.1", self.port, ssl_context=self.tls.server_ssl_context()
+            )
+            await site.start()
+            self._sites.append(site)
+
+        asyncio.run_coroutine_threadsafe(listen(), self._loop).result(timeout=10)
 
     def stop(self) -> None:
         if not self._thread.is_alive():
@@ -62,11 +95,13 @@ def start_kubeapi(
     ready = threading.Event()
     failure: list[BaseException] = []
     bound: list[int] = []
+    sites: list[web.TCPSite] = []
 
     async def serve() -> None:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", port, ssl_context=material.server_ssl_context())
         await site.start()
+        sites.append(site)
         bound.append(runner.addresses[0][1])
 
     def run() -> None:
@@ -93,5 +128,5 @@ def start_kubeapi(
     workdir = tempfile.TemporaryDirectory(prefix="kubeapi-")
     kubeconfig = write_kubeconfig(Path(workdir.name) / "kubeconfig", url, material)
     return KubeAPIHandle(
-        url, kubeconfig, material.ca_path, server, material, loop, thread, runner, workdir
+        url, kubeconfig, material.ca_path, server, material, loop, thread, runner, workdir, sites
     )

@@ -59,3 +59,22 @@ def test_latency_is_added(kubeapi) -> None:
     with pytest.raises(urllib3.exceptions.HTTPError):
         core.read_namespace("default", _request_timeout=0.5)
     assert core.read_namespace("default").metadata.name == "default"
+
+
+def test_an_outage_refuses_connections_cuts_watches_and_keeps_the_objects(kubeapi) -> None:
+    core = _core_without_retries(kubeapi)
+    core.create_namespaced_config_map("default", {"metadata": {"name": "kept"}})
+    version = core.list_namespaced_config_map("default").metadata.resource_version
+    stream = core.list_namespaced_config_map(
+        "default", watch=True, resource_version=version, _preload_content=False
+    )
+    kubeapi.go_offline()
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        stream.read()  # the open watch is cut, as a server going away cuts it
+    with pytest.raises(urllib3.exceptions.MaxRetryError) as refused:
+        core.list_namespaced_config_map("default")
+    assert isinstance(refused.value.reason, urllib3.exceptions.NewConnectionError)
+    kubeapi.come_back()
+    again = core.list_namespaced_config_map("default")
+    assert "kept" in [c.metadata.name for c in again.items]
+    assert int(again.metadata.resource_version) >= int(version)

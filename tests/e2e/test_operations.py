@@ -1,0 +1,237 @@
+"""What operators see of a running install: every series the monitoring overlay's rules and
+dashboard read is exposed by the real processes (`serve` and `controller`, started as the
+Deployments start them, against the API emulator), and an API server outage is said in a few
+lines, not in one warning per retry."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from tests import ROOT
+from tests.manifests.monitoring_queries import named_series
+from tests.world.kubeapi.runner import KubeAPIHandle, start_kubeapi
+
+START_TIMEOUT = 60.0  # cold interpreters import the kubernetes client on a shared CPU
+OUTAGE_SECONDS = 6.0  # how long the API server is away: the scenario, not a wait for a result
+NAMESPACE = "gpu-admission"
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    metrics_url: str
+    log_path: Path
+
+    def lines(self, start: int = 0) -> list[dict[str, Any]]:
+        text = self.log_path.read_bytes()[start:].decode(errors="replace")
+        return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+    def log_size(self) -> int:
+        return self.log_path.stat().st_size
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
+            return response.read().decode()
+
+
+@dataclass
+class Install:
+    kubeapi: KubeAPIHandle
+    serve: Process
+    controller: Process
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(check: Callable[[], bool], what: str, processes: list[Process]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while not check():
+        for process in processes:
+            assert process.popen.poll() is None, f"{process.name} exited waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)  # polling a condition, bounded by the deadline
+
+
+def scraped(process: Process, sample: str) -> bool:
+    try:
+        return sample in process.metrics()
+    except OSError:
+        return False
+
+
+def seed(kubeapi: KubeAPIHandle) -> None:
+    """What `kubectl apply -k manifests/` leaves for the processes to find: their namespace and
+    the webhook configurations whose caBundle `serve` keeps current."""
+    api = config.new_client_from_config(str(kubeapi.kubeconfig_path))
+    try:
+        core = client.CoreV1Api(api)
+        core.create_namespace(
+            {"metadata": {"name": NAMESPACE, "labels": {"gpu-admission.io/exempt": "true"}}}
+        )
+        core.create_namespace({"metadata": {"name": "ml"}})
+        registration = client.AdmissionregistrationV1Api(api)
+        webhooks = ROOT / "manifests" / "base" / "webhooks.yaml"
+        for configuration in (d for d in yaml.safe_load_all(webhooks.read_text()) if d):
+            if configuration["kind"] == "MutatingWebhookConfiguration":
+                registration.create_mutating_webhook_configuration(configuration)
+            else:
+                registration.create_validating_webhook_configuration(configuration)
+    finally:
+        api.close()
+
+
+def launch(command: str, kubeapi: KubeAPIHandle, workdir: Path, *extra: str) -> Process:
+    metrics_port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_ADMISSION_")}
+    env["GPU_ADMISSION_SERVER__HOST"] = "127.0.0.1"
+    log_path = workdir / f"{command}.log"
+    with log_path.open("wb") as log_file:
+        popen = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "commands",
+                command,
+                "--kubeconfig",
+                str(kubeapi.kubeconfig_path),
+                "--metrics-port",
+                str(metrics_port),
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+            env=env,
+            cwd=ROOT,
+        )
+    return Process(command, popen, f"http://127.0.0.1:{metrics_port}/metrics", log_path)
+
+
+@pytest.fixture(scope="module")
+def install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Install]:
+    workdir = tmp_path_factory.mktemp("install")
+    kubeapi = start_kubeapi(bookmark_interval=1.0)
+    processes: list[Process] = []
+    try:
+        seed(kubeapi)
+        certs = workdir / "certs"  # as the base's emptyDir: serve issues its own CA there
+        serve_flags = ("--port", str(free_port()), "--cert-dir", str(certs))
+        processes.append(launch("serve", kubeapi, workdir, *serve_flags))
+        processes.append(launch("controller", kubeapi, workdir))
+        serve, controller = processes
+        wait_until(lambda: scraped(serve, "gpu_admission_ready 1.0"), "serve ready", processes)
+        wait_until(
+            lambda: (
+                scraped(controller, "gpu_admission_leader 1.0")
+                and scraped(controller, "gpu_admission_ready 1.0")
+            ),
+            "the controller leading and ready",
+            processes,
+        )
+        yield Install(kubeapi, serve, controller)
+    finally:
+        for process in processes:
+            process.popen.terminate()
+        for process in processes:
+            try:
+                process.popen.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.popen.kill()
+        kubeapi.stop()
+
+
+def exposed_series(exposition: str) -> set[str]:
+    """Series names in a text exposition, families without samples yet included (a labelled
+    counter before its first increment shows only its HELP and TYPE lines)."""
+    names: set[str] = set()
+    for line in exposition.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(maxsplit=3)
+            names.add(name)
+            if kind == "histogram":
+                names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+            if kind == "counter":
+                names.add(name.removesuffix("_total") + "_total")
+        elif line and not line.startswith("#"):
+            names.add(line.split("{", 1)[0].split(" ", 1)[0])
+    return names
+
+
+def test_every_series_the_rules_and_dashboard_read_is_exposed(install: Install) -> None:
+    exposed = exposed_series(install.serve.metrics()) | exposed_series(install.controller.metrics())
+    missing = {name: sorted(where) for name, where in named_series().items() if name not in exposed}
+    assert not missing, f"named by the monitoring overlay but exposed by neither process: {missing}"
+    # Both processes say which build runs; the service says when its certificate expires.
+    for process in (install.serve, install.controller):
+        assert 'gpu_admission_build_info{python="' in process.metrics()
+    assert (
+        "gpu_admission_serving_certificate_expiry_timestamp_seconds 1." in install.serve.metrics()
+    )
+
+
+def said(process: Process, start: int) -> list[str]:
+    """What an operator sees at the default level: INFO and above."""
+    return [
+        f"{line['level']}: {line['message']}"
+        for line in process.lines(start)
+        if line["level"] in ("info", "warning", "error")
+    ]
+
+
+def test_an_api_server_outage_is_said_once_when_it_begins_and_once_when_it_ends(
+    install: Install,
+) -> None:
+    processes = [install.serve, install.controller]
+    start = {p.name: p.log_size() for p in processes}
+    install.kubeapi.go_offline()
+    try:
+        wait_until(
+            lambda: all(
+                any("cannot be reached" in m for m in said(p, start[p.name])) for p in processes
+            ),
+            "both processes to notice the outage",
+            processes,
+        )
+        time.sleep(OUTAGE_SECONDS)  # the outage itself: retries pile up meanwhile
+    finally:
+        install.kubeapi.come_back()
+    back = "the Kubernetes API server reachable again after"
+    wait_until(
+        lambda: (
+            all(any(back in m for m in said(p, start[p.name])) for p in processes)
+            and any(
+                "lease" in m and "reachable again" in m
+                for m in said(install.controller, start["controller"])
+            )
+        ),
+        "both processes to say the API server is back",
+        processes,
+    )
+    serve, controller = (said(p, start[p.name]) for p in processes)
+    print("serve:", *serve, "controller:", *controller, sep="\n  ")
+    for lines in (serve, controller):
+        assert not any("Retrying" in line for line in lines)
+        assert all(len(line) < 200 for line in lines), lines  # no client error dumps
+        assert sum("cannot be reached" in line for line in lines) == 1
+        assert sum(back in line for line in lines) == 1
+    assert len(serve) <= 2, serve
+    assert len(controller) <= 4, controller

@@ -1,0 +1,71 @@
+"""What the monitoring overlay asks Prometheus for: its rules, its dashboard's queries, and the
+series they name. Shared by the overlay's own tests and the scrape test that checks every named
+series is exposed by the running processes."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests import ROOT
+
+OVERLAY = "manifests/overlays/monitoring"
+KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or "kubectl"
+# Series this project exports: gpu_admission_<name>. Recording rules are gpu_admission:<...>.
+SERIES = re.compile(r"\bgpu_admission_[a-zA-Z0-9_]+")
+
+
+@cache
+def rendered() -> tuple[dict[str, Any], ...]:
+    out = subprocess.run(
+        [KUBECTL, "kustomize", str(ROOT / OVERLAY)], check=True, capture_output=True, text=True
+    ).stdout
+    return tuple(doc for doc in yaml.safe_load_all(out) if doc)
+
+
+def of_kind(kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in rendered() if doc["kind"] == kind]
+
+
+def rule_spec() -> dict[str, Any]:
+    [rule] = of_kind("PrometheusRule")
+    return rule["spec"]
+
+
+def rules() -> list[dict[str, Any]]:
+    return [rule for group in rule_spec()["groups"] for rule in group["rules"]]
+
+
+def alerts() -> list[dict[str, Any]]:
+    return [rule for rule in rules() if "alert" in rule]
+
+
+def dashboard() -> dict[str, Any]:
+    [config_map] = [
+        c for c in of_kind("ConfigMap") if c["metadata"]["name"] == "gpu-admission-dashboard"
+    ]
+    [text] = config_map["data"].values()
+    return json.loads(text)
+
+
+def dashboard_queries() -> list[str]:
+    return [t["expr"] for p in dashboard()["panels"] for t in p.get("targets", [])]
+
+
+def named_series() -> dict[str, set[str]]:
+    """Every gpu_admission_* series a rule or a dashboard query reads, with where it is read."""
+    where: dict[str, set[str]] = {}
+    sources = [(r.get("alert") or r["record"], r["expr"]) for r in rules()]
+    sources += [("dashboard", expr) for expr in dashboard_queries()]
+    for source, expr in sources:
+        for name in SERIES.findall(expr):
+            where.setdefault(name, set()).add(source)
+    return where
