@@ -43,35 +43,60 @@ class NoCandidateBehaviour(StrEnum):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Each field's docstring is its description: docs/configuration.md is generated from them.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class ServerConfig(_Model):
     host: str = "0.0.0.0"
+    """Listen address of every listener."""
     port: Annotated[int, Field(ge=1, le=65535)] = 8443
+    """HTTPS: webhooks, /healthz, /readyz."""
     metrics_port: Annotated[int, Field(ge=0, le=65535)] = 9090
+    """Plain HTTP: /metrics; 0 turns the listener off."""
     max_body_bytes: Annotated[int, Field(ge=1024)] = 3 * 1024 * 1024
+    """AdmissionReviews larger than 3 MiB get 413."""
     shutdown_grace_seconds: Annotated[float, Field(ge=0)] = 20.0
+    """On SIGTERM, how long in-flight requests may take to finish."""
     # Webhook path -> failure mode when a policy raises. Validating webhooks default to deny:
     # an unchecked object must not get in. Mutating ones too: a pod that missed its
     # NVIDIA_VISIBLE_DEVICES=none would see every GPU of its node.
     failure_modes: dict[str, FailureMode] = Field(default_factory=dict)
+    """Webhook path -> what a request gets when one of its policies raises an unexpected error:
+    deny (refused, HTTP 500 in the answer, with a message) or allow (admitted without that
+    policy's changes, with a warning). Example: {/mutate/pods: deny, /validate/secrets: allow}.
+    """
     default_failure_mode: FailureMode = FailureMode.DENY
+    """For every path not in failure_modes."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """Log level: debug, info, warning or error."""
     log_format: Literal["json", "text"] = "json"
+    """Log format: json (one object per line) or text."""
 
 
 class CertConfig(_Model):
     cert_dir: Path | None = None
+    """--cert-dir: ca.crt, ca.key, tls.crt, tls.key."""
     service_name: str = "gpu-admission"
+    """The Service the certificate is issued for."""
     namespace: str = "gpu-admission"
+    """The Service's namespace: the certificate names <service>.<namespace>.svc."""
     secret_name: str | None = None  # store certificates in this kubernetes.io/tls Secret
+    """A kubernetes.io/tls Secret that every replica shares (used with cluster access; the base
+    sets gpu-admission-tls); null: cert_dir only.
+    """
     extra_dns: list[str] = Field(default_factory=list)
+    """More DNS names for the serving certificate."""
     extra_ips: list[str] = Field(default_factory=list)
+    """More IP addresses for the serving certificate."""
     key_type: Literal["ecdsa-p256", "rsa-2048", "rsa-3072"] = "ecdsa-p256"
+    """Key type of the CA and the serving key: ecdsa-p256, rsa-2048 or rsa-3072."""
     renew_fraction: Annotated[float, Field(gt=0, lt=1)] = 2 / 3
+    """Renew after 2/3 of a certificate's lifetime."""
     webhook_configuration_name: str = "gpu-admission"
+    """The webhook configurations whose caBundle is kept current."""
     manage_ca_bundle: bool = True
+    """False when cert-manager's CA injector writes caBundle."""
 
 
 class DraConfig(_Model):
@@ -86,16 +111,27 @@ class DraConfig(_Model):
     device_classes: list[str] = Field(
         default_factory=lambda: ["gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"]
     )
+    """DeviceClasses that hand out GPUs, by name."""
     drivers: list[str] = Field(default_factory=lambda: ["gpu.nvidia.com"])
+    """DRA drivers whose classes count as GPU classes: a class whose CEL selectors require
+    `device.driver == "<driver>"`.
+    """
 
 
 class GpuConfig(_Model):
     resource_patterns: list[str] = Field(
         default_factory=lambda: ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*"]
     )
+    """Resources that count as GPUs (shell-style patterns), for every GPU policy."""
     shared_suffixes: list[str] = Field(default_factory=lambda: [".shared"])
+    """A GPU resource ending in one of these is a time-sliced replica (limit 1, memory share)."""
     guarded_env: list[str] = Field(default_factory=lambda: ["NVIDIA_VISIBLE_DEVICES"])
+    """Env names a container that requests a GPU may not set."""
     dra: DraConfig = DraConfig()
+    """Dynamic Resource Allocation: DeviceClasses that hand out GPUs, by name or by the driver
+    their CEL selectors require (`device.driver == "..."`). Defaults: NVIDIA's DRA driver for
+    GPUs.
+    """
 
     @field_validator("resource_patterns", "shared_suffixes")
     @classmethod
@@ -120,10 +156,14 @@ class GpuConfig(_Model):
 
 class MemoryShareConfig(_Model):
     headroom: Annotated[float, Field(gt=0, le=1)] = 0.95
+    """Share of GPU memory the replicas split (the rest is left for CUDA contexts)."""
     default_profile: str = "generic"
+    """When a pod has no gpu-admission.io/gpu-app annotation."""
     # Custom profiles: name -> {env name -> template over {fraction}, {replicas}, {limit_mib}}.
     profiles: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """Custom profiles: name -> {env name: template over {fraction}, {replicas}, {limit_mib}}."""
     on_no_candidates: NoCandidateBehaviour = NoCandidateBehaviour.SKIP
+    """When no node tells the share: skip (admit unchanged, with a warning) or deny."""
 
     @field_validator("profiles")
     @classmethod
@@ -145,14 +185,19 @@ class MemoryShareConfig(_Model):
 
 class CredentialsConfig(_Model):
     informer_wait_seconds: Annotated[float, Field(ge=0, le=5)] = 0.2
+    """Seconds to wait for the cache on a miss before one direct read (at most 5)."""
     max_secret_bytes: Annotated[int, Field(ge=1024)] = 64 * 1024
+    """Larger credential Secrets are refused."""
     # RSA key checks cost tens of milliseconds; results are cached by the key's SHA-256 (0: off).
     key_check_cache_size: Annotated[int, Field(ge=0)] = 256
+    """Cached RSA key verdicts, by SHA-256 of the key; 0: off."""
     # Keyless AWS (aws-credential with AWS_ROLE_ARN): the projected ServiceAccount token's
     # audience (what the IAM OIDC provider lists as its client ID) and lifetime; the kubelet
     # rewrites the file at 80% of it and the SDKs read it again for each new session.
     aws_token_audience: str = "sts.amazonaws.com"
+    """Keyless AWS: the projected token's audience."""
     token_expiration_seconds: Annotated[int, Field(ge=600, le=2**32)] = 86400
+    """Keyless: projected token lifetime (the kubelet renews it at 80%)."""
 
 
 MAX_PARALLELISM = 100  # a sanity bound; Indexed Jobs allow far more
@@ -163,49 +208,87 @@ class DatasetCacheConfig(_Model):
     namespace start from the newest ready snapshot and only refresh what changed."""
 
     enabled: bool = True
+    """Keep loaded PVCs as VolumeSnapshots and start new PVCs of the same source and credentials
+    from them.
+    """
     # null: the VolumeSnapshotClass whose driver is the PVC's StorageClass provisioner (the
     # one marked default, if several are).
     volume_snapshot_class: str | None = None
+    """VolumeSnapshotClass of dataset snapshots; null: the class whose driver provisions the
+    PVC's StorageClass."""
     keep_per_source: Annotated[int, Field(ge=1, le=100)] = 2  # older snapshots are deleted
+    """Snapshots kept per (source, credentials) and namespace."""
 
 
 class DatasetConfig(_Model):
     loader_image: str = "gpu-admission:0.1.0"
+    """Image of the loader Jobs."""
     rclone_path: str = "rclone"
+    """The rclone executable inside the loader image."""
     transfers: Annotated[int, Field(ge=1, le=256)] = 8
+    """rclone's --transfers: parallel file copies."""
     checkers: Annotated[int, Field(ge=1, le=256)] = 16
+    """rclone's --checkers: parallel comparisons."""
     sync_delete: bool = False  # default copy semantics; `true` mirrors (deletes extra files)
+    """True: mirror the source (delete files it lacks) for every PVC."""
     backoff_limit: Annotated[int, Field(ge=0)] = 2
+    """Loader Job retries before the load is Failed."""
     active_deadline_seconds: Annotated[int, Field(ge=60)] = 6 * 3600
+    """A load running longer (6 h) is Failed."""
     ttl_seconds_after_finished: Annotated[int, Field(ge=0)] = 3600
+    """Finished loader Jobs are deleted after an hour."""
     max_concurrent_loads: Annotated[int, Field(ge=1)] = 10
+    """Loads running at once, cluster-wide; other PVCs wait in Pending."""
     loader_cpu_request: str = "500m"
+    """CPU request of the loader container."""
     loader_memory_request: str = "512Mi"
+    """Memory request of the loader container."""
     loader_cpu_limit: str = "2"
+    """CPU limit of the loader container."""
     loader_memory_limit: str = "2Gi"
+    """Memory limit of the loader container."""
     loader_run_as_user: Annotated[int, Field(ge=1)] = 65532
+    """The uid, gid and fsGroup of the loader pod."""
     service_account: str | None = None
+    """Loader pods' ServiceAccount (null: the namespace's default)."""
     reconcile_workers: Annotated[int, Field(ge=1, le=64)] = 4
+    """Concurrent reconciles."""
     requeue_base_seconds: Annotated[float, Field(gt=0)] = 0.5
+    """Back-off before a failed reconcile is retried; it doubles up to requeue_max_seconds."""
     requeue_max_seconds: Annotated[float, Field(gt=0)] = 300.0
+    """The longest back-off between retries of a failed reconcile."""
     # Loader container command and extra env (first, so credential refs win on the same name):
     # e.g. RCLONE_CONFIG_SRC_ENDPOINT for an S3-compatible store read anonymously, or a proxy.
     loader_command: list[str] = Field(default_factory=lambda: ["gpu-admission", "load"])
+    """The loader container's command; flags are appended."""
     loader_env: dict[str, str] = Field(default_factory=dict)
+    """Extra env for loader containers, e.g. RCLONE_CONFIG_SRC_ENDPOINT for an S3-compatible store
+    read anonymously, or HTTPS_PROXY. Credential references win on the same name.
+    """
     # Over max_concurrent_loads, a PVC stays Pending and is looked at again after this long.
     capacity_requeue_seconds: Annotated[float, Field(gt=0)] = 5.0
+    """Seconds after which a PVC waiting for a free load slot is looked at again."""
     # Shards (Indexed Job indexes) per load: the default when a PVC asks for none, and the most
     # one may ask for. Each shard is one loader pod with the loader_* resources.
     default_parallelism: Annotated[int, Field(ge=1, le=MAX_PARALLELISM)] = 1
+    """Loader shards for a ReadWriteMany PVC that asks for none."""
     max_parallelism: Annotated[int, Field(ge=1, le=MAX_PARALLELISM)] = 16
+    """The most shards a PVC may ask for (each is a loader pod)."""
     # Retries of one shard before the load fails (the Job's backoffLimitPerIndex).
     backoff_limit_per_shard: Annotated[int, Field(ge=0)] = 2
+    """Retries of one shard (backoffLimitPerIndex) before Failed."""
     # How often a running load's progress is read (one pods/log per running loader pod) and
     # written to its PVC (at most one status write); also the loader's stats interval.
     progress_interval_seconds: Annotated[float, Field(gt=0, le=30)] = 20.0
+    """Progress is read and written this often, in seconds (at most 30)."""
     # Exported as a metric so the DatasetLoadStuck alert reads it: no threshold in the rules.
     load_stuck_after_seconds: Annotated[float, Field(gt=0)] = 2 * 3600.0
+    """How long a load may be Pending or Loading before the GpuAdmissionDatasetLoadStuck alert
+    fires; exported as `gpu_admission_dataset_load_stuck_after_seconds`, so the alert rule holds
+    no number of its own.
+    """
     cache: DatasetCacheConfig = DatasetCacheConfig()
+    """Loaded PVCs kept as VolumeSnapshots; new ones cloned from them."""
 
     @model_validator(mode="after")
     def _parallelism_bounds(self) -> DatasetConfig:
@@ -219,24 +302,46 @@ class DatasetConfig(_Model):
 
 class LeaderElectionConfig(_Model):
     enabled: bool = True
+    """False: every controller replica reconciles (then run one replica)."""
     lease_name: str = "gpu-admission-controller"
+    """Name of the Lease the controller replicas campaign for."""
     namespace: str = "gpu-admission"
+    """Where the Lease lives."""
     lease_duration_seconds: Annotated[float, Field(gt=0)] = 15.0
+    """A standby takes over this long after the leader vanished."""
     renew_deadline_seconds: Annotated[float, Field(gt=0)] = 10.0
+    """The leader stops acting if it cannot renew within this."""
     retry_period_seconds: Annotated[float, Field(gt=0)] = 2.0
+    """How often candidates try to acquire or renew."""
 
 
 class Config(_Model):
     annotation_prefix: str = DEFAULT_PREFIX
+    """Prefix of every annotation, label and scheduling gate. Changing it also means changing the
+    names in manifests/base/webhooks.yaml (namespaceSelector and matchConditions).
+    """
     exempt_namespace_label: str | None = None  # default: `<prefix>exempt`
+    """Namespace label that exempts a namespace; null means "<annotation_prefix>exempt". In the
+    cluster the webhook configurations' namespaceSelector does the skipping; `review` reads
+    this.
+    """
     kubeconfig: Path | None = None
+    """Cluster access (--kubeconfig); null: the in-cluster ServiceAccount, or offline without
+    one."""
     server: ServerConfig = ServerConfig()
+    """The webhook service's listeners, request limits and logging."""
     certs: CertConfig = CertConfig()
+    """The serving certificate: where it is kept, what it names, when it renews."""
     gpu: GpuConfig = GpuConfig()
+    """Which resources and DeviceClasses count as GPUs, for every GPU policy."""
     memory_share: MemoryShareConfig = MemoryShareConfig()
+    """The memory share told to containers on time-sliced GPUs."""
     credentials: CredentialsConfig = CredentialsConfig()
+    """Credential Secrets: their checks and keyless tokens."""
     dataset: DatasetConfig = DatasetConfig()
+    """The dataset controller and its loader Jobs."""
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
+    """The controller's Lease: only the replica holding it reconciles."""
 
     @field_validator("annotation_prefix")
     @classmethod

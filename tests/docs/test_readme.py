@@ -1,26 +1,35 @@
-"""The README promises only what the code does: its configuration reference is the model's defaults,
-its commands and flags exist, and the names, metrics and messages it quotes are the real ones."""
+"""The README and the docs promise only what the code does: the README is a front page of at most
+16,000 bytes, the configuration reference is generated from the model and has not drifted, the
+commands and flags exist, and the names, metrics and messages quoted are the real ones."""
 
 from __future__ import annotations
 
 import argparse
 import io
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
+from kubernetes.client import ApiClient
 
+from commands.controller import ControllerProcess
 from commands.parser import build_parser
 from commands.review import review_command
-from controllers.dataset.metrics import DatasetMetrics
+from commands.serve import AdmissionServer
 from controllers.leader import LeaderMetrics
 from gpu_admission.config import Config
+from gpu_admission.config_reference import missing_descriptions, render
 from gpu_admission.metrics import AdmissionMetrics, Metrics
 from gpu_admission.names import DEFAULT_PREFIX, Names
 from tests import ROOT
+from tests.manifests.monitoring_queries import KUBECTL
 
 README = (ROOT / "README.md").read_text()
 DOCS = {path.name: path.read_text() for path in sorted((ROOT / "docs").glob("*.md"))}
+EVERYTHING = "\n".join([README, *DOCS.values()])
+README_LIMIT_BYTES = 16_000
 COMMANDS = (
     "make run    # set up, then review examples/manifests against examples/cluster-state.yaml",
     "make test   # set up, then lint and run the whole test suite",
@@ -41,7 +50,7 @@ QUOTED_DENIALS = (
 def section(markdown: str, heading: str) -> str:
     """The text under a `## heading`, up to the next heading of the same level."""
     match = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", markdown, re.S | re.M)
-    assert match, f"README.md has no '## {heading}' section"
+    assert match, f"no '## {heading}' section"
     return match[1]
 
 
@@ -53,10 +62,24 @@ def squeeze(text: str) -> str:
     return " ".join(text.split())
 
 
-def test_configuration_reference_is_the_models_defaults():
-    blocks = code_blocks(section(README, "Configuration"), "yaml")
-    assert len(blocks) == 1, "the Configuration section must hold exactly one yaml block"
-    assert yaml.safe_load(blocks[0]) == Config().model_dump(mode="json")
+def test_the_readme_is_a_front_page() -> None:
+    size = len(README.encode())
+    assert size <= README_LIMIT_BYTES, f"README.md is {size} bytes; move the manual into docs/"
+    for document in DOCS:
+        if document != "DESIGN.md":
+            assert f"docs/{document}" in README, f"the README does not link docs/{document}"
+
+
+def test_the_configuration_reference_is_generated_from_the_model() -> None:
+    assert DOCS["configuration.md"] == render(), (
+        "docs/configuration.md drifted from the configuration model; regenerate it with "
+        "python -m gpu_admission.config_reference > docs/configuration.md"
+    )
+    assert missing_descriptions() == [], "every key needs a docstring in gpu_admission/config.py"
+    blocks = code_blocks(DOCS["configuration.md"], "yaml")
+    assert yaml.safe_load(blocks[-1]) == Config().model_dump(mode="json")
+    keys = set(re.findall(r"^\| `([a-z_.]+)` \|", DOCS["configuration.md"], re.M))
+    assert {"dataset.load_stuck_after_seconds", "server.port", "gpu.dra.drivers"} <= keys
 
 
 def test_both_commands_appear_verbatim_and_are_make_targets():
@@ -75,7 +98,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def _synopsis() -> dict[tuple[str, ...], set[str]]:
     """Each `gpu-admission <command> ...` of the command-line block and the flags it shows."""
-    block = code_blocks(section(README, "The command line"), "")[0]
+    block = code_blocks(section(DOCS["operations.md"], "The command line"), "")[0]
     commands: dict[tuple[str, ...], set[str]] = {}
     current: tuple[str, ...] = ()
     for line in block.splitlines():
@@ -116,13 +139,18 @@ def test_every_prefixed_name_in_the_docs_is_a_real_one():
         assert used <= real, f"{name} names {sorted(used - real)}, which the code never uses"
 
 
-def test_every_metric_in_the_readme_is_exported():
-    metrics = Metrics(process_metrics=False)
-    AdmissionMetrics(metrics)
-    DatasetMetrics(metrics)
-    LeaderMetrics(metrics)
-    exported = set(re.findall(r"^# TYPE (\S+)", metrics.exposition().decode(), re.M))
-    documented = set(re.findall(r"`(gpu_admission_[a-z_]+)`", README))
+def test_every_metric_in_the_monitoring_doc_is_exported_and_every_export_documented():
+    offline = Config.model_validate({"certs": {"cert_dir": "/nonexistent"}})  # never started
+    serve = AdmissionServer(offline, None, metrics=Metrics(process_metrics=False))
+    AdmissionMetrics(serve.metrics)
+    controller = ControllerProcess(Config(), ApiClient(), Metrics(process_metrics=False))
+    LeaderMetrics(controller.metrics)  # registered as the controller starts campaigning
+    exported = set()
+    for metrics in (serve.metrics, controller.metrics):
+        exported |= set(re.findall(r"^# TYPE (\S+)", metrics.exposition().decode(), re.M))
+    documented = set(
+        re.findall(r"`(gpu_admission_[a-z_]+)`", section(DOCS["monitoring.md"], "Metrics"))
+    )
     assert documented == exported
 
 
@@ -152,4 +180,23 @@ def example_denials() -> dict[str, str]:
 @pytest.mark.parametrize("subject", QUOTED_DENIALS)
 def test_quoted_denials_are_the_real_messages(example_denials, subject):
     assert subject in example_denials, f"{subject} is no longer denied by the examples"
-    assert squeeze(example_denials[subject]) in squeeze(README)
+    assert squeeze(example_denials[subject]) in squeeze(EVERYTHING)
+
+
+def test_the_reference_command_prints_the_document() -> None:
+    printed = subprocess.run(
+        [sys.executable, "-m", "gpu_admission.config_reference"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    assert printed == DOCS["configuration.md"]
+
+
+def test_every_kustomization_the_docs_apply_renders() -> None:
+    applied = set(re.findall(r"kubectl apply -k (\S+)", EVERYTHING))
+    applied = {path for path in applied if (ROOT / path).is_dir()}  # not a user's own overlay
+    assert {"manifests/", "manifests/overlays/monitoring/"} <= applied
+    for path in sorted(applied):
+        subprocess.run([KUBECTL, "kustomize", str(ROOT / path)], check=True, capture_output=True)

@@ -1,6 +1,6 @@
-"""The README's own `kubectl create secret` commands, run as written with the real kubectl
-against the API emulator (kubectl sends them as protobuf), in a directory holding the files they
-name; the Secrets they make are what the credential webhook accepts."""
+"""The `kubectl create secret` commands of the README and the docs, run as written with the real
+kubectl against the API emulator (kubectl sends them as protobuf), in a directory holding the
+files they name; the Secrets they make are what the credential webhook accepts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from tests.docs.test_readme import README, code_blocks
+from tests.docs.test_readme import EVERYTHING, code_blocks
 from tests.support.keys import new_rsa_pem
 from tests.world.harness import KUBECTL
 from webhooks.credentials.aws import validate_aws
@@ -24,13 +24,13 @@ PROVIDER = (
 
 
 def readme_commands() -> list[list[str]]:
-    """Every `kubectl create secret` of the README's shell blocks, continuations joined."""
+    """Every `kubectl create secret` of the shell blocks, continuations joined."""
     commands = []
-    for block in code_blocks(README, "sh"):
+    for block in code_blocks(EVERYTHING, "sh"):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
-            if words[:3] == ["kubectl", "create", "secret"]:
-                commands.append(words)
+            if words[:3] == ["kubectl", "create", "secret"] and words not in commands:
+                commands.append(words)  # a command quoted in two documents runs once
     return commands
 
 
