@@ -96,7 +96,9 @@ class LeaderElector:
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._quiet = QuietLog(log)
-        self._trouble: str | None = None
+        # Until the Lease has been read once, nothing says this replica can take part: a
+        # controller that never reached its API server must not report ready.
+        self._trouble: str | None = f"lease {namespace}/{name}: not read yet"
         self._metrics = LeaderMetrics(metrics or Metrics(process_metrics=False))
 
     @property

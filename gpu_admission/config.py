@@ -281,6 +281,13 @@ class DatasetConfig(_Model):
     # written to its PVC (at most one status write); also the loader's stats interval.
     progress_interval_seconds: Annotated[float, Field(gt=0, le=30)] = 20.0
     """Progress is read and written this often, in seconds (at most 30)."""
+    trusted_ca_config_map: str | None = None
+    """A ConfigMap, in each dataset PVC's namespace, with the CA bundle loaders trust instead of
+    the image's: for object stores and token services behind a private CA (trust-manager can
+    put one in every namespace). It must hold every CA the loaders need, public ones included.
+    Null: the image's bundle."""
+    trusted_ca_key: str = "ca.crt"
+    """The key of trusted_ca_config_map that holds the PEM bundle."""
     # Exported as a metric so the DatasetLoadStuck alert reads it: no threshold in the rules.
     load_stuck_after_seconds: Annotated[float, Field(gt=0)] = 2 * 3600.0
     """How long a load may be Pending or Loading before the GpuAdmissionDatasetLoadStuck alert

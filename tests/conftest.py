@@ -9,11 +9,35 @@ import pytest
 
 pytest_plugins = ["tests.world.kubeapi.pytest_plugin", "tests.world.harness"]
 
-E2E_FOLDER = Path(__file__).resolve().parent / "e2e"
+# Journeys across parts, and the image tier (it builds and runs the container image).
+SLOW_FOLDERS = tuple(Path(__file__).resolve().parent / name for name in ("e2e", "image"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Everything under tests/e2e is a journey; elsewhere a module says so with `pytestmark`.
+    # Everything under tests/e2e and tests/image; elsewhere a module says so with `pytestmark`.
     for item in items:
-        if item.path.is_relative_to(E2E_FOLDER):
+        if any(item.path.is_relative_to(folder) for folder in SLOW_FOLDERS):
             item.add_marker(pytest.mark.e2e)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say how the project's image was run, if anything ran it: a skipped image tier, or loader
+    pods run as host processes, must never read as the image having been tested."""
+    from tests.e2e.datasets import loader_images
+    from tests.world.containers.engine import Unavailable, engine
+
+    if engine.cache_info().currsize == 0:
+        return  # nothing in this run needed the image
+    found = engine()
+    if isinstance(found, Unavailable):
+        terminalreporter.write_line(f"image: NOT RUN ({found.reason})", yellow=True)
+    else:
+        terminalreporter.write_line(f"image: run with {found.kind}")
+    if loader_images.cache_info().currsize:
+        images = loader_images()
+        where = (
+            f"host processes ({images.reason})"
+            if isinstance(images, Unavailable)
+            else f"containers of {images.image}"
+        )
+        terminalreporter.write_line(f"dataset loader pods ran as {where}")

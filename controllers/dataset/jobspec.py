@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from controllers.dataset.trusted_ca import trusted_ca
 from gpu_admission.config import Config
 from gpu_admission.datasource import DataSource
 from gpu_admission.keyless import TokenRequest, aws_web_identity
@@ -191,6 +192,12 @@ def build_loader_job(
                 },
             }
         )
+    env = _env(source, secret, config, token)
+    trust = trusted_ca(config)
+    if trust is not None:
+        mounts.append(trust.mount)
+        volumes.append(trust.volume)
+        env.append(trust.env)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -206,7 +213,7 @@ def build_loader_job(
                 "name": CONTAINER_NAME,
                 "image": ds.loader_image,
                 "command": loader_args(source, sync, config, shards),
-                "env": _env(source, secret, config, token),
+                "env": env,
                 "resources": {
                     "requests": {"cpu": ds.loader_cpu_request, "memory": ds.loader_memory_request},
                     "limits": {"cpu": ds.loader_cpu_limit, "memory": ds.loader_memory_limit},

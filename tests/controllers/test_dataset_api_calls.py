@@ -11,9 +11,11 @@ import pytest
 from kubernetes import client
 
 from controllers.dataset import DatasetController
-from tests.e2e.datasets import NS, create_pvc, eventually, jobs, make_config, start
+from tests.e2e.datasets import NS, create_pvc, eventually, jobs, kubelet_images, make_config, start
 from tests.world.kubelet.node import FakeKubelet
 from tests.world.stand_ins.objectstores import S3Store, dataset_files, s3_store
+
+pytestmark = pytest.mark.e2e  # its loads run real loaders (from the image where it runs)
 
 PVCS = r"/namespaces/ml/persistentvolumeclaims"
 
@@ -53,7 +55,8 @@ async def test_a_load_costs_one_job_status_writes_and_two_events_and_no_reads(
         return await real_list(namespace, job, label)
 
     controller.api.list_job_pods = list_job_pods  # type: ignore[method-assign]
-    node = FakeKubelet(kube_client, pvc_base_dir=tmp_path / "pvcs").start()
+    node = FakeKubelet(kube_client, pvc_base_dir=tmp_path / "pvcs", images=kubelet_images())
+    node.start()
     try:
         kubeapi.faults.reset_counts()
         create_pvc(core, "counted", "s3://counted")

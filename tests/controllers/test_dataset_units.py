@@ -264,3 +264,40 @@ def test_summary_from_the_last_attempt_and_deadline_cause() -> None:
     }
     expired = job(failed_for_good=True, failure_reason="DeadlineExceeded")
     assert "longer than its deadline (60 s)" in summary_from_pods([], expired, 60)["cause"]
+
+
+def test_job_spec_trusts_the_configured_ca_bundle_and_none_by_default() -> None:
+    def pod_of(config: Config) -> dict:
+        source = parse_data_source("s3://data-1/x")
+        job = build_loader_job(
+            job_name="j",
+            pvc_namespace="ml",
+            pvc_name="p",
+            pvc_uid="u",
+            source=source,
+            secret=None,
+            sync=False,
+            config=config,
+        )
+        return job["spec"]["template"]["spec"]
+
+    plain = pod_of(CONFIG)
+    assert "SSL_CERT_FILE" not in {e["name"] for e in plain["containers"][0]["env"]}
+    trusting = Config.model_validate(
+        {"dataset": {"trusted_ca_config_map": "trust-bundle", "trusted_ca_key": "bundle.pem"}}
+    )
+    pod = pod_of(trusting)
+    [volume] = [v for v in pod["volumes"] if v["name"] == "trusted-ca"]
+    assert volume["configMap"] == {
+        "name": "trust-bundle",
+        "items": [{"key": "bundle.pem", "path": "ca.crt"}],
+    }
+    container = pod["containers"][0]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "trusted-ca")
+    assert mount == {
+        "name": "trusted-ca",
+        "mountPath": "/etc/gpu-admission/trusted-ca",
+        "readOnly": True,
+    }
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SSL_CERT_FILE"] == "/etc/gpu-admission/trusted-ca/ca.crt"

@@ -112,3 +112,22 @@ async def test_two_controllers_one_leads_then_hands_over(kube_client: client.Api
     await first.stop()
     await asyncio.wait_for(second.leading.wait(), LEASE_SECONDS)
     await second.stop()
+
+
+def test_a_replica_is_not_ready_before_its_lease_was_ever_read() -> None:
+    elector = LeaderElector(
+        client.ApiClient(),
+        namespace="gpu-admission",
+        name="gpu-admission-controller",
+        identity="a",
+        lease_duration=15,
+        renew_deadline=10,
+        retry_period=2,
+        on_started_leading=_nothing,
+        on_stopped_leading=_nothing,
+    )
+    assert elector.trouble() == ["lease gpu-admission/gpu-admission-controller: not read yet"]
+
+
+async def _nothing() -> None:
+    return None

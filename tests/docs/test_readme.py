@@ -7,8 +7,11 @@ from __future__ import annotations
 import argparse
 import io
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -200,3 +203,32 @@ def test_every_kustomization_the_docs_apply_renders() -> None:
     assert {"manifests/", "manifests/overlays/monitoring/"} <= applied
     for path in sorted(applied):
         subprocess.run([KUBECTL, "kustomize", str(ROOT / path)], check=True, capture_output=True)
+
+
+def test_the_image_overlay_example_points_everything_at_the_pushed_image() -> None:
+    [block] = [b for b in code_blocks(DOCS["image.md"], "yaml") if "my-install/" in b]
+    pushed = "registry.example.com/ml/gpu-admission:0.1.0"
+    # A sibling of manifests/, as the example's `../manifests` expects (kustomize takes no
+    # absolute paths).
+    overlay = Path(tempfile.mkdtemp(prefix=".example-overlay-", dir=ROOT))
+    try:
+        (overlay / "kustomization.yaml").write_text(block)
+        out = subprocess.run(
+            [KUBECTL, "kustomize", str(overlay)], check=True, capture_output=True, text=True
+        ).stdout
+    finally:
+        shutil.rmtree(overlay)
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    images = {
+        c["image"]
+        for d in docs
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {pushed}
+    [config_map] = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpu-admission"
+    ]
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert config["dataset"]["loader_image"] == pushed
+    assert Config.model_validate(config).certs.secret_name == "gpu-admission-tls"

@@ -1,11 +1,17 @@
-"""Helpers for the dataset journeys: the controller's test config (loaders run this interpreter's
-`gpu-admission load` and real rclone), PVCs, pods and Jobs through the official client, and
-waits on conditions (never sleeps as synchronisation)."""
+"""Helpers for the dataset journeys: the controller's test config, PVCs, pods and Jobs through the
+official client, and waits on conditions (never sleeps as synchronisation).
+
+Loader pods run from the project's image, as a cluster runs them, wherever it can be built and
+run here (`loader_images`); otherwise the fake kubelet runs this interpreter's
+`gpu-admission load` and real rclone as host processes, and the run's summary says so.
+`GPU_ADMISSION_TEST_LOADERS=process` chooses the host processes."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -16,6 +22,8 @@ from kubernetes import client
 
 from controllers.dataset import DatasetController
 from gpu_admission.config import Config
+from tests.world.containers.engine import IMAGE, Unavailable, engine
+from tests.world.kubelet.image_run import Images
 from tests.world.kubelet.node import HOST_PATH
 
 NS = "ml"
@@ -25,18 +33,45 @@ PREFIX = "gpu-admission.io/"
 GATE = {"name": f"{PREFIX}data-load"}
 
 
+@functools.cache
+def loader_images() -> Images | Unavailable:
+    """The image the fake kubelet runs loader pods from, or why the host processes run them."""
+    if os.environ.get("GPU_ADMISSION_TEST_LOADERS") == "process":
+        return Unavailable("GPU_ADMISSION_TEST_LOADERS=process")
+    found = engine()
+    if isinstance(found, Unavailable):
+        if os.environ.get("CI"):
+            raise RuntimeError(f"CI must run loader pods from the image: {found.reason}")
+        return found
+    return Images(found, IMAGE)
+
+
+def kubelet_images() -> Images | None:
+    images = loader_images()
+    return images if isinstance(images, Images) else None
+
+
+def loader() -> list[str]:
+    """The command that starts the loader in a loader pod, as the pod runs it."""
+    if kubelet_images() is not None:
+        return ["gpu-admission", "load"]  # the image's, found on its PATH
+    return [sys.executable, "-m", "commands", "load"]
+
+
 def make_config(s3_endpoint: str = "", gcs_endpoint: str = "", **dataset: Any) -> Config:
-    env = {"PATH": f"{VENV_BIN}:{HOST_PATH}"}
+    images = kubelet_images()
+    # From the image, the loader's PATH is the image's; as host processes, this venv's.
+    env = {} if images else {"PATH": f"{VENV_BIN}:{HOST_PATH}"}
     if s3_endpoint:
         env["RCLONE_S3_ENDPOINT"] = s3_endpoint
     if gcs_endpoint:
         env["RCLONE_GCS_ENDPOINT"] = gcs_endpoint
+    where = {"loader_image": IMAGE} if images else {"loader_command": loader()}
     return Config.model_validate(
         {
             "dataset": {
                 "loader_env": env,
-                # The same `load` sub-command, run as a module from this interpreter.
-                "loader_command": [sys.executable, "-m", "commands", "load"],
+                **where,
                 "requeue_base_seconds": 0.05,
                 "capacity_requeue_seconds": 0.2,
                 "backoff_limit": 1,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.datasets import kubelet_images
 from tests.world.harness import AdmissionCluster, AdmissionClusterFactory
 from tests.world.kubelet.node import FakeKubelet
 
@@ -19,7 +20,9 @@ def cluster(admission_cluster_factory: AdmissionClusterFactory) -> AdmissionClus
 
 @pytest.fixture
 def kubelet(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[FakeKubelet]:
-    node = FakeKubelet(cluster.api, pvc_base_dir=tmp_path / "pvcs", run_all_pods=True)
+    node = FakeKubelet(
+        cluster.api, pvc_base_dir=tmp_path / "pvcs", run_all_pods=True, images=kubelet_images()
+    )
     node.start()
     try:
         yield node

@@ -17,7 +17,7 @@ from kubernetes import client
 
 from controllers.dataset import DatasetController
 from gpu_admission.cluster.snapshots import cache_key
-from tests.e2e.datasets import eventually, make_config, wait_phase
+from tests.e2e.datasets import eventually, kubelet_images, make_config, wait_phase
 from tests.world.harness import AdmissionCluster
 from tests.world.kubelet.node import FakeKubelet
 from tests.world.snapshotter import FakeSnapshotter
@@ -34,7 +34,10 @@ CHANGED = ("part-1/shard-1/file-0001.bin", "part-2/shard-2/file-0002.bin")
 def storage(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[FakeKubelet]:
     snapshots = FakeSnapshotter(cluster.api, pvc_base_dir=tmp_path / "pvcs").start()
     kubelet = FakeKubelet(
-        cluster.api, pvc_base_dir=tmp_path / "pvcs", volume_source=snapshots.restore
+        cluster.api,
+        pvc_base_dir=tmp_path / "pvcs",
+        volume_source=snapshots.restore,
+        images=kubelet_images(),
     ).start()
     storage_api = client.StorageV1Api(cluster.api)
     storage_api.create_storage_class(

@@ -51,12 +51,12 @@ def sts(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[GoogleSts]:
 async def controller(
     cluster: AdmissionCluster, gcs: GcsStore, sts: GoogleSts
 ) -> AsyncIterator[DatasetController]:
-    config = make_config(gcs_endpoint=gcs.endpoint)
-    # The loader trusts the STS stand-in's CA as it trusts Google's (Go reads SSL_CERT_FILE).
-    env = {**config.dataset.loader_env, "SSL_CERT_FILE": str(sts.ca_path)}
-    config = config.model_copy(
-        update={"dataset": config.dataset.model_copy(update={"loader_env": env})}
-    )
+    # The loader trusts the STS stand-in's CA as an install behind a private CA would: a
+    # ConfigMap in the PVC's namespace that dataset.trusted_ca_config_map names.
+    core = client.CoreV1Api(cluster.api)
+    bundle = {"metadata": {"name": "trust-bundle"}, "data": {"ca.crt": sts.ca_path.read_text()}}
+    core.create_namespaced_config_map(NS, bundle)
+    config = make_config(gcs_endpoint=gcs.endpoint, trusted_ca_config_map="trust-bundle")
     started = DatasetController(cluster.api, config, identity="keyless")
     yield started
     await started.stop()

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 
 from controllers.dataset import DatasetController
-from tests.e2e.datasets import NS
+from tests.e2e.datasets import NS, kubelet_images
 from tests.world.kubelet.node import FakeKubelet
 
 
@@ -29,7 +29,7 @@ def core(kube_client: client.ApiClient) -> client.CoreV1Api:
 def kubelet(
     kube_client: client.ApiClient, tmp_path: Path, core: client.CoreV1Api
 ) -> Iterator[FakeKubelet]:
-    node = FakeKubelet(kube_client, pvc_base_dir=tmp_path / "pvcs")
+    node = FakeKubelet(kube_client, pvc_base_dir=tmp_path / "pvcs", images=kubelet_images())
     node.start()
     try:
         yield node

@@ -25,6 +25,7 @@ from tests.e2e.datasets import (
     events_for,
     eventually,
     jobs,
+    kubelet_images,
     make_config,
     read_pod,
     read_pvc,
@@ -202,7 +203,8 @@ async def test_restarted_controller_adopts_the_running_job(
     await first.stop()
     controllers.remove(first)
     # The controller is gone; the load runs (and may finish) without it.
-    node = FakeKubelet(kube_client, pvc_base_dir=tmp_path / "pvcs").start()
+    node = FakeKubelet(kube_client, pvc_base_dir=tmp_path / "pvcs", images=kubelet_images())
+    node.start()
     try:
         await start(controllers, kube_client, config, "second")
         await wait_phase(core, "restart", "Succeeded")

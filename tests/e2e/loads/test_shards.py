@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,12 +14,14 @@ import pytest
 from kubernetes import client
 
 from controllers.dataset import DatasetController
+from controllers.dataset.jobspec import DATA_MOUNT_PATH
 from gpu_admission.config import Config
 from tests.e2e.datasets import (
     NS,
     PREFIX,
     eventually,
     jobs,
+    loader,
     make_config,
     read_pvc,
     start,
@@ -116,13 +117,14 @@ async def test_a_shard_failing_once_is_retried_alone(
 ) -> None:
     files = dataset_files(files=60, large_bytes=0)
     s3.put("flaky-shard", files, public=True)
-    marker = tmp_path / "shard-2-failed-once"
-    # Shard 2's first attempt fails before loading anything; every later one loads.
+    # Shard 2's first attempt fails before loading anything; the retry removes the marker the
+    # first left on the volume (the only place two attempts share), then loads.
+    marker = f"{DATA_MOUNT_PATH}/.shard-2-failed-once"
     script = (
-        f'if [ "$JOB_COMPLETION_INDEX" = 2 ] && [ ! -e {marker} ]; then touch {marker}; '
-        'echo "network went away" >&2; exit 1; fi; exec "$0" -m commands load "$@"'
+        f'if [ "$JOB_COMPLETION_INDEX" = 2 ]; then if [ ! -e {marker} ]; then touch {marker}; '
+        f'echo "network went away" >&2; exit 1; fi; rm -f {marker}; fi; exec "$@"'
     )
-    config = sharded_config(s3.endpoint, loader_command=["sh", "-c", script, sys.executable])
+    config = sharded_config(s3.endpoint, loader_command=["sh", "-c", script, "sh", *loader()])
     await start(controllers, kube_client, config)
     create_sharded_pvc(core, "flaky", "s3://flaky-shard", 4)
     await wait_phase(core, "flaky", "Succeeded")

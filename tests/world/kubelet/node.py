@@ -31,6 +31,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from tests.world.kubelet.env import ConfigError, build_env, command_line
+from tests.world.kubelet.image_run import ImageContainerProcess, Images
 from tests.world.kubelet.jobs import (
     CONTROLLER_UID_LABEL,
     decide,
@@ -45,7 +46,7 @@ from tests.world.kubelet.run import (
     MountPoints,
     Termination,
 )
-from tests.world.kubelet.volumes import container_mounts, prepare_volumes
+from tests.world.kubelet.volumes import apply_fs_group, container_mounts, prepare_volumes
 from tests.world.kubelet.watch import Watcher
 
 DEFAULT_NODE = "node-1"
@@ -136,6 +137,7 @@ class FakeKubelet:
         node_labels: Mapping[str, str] | None = None,
         run_all_pods: bool = False,
         volume_source: Callable[[str, str, Path], None] | None = None,
+        images: Images | None = None,
     ) -> None:
         if api_client is None:
             if kubeconfig is None:
@@ -153,6 +155,7 @@ class FakeKubelet:
         self._run_all_pods = run_all_pods
         # Fills a PVC's directory when it is first made (a provisioner restoring a snapshot).
         self._volume_source = volume_source
+        self.images = images
         self._volume_lock = threading.Lock()
         self._queue: queue.Queue[tuple[str, tuple[str, str]] | None] = queue.Queue()
         self._lock = threading.Lock()
@@ -487,7 +490,7 @@ class _PodRun:
         self._pod = pod
         self._status = status
         self._killed = threading.Event()
-        self._current: ContainerProcess | None = None
+        self._current: ContainerProcess | ImageContainerProcess | None = None
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"pod-{key[1]}", daemon=True)
 
@@ -519,6 +522,9 @@ class _PodRun:
         except ConfigError as error:
             self._waiting_all("CreateContainerConfigError", str(error))
             return
+        fs_group = (spec.get("securityContext") or {}).get("fsGroup")
+        if fs_group is not None and self._from_image(spec):
+            apply_fs_group(volumes, fs_group)
         init, main = spec.get("initContainers") or [], spec.get("containers") or []
         init_statuses: list[dict[str, Any]] = []
         exit_codes: list[int] = []
@@ -550,10 +556,12 @@ class _PodRun:
     ) -> tuple[Termination | None, str]:
         kubelet, pod = self._kubelet, self._pod
         started = _now()
+        images = kubelet.images if self._from_image(pod["spec"]) else None
         try:
-            env = {"PATH": HOST_PATH, "HOSTNAME": self._key[1]}
+            # From an image, PATH and HOSTNAME are the image's and the runtime's.
+            env = {} if images else {"PATH": HOST_PATH, "HOSTNAME": self._key[1]}
             env.update(build_env(pod, container, kubelet._sources))
-            argv = command_line(container, env)
+            argv = [] if images else command_line(container, env)
         except ConfigError as error:
             self._waiting_all("CreateContainerConfigError", str(error))
             return None, started
@@ -561,11 +569,27 @@ class _PodRun:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         termination_file = pod_dir / "termination" / container["name"]
         termination_file.parent.mkdir(parents=True, exist_ok=True)
-        process = ContainerProcess(kubelet._mount_points)
+        process: ContainerProcess | ImageContainerProcess
+        if images is not None:
+            process = ImageContainerProcess(images.engine, images.image)
+        else:
+            process = ContainerProcess(kubelet._mount_points)
         with self._lock:
             self._current = process
         if self._killed.is_set():
             return None, started
+        if isinstance(process, ImageContainerProcess):
+            result = process.run(
+                pod,
+                container,
+                env,
+                container_mounts(container, volumes),
+                termination_file,
+                container.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH,
+                container.get("terminationMessagePolicy") == "FallbackToLogsOnError",
+                log_path,
+            )
+            return (None if self._killed.is_set() else result), started
         result = process.run(
             argv,
             env,
@@ -579,6 +603,12 @@ class _PodRun:
         if self._killed.is_set():
             return None, started
         return result, started
+
+    def _from_image(self, spec: Mapping[str, Any]) -> bool:
+        """Every container of the pod runs from an image this node has."""
+        images = self._kubelet.images
+        containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        return images is not None and all(images.runs(c.get("image", "")) for c in containers)
 
     def _waiting_all(self, reason: str, message: str) -> None:
         waiting = {"waiting": {"reason": reason, "message": message}}

@@ -14,6 +14,7 @@ supported.
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -138,3 +139,19 @@ def container_mounts(
         read_only = volume_read_only or bool(mount.get("readOnly"))
         mounts.append(Mount(directory, mount["mountPath"], read_only))
     return mounts
+
+
+def apply_fs_group(volumes: Mapping[str, tuple[Path, bool]], fs_group: int) -> None:
+    """The kubelet's volume ownership management for a pod with `fsGroup`: every file of its
+    volumes gets that group, directories the setgid bit, and group permissions follow the
+    owner's (read, and write on writable volumes), so a non-root container can use them."""
+    for directory, read_only in volumes.values():
+        for path in [directory, *directory.rglob("*")]:
+            os.chown(path, -1, fs_group, follow_symlinks=False)
+            if path.is_symlink():
+                continue
+            mode = path.stat().st_mode
+            group = (mode & 0o700) >> 3
+            if read_only:
+                group &= 0o050
+            path.chmod((mode & ~0o070) | group | (0o2000 if path.is_dir() else 0))
