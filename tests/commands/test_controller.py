@@ -23,8 +23,9 @@ from commands import cli, parser
 from commands.serve import AdmissionServer
 from gpu_admission.config import Config
 from tests import ROOT
+from tests.support.ports import free_port
 
-from .test_serve import START_TIMEOUT, free_port
+from .test_serve import START_TIMEOUT
 
 pytestmark = pytest.mark.e2e  # runs real processes or waits on real time: not in the fast tier
 

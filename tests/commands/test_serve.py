@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -19,17 +18,12 @@ import pytest
 
 from commands import cli, parser
 from tests import ROOT
+from tests.support.ports import free_port
 from tests.webhooks.server_helpers import fixture_bytes
 
 pytestmark = pytest.mark.e2e  # runs real processes or waits on real time: not in the fast tier
 
 START_TIMEOUT = 60.0  # a cold interpreter imports the kubernetes client on a shared CPU
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def offline_environment() -> dict[str, str]:

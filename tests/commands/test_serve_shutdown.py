@@ -18,18 +18,13 @@ from commands.serve import SHUTTING_DOWN, AdmissionServer
 from gpu_admission.cluster.view import ClusterView, ObjectRef, StaticClusterView
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
+from tests.support.ports import free_port
 from tests.webhooks.server_helpers import fixture_bytes
 from webhooks.patch import Patch
 from webhooks.policy import MutatingPolicy, PolicySet, Scope
 from webhooks.review import AdmissionRequest
 
 WAIT = 10.0  # bound on every wait for a condition
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class HeldResolver:

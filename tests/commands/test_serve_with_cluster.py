@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import time
 from typing import Any
 
@@ -23,6 +22,7 @@ from commands.serve import AdmissionServer
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
 from tests import ROOT
+from tests.support.ports import free_port
 from tests.world.kubeapi.admission import WebhookAdmission
 
 pytestmark = pytest.mark.e2e  # runs real processes or waits on real time: not in the fast tier
@@ -30,12 +30,6 @@ pytestmark = pytest.mark.e2e  # runs real processes or waits on real time: not i
 MANIFESTS = ROOT / "manifests"
 SERVICE, NAMESPACE, TLS_SECRET = "gpu-admission", "gpu-admission", "gpu-admission-tls"
 WAIT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def webhook_configurations() -> list[dict[str, Any]]:

@@ -184,38 +184,30 @@ def test_job_spec_s3_with_credentials_by_reference() -> None:
     assert record is not None and record.pvc_key == "ml/imagenet" and not record.finished
 
 
-def test_job_spec_gcs_key_file_volume_and_anonymous() -> None:
-    source = parse_data_source("gs://data-1/x")
-    spec = build_loader_job(
+def loader_job_pod(config: Config, url: str = "s3://data-1/x", secret: str | None = None) -> dict:
+    """The pod template of the loader Job for PVC ml/p of `url`."""
+    job = build_loader_job(
         job_name="j",
         pvc_namespace="ml",
         pvc_name="p",
         pvc_uid="u",
-        source=source,
-        secret="gcs-reader",
+        source=parse_data_source(url),
+        secret=secret,
         sync=False,
-        config=CONFIG,
+        config=config,
     )
-    pod = spec["spec"]["template"]["spec"]
+    return job["spec"]["template"]["spec"]
+
+
+def test_job_spec_gcs_key_file_volume_and_anonymous() -> None:
+    pod = loader_job_pod(CONFIG, "gs://data-1/x", "gcs-reader")
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["RCLONE_CONFIG_SRC_SERVICE_ACCOUNT_FILE"] == (
         "/var/run/secrets/gcp/gcs-reader/key.json"
     )
     assert any(v.get("secret", {}).get("secretName") == "gcs-reader" for v in pod["volumes"])
-    anonymous = build_loader_job(
-        job_name="j",
-        pvc_namespace="ml",
-        pvc_name="p",
-        pvc_uid="u",
-        source=source,
-        secret=None,
-        sync=False,
-        config=CONFIG,
-    )
-    env = {
-        e["name"]: e.get("value")
-        for e in anonymous["spec"]["template"]["spec"]["containers"][0]["env"]
-    }
+    anonymous = loader_job_pod(CONFIG, "gs://data-1/x")
+    env = {e["name"]: e.get("value") for e in anonymous["containers"][0]["env"]}
     assert env["RCLONE_CONFIG_SRC_ANONYMOUS"] == "true"
 
 
@@ -267,26 +259,12 @@ def test_summary_from_the_last_attempt_and_deadline_cause() -> None:
 
 
 def test_job_spec_trusts_the_configured_ca_bundle_and_none_by_default() -> None:
-    def pod_of(config: Config) -> dict:
-        source = parse_data_source("s3://data-1/x")
-        job = build_loader_job(
-            job_name="j",
-            pvc_namespace="ml",
-            pvc_name="p",
-            pvc_uid="u",
-            source=source,
-            secret=None,
-            sync=False,
-            config=config,
-        )
-        return job["spec"]["template"]["spec"]
-
-    plain = pod_of(CONFIG)
+    plain = loader_job_pod(CONFIG)
     assert "SSL_CERT_FILE" not in {e["name"] for e in plain["containers"][0]["env"]}
     trusting = Config.model_validate(
         {"dataset": {"trusted_ca_config_map": "trust-bundle", "trusted_ca_key": "bundle.pem"}}
     )
-    pod = pod_of(trusting)
+    pod = loader_job_pod(trusting)
     [volume] = [v for v in pod["volumes"] if v["name"] == "trusted-ca"]
     assert volume["configMap"] == {
         "name": "trust-bundle",
@@ -294,10 +272,6 @@ def test_job_spec_trusts_the_configured_ca_bundle_and_none_by_default() -> None:
     }
     container = pod["containers"][0]
     mount = next(m for m in container["volumeMounts"] if m["name"] == "trusted-ca")
-    assert mount == {
-        "name": "trusted-ca",
-        "mountPath": "/etc/gpu-admission/trusted-ca",
-        "readOnly": True,
-    }
+    assert mount["mountPath"] == "/etc/gpu-admission/trusted-ca" and mount["readOnly"] is True
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["SSL_CERT_FILE"] == "/etc/gpu-admission/trusted-ca/ca.crt"

@@ -22,6 +22,7 @@ from kubernetes import client, config
 
 from tests import ROOT
 from tests.manifests.monitoring_queries import named_series
+from tests.support.ports import free_port
 from tests.world.kubeapi.runner import KubeAPIHandle, start_kubeapi
 
 START_TIMEOUT = 60.0  # cold interpreters import the kubernetes client on a shared CPU
@@ -53,14 +54,6 @@ class Install:
     kubeapi: KubeAPIHandle
     serve: Process
     controller: Process
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_until(check: Callable[[], bool], what: str, processes: list[Process]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -27,17 +26,12 @@ import pytest
 from gpu_admission import __version__
 from tests import REVIEW_FIXTURES, ROOT
 from tests.image.pods import container_run, deployment_pod
+from tests.support.ports import free_port
 from tests.world.containers.engine import ContainerRun, Engine, ImageConfig
 from tests.world.kubeapi.tls import tls_material
 
 WAIT = 60.0  # a cold container imports the kubernetes client on a shared CPU
 SERVICE_DNS = "gpu-admission.gpu-admission.svc"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_to_end(runner: Engine, run: ContainerRun) -> tuple[int, str]:

@@ -4,7 +4,6 @@ and `data-load-retry` loads the same source again once the cause is fixed."""
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 from kubernetes import client
@@ -21,18 +20,13 @@ from tests.e2e.datasets import (
     start,
     wait_phase,
 )
+from tests.support.ports import free_port
 from tests.world.stand_ins.holding_proxy import HoldingProxy
 from tests.world.stand_ins.objectstores import S3Store, dataset_files, tree
 
 FILES = dataset_files(files=30, large_bytes=0)
 # rclone gives up on a refused connection at once instead of retrying it for seconds.
 FAST_FAILING = {"RCLONE_RETRIES": "1", "RCLONE_LOW_LEVEL_RETRIES": "1"}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def condition_message(core: client.CoreV1Api, name: str) -> str:
