@@ -17,6 +17,10 @@ if ! "$ENGINE" image inspect "$base" >/dev/null 2>&1; then
     fi
 fi
 build=(build -t "$IMAGE" --build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION")
+# The same two as labels of the build itself: buildah reuses a cached LABEL step whose ARG
+# changed (podman 4.3), and a commit's image must name that commit.
+build+=(--label "org.opencontainers.image.version=$VERSION")
+build+=(--label "org.opencontainers.image.revision=$REVISION")
 [ "$ENGINE" = podman ] && build+=(--isolation=chroot)
 "$ENGINE" "${build[@]}" . >&2
 echo "$IMAGE: $("$ENGINE" image inspect --format '{{.Size}}' "$IMAGE") bytes"
