@@ -21,8 +21,19 @@ from kubernetes.client import AdmissionregistrationV1Api
 from kubernetes.client.exceptions import ApiException
 
 from certs.issue import CertBundle
+from gpu_admission.quiet_log import QuietLog
+from gpu_admission.reachability import unreachable_reason
 
 log = logging.getLogger(__name__)
+
+
+def _reason(error: BaseException) -> str | None:
+    """One short line for an API error or an API server that did not answer; None for
+    anything else (a bug: its traceback is worth logging)."""
+    if isinstance(error, ApiException):
+        return f"HTTP {error.status} {error.reason or ''}".rstrip()
+    return unreachable_reason(error)
+
 
 DEFAULT_CONFIGURATION_NAME = "gpu-admission"
 DEFAULT_SYNC_INTERVAL = 60.0
@@ -138,21 +149,25 @@ class CABundleSyncer:
         """Re-publish every `interval` seconds: configurations created or re-applied later (with
         an empty caBundle) get the current one."""
         stop = stop or asyncio.Event()
+        # A failure repeating every interval (an API server away, a missing permission) is said
+        # once, and its end once.
+        quiet = QuietLog(log)
         while not stop.is_set():
             bundle = current_bundle()
             if bundle is not None:
                 try:
                     await self.publish(bundle)
-                except ApiException as exc:
-                    log.warning(
-                        "cannot update caBundle in %s (HTTP %s %s); retrying in %ss",
-                        self.name,
-                        exc.status,
-                        exc.reason,
-                        interval,
-                    )
-                except Exception:
-                    # An unreachable API server surfaces as urllib3 errors; retry like any other.
-                    log.exception("cannot update caBundle in %s; retrying", self.name)
+                except Exception as exc:
+                    reason = _reason(exc)
+                    if reason is None:
+                        log.exception("cannot update caBundle in %s; retrying", self.name)
+                    else:
+                        quiet.failed(
+                            "sync",
+                            f"cannot update caBundle in {self.name} ({reason}); "
+                            f"retrying every {interval:g} s",
+                        )
+                else:
+                    quiet.recovered("sync", f"caBundle in {self.name} can be updated again")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)

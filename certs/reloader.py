@@ -35,6 +35,9 @@ from certs.issue import (
 )
 from certs.pem import CertificateError, check_key_matches, load_certificate
 from certs.store import CertStore, content_fingerprint
+from gpu_admission.cluster.informer import describe_error
+from gpu_admission.quiet_log import QuietLog
+from gpu_admission.reachability import unreachable_reason
 
 log = logging.getLogger(__name__)
 
@@ -199,17 +202,31 @@ class CertReloader:
         they are managed elsewhere and only reloaded when the store's content changes.
         """
         stop = stop or asyncio.Event()
+        quiet = QuietLog(log)  # a check failing every poll is said once, and its end once
         while not stop.is_set():
             try:
                 await self.check_once(store, spec, renew_fraction, before_swap, clock())
             except (CertificateError, ApiException, OSError) as exc:
                 # Keep serving the loaded certificate; a half-written pair or an API hiccup
                 # usually resolves by the next poll.
-                log.warning("certificate check failed, keeping the current certificate: %s", exc)
-            except Exception:
-                # Whatever else goes wrong (an unreachable API server surfaces as urllib3
-                # errors), this loop must outlive it: it is what keeps the certificate valid.
-                log.exception("certificate check failed, keeping the current certificate")
+                said = describe_error(exc) if isinstance(exc, ApiException) else str(exc)
+                quiet.failed(
+                    "check", f"certificate check failed, keeping the current certificate: {said}"
+                )
+            except Exception as exc:
+                # Whatever else goes wrong, this loop must outlive it: it is what keeps the
+                # certificate valid. An API server that does not answer is one short line.
+                reason = unreachable_reason(exc)
+                if reason is None:
+                    log.exception("certificate check failed, keeping the current certificate")
+                else:
+                    quiet.failed(
+                        "check",
+                        "certificate check failed, keeping the current certificate: the "
+                        f"certificate store cannot be reached ({reason})",
+                    )
+            else:
+                quiet.recovered("check", "certificate check works again")
             delay = poll_interval
             if spec is not None and self.current is not None:
                 until_renewal = (self.current.renew_at(renew_fraction) - clock()).total_seconds()

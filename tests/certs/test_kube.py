@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -231,6 +232,50 @@ async def test_the_sync_loop_restores_a_bundle_that_was_reset(
     finally:
         stop.set()
         await asyncio.wait_for(task, TIMEOUT)
+
+
+async def test_an_api_server_outage_is_said_once_by_the_sync_loop_and_its_end_once(
+    kubeapi, admission_api: client.AdmissionregistrationV1Api, bundle: CertBundle, caplog
+) -> None:
+    caplog.set_level(logging.INFO, logger="certs.cabundle")
+    await asyncio.to_thread(create_configurations, admission_api)
+    syncer = CABundleSyncer(admission_api)
+    attempts = 0
+    publish = syncer.publish
+
+    async def counted(published: CertBundle) -> None:
+        nonlocal attempts
+        attempts += 1
+        await publish(published)
+
+    syncer.publish = counted  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def until(condition: Any, what: str) -> None:
+        deadline = loop.time() + TIMEOUT
+        while not condition():
+            assert loop.time() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.05)  # polling a condition, bounded by the deadline
+
+    kubeapi.go_offline()
+    task = asyncio.create_task(syncer.run(lambda: bundle, interval=0.05, stop=stop))
+    try:
+        await until(lambda: attempts >= 5, "five failed attempts")
+        kubeapi.come_back()
+        await until(lambda: "can be updated again" in caplog.text, "the recovery line")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, TIMEOUT)
+    ours = [r for r in caplog.records if r.name == "certs.cabundle"]
+    said = [(r.levelname, r.getMessage()) for r in ours if r.levelno >= logging.INFO]
+    outage = [message for level, message in said if level == "WARNING"]
+    assert outage == [
+        "cannot update caBundle in gpu-admission (connection refused); retrying every 0.05 s"
+    ]
+    [back] = [message for _, message in said if "can be updated again" in message]
+    assert back.startswith("caBundle in gpu-admission can be updated again after ")
+    assert not any(r.exc_info for r in ours)  # no tracebacks for an outage
 
 
 def test_a_patch_computed_before_the_webhooks_changed_does_not_apply(
