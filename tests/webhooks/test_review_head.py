@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import msgspec
 import pytest
 
 from certs.issue import CertBundle
@@ -250,5 +251,5 @@ async def test_malformed_reviews_on_the_head_path_get_400_with_the_reason(bundle
 )
 def test_a_response_is_its_uid_and_a_tail_shared_by_equal_answers(answer):
     uid = 'uid-"1"'
-    built = json.dumps(build_response(uid, **answer), separators=(",", ":")).encode()
+    built = msgspec.json.encode(build_response(uid, **answer))
     assert response_body(uid, response_tail(**answer)) == built
