@@ -76,7 +76,7 @@ class ImageConfig:
     @classmethod
     def inspect(cls, image: str) -> ImageConfig:
         out = subprocess.run(
-            ["podman", "image", "inspect", image], capture_output=True, text=True, check=True
+            [builder(), "image", "inspect", image], capture_output=True, text=True, check=True
         ).stdout
         [found] = json.loads(out)
         config = found.get("Config") or {}
@@ -243,15 +243,30 @@ def _exported_root(image: str) -> Path:
     root = Path(tempfile.mkdtemp(prefix="gpu-admission-image-root-"))
     root.chmod(0o755)  # mkdtemp's 0700 would keep the image's user out of its own root
     created = subprocess.run(
-        ["podman", "create", image], capture_output=True, text=True, check=True
+        [builder(), "create", image], capture_output=True, text=True, check=True
     ).stdout.strip()
     try:
-        export = subprocess.Popen(["podman", "export", created], stdout=subprocess.PIPE)
+        export = subprocess.Popen([builder(), "export", created], stdout=subprocess.PIPE)
         subprocess.run(["tar", "-x", "-C", str(root)], stdin=export.stdout, check=True)
         export.wait()
     finally:
-        subprocess.run(["podman", "rm", created], capture_output=True, check=False)
+        subprocess.run([builder(), "rm", created], capture_output=True, check=False)
     return root
+
+
+@functools.cache
+def builder() -> str:
+    """The engine `make image` builds with (tools/image/engine.sh's choice): docker when its
+    daemon answers, else podman. The image lives in that engine's store."""
+    if os.environ.get("ENGINE"):
+        return os.environ["ENGINE"]
+    docker = shutil.which("docker")
+    if (
+        docker
+        and subprocess.run([docker, "info"], capture_output=True, check=False).returncode == 0
+    ):
+        return "docker"
+    return "podman"
 
 
 @dataclass(frozen=True)
