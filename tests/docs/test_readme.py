@@ -27,7 +27,7 @@ from gpu_admission.config_reference import missing_descriptions, render
 from gpu_admission.metrics import AdmissionMetrics, Metrics
 from gpu_admission.names import DEFAULT_PREFIX, Names
 from tests import ROOT
-from tests.manifests.monitoring_queries import KUBECTL
+from tests.world.harness import KUBECTL
 
 README = (ROOT / "README.md").read_text()
 DOCS = {path.name: path.read_text() for path in sorted((ROOT / "docs").glob("*.md"))}

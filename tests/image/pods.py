@@ -5,39 +5,22 @@ env resolved, user, groups and read-only root from its securityContext. Nothing 
 from __future__ import annotations
 
 import base64
-import shutil
-import subprocess
-import sys
 from collections.abc import Mapping
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tests import ROOT
 from tests.world.containers.engine import BindMount, ContainerRun
+from tests.world.harness import manifest_objects, rendered_manifests
 from tests.world.kubelet.env import build_env
 from tests.world.kubelet.image_run import security
 from tests.world.kubelet.volumes import apply_fs_group, container_mounts, prepare_volumes
 
-KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or "kubectl"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-
-
-@cache
-def rendered(path: str = "manifests") -> tuple[dict[str, Any], ...]:
-    out = subprocess.run(
-        [KUBECTL, "kustomize", str(ROOT / path)], check=True, capture_output=True, text=True
-    ).stdout
-    return tuple(doc for doc in yaml.safe_load_all(out) if doc)
 
 
 def deployment_pod(name: str) -> dict[str, Any]:
     """The pod a Deployment of the base would create (its template, with a name)."""
-    [deployment] = [
-        d for d in rendered() if d["kind"] == "Deployment" and d["metadata"]["name"] == name
-    ]
+    [deployment] = [d for d in manifest_objects("Deployment") if d["metadata"]["name"] == name]
     template = deployment["spec"]["template"]
     metadata = {**template["metadata"], "name": f"{name}-0", "namespace": "gpu-admission"}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
@@ -57,7 +40,7 @@ class ManifestSources:
         return {"data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        for doc in rendered():
+        for doc in rendered_manifests():
             if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == name:
                 return doc
         return None

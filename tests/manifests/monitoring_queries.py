@@ -6,29 +6,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-import sys
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tests import ROOT
+from tests.world.harness import render
 
 OVERLAY = "manifests/overlays/monitoring"
-KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or "kubectl"
 # Series this project exports: gpu_admission_<name>. Recording rules are gpu_admission:<...>.
 SERIES = re.compile(r"\bgpu_admission_[a-zA-Z0-9_]+")
 
 
-@cache
 def rendered() -> tuple[dict[str, Any], ...]:
-    out = subprocess.run(
-        [KUBECTL, "kustomize", str(ROOT / OVERLAY)], check=True, capture_output=True, text=True
-    ).stdout
-    return tuple(doc for doc in yaml.safe_load_all(out) if doc)
+    return render(OVERLAY)
 
 
 def of_kind(kind: str) -> list[dict[str, Any]]:

@@ -3,28 +3,14 @@ promises."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests import ROOT
+from tests.world.harness import render
 
-KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or "kubectl"
 EXEMPT = "gpu-admission.io/exempt"
-
-
-@cache
-def render(path: str) -> tuple[dict[str, Any], ...]:
-    out = subprocess.run(
-        [KUBECTL, "kustomize", str(ROOT / path)], check=True, capture_output=True, text=True
-    ).stdout
-    return tuple(doc for doc in yaml.safe_load_all(out) if doc)
 
 
 def one(docs: tuple[dict[str, Any], ...], kind: str, name: str = "gpu-admission") -> dict:

