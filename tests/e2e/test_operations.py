@@ -17,17 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client, config
 
 from tests import ROOT
 from tests.manifests.monitoring_queries import named_series
 from tests.support.ports import free_port
+from tests.world.harness import register_webhooks, seed_namespaces
 from tests.world.kubeapi.runner import KubeAPIHandle, start_kubeapi
 
 START_TIMEOUT = 60.0  # cold interpreters import the kubernetes client on a shared CPU
 OUTAGE_SECONDS = 6.0  # how long the API server is away: the scenario, not a wait for a result
-NAMESPACE = "gpu-admission"
 
 
 @dataclass
@@ -77,18 +76,8 @@ def seed(kubeapi: KubeAPIHandle) -> None:
     the webhook configurations whose caBundle `serve` keeps current."""
     api = config.new_client_from_config(str(kubeapi.kubeconfig_path))
     try:
-        core = client.CoreV1Api(api)
-        core.create_namespace(
-            {"metadata": {"name": NAMESPACE, "labels": {"gpu-admission.io/exempt": "true"}}}
-        )
-        core.create_namespace({"metadata": {"name": "ml"}})
-        registration = client.AdmissionregistrationV1Api(api)
-        webhooks = ROOT / "manifests" / "base" / "webhooks.yaml"
-        for configuration in (d for d in yaml.safe_load_all(webhooks.read_text()) if d):
-            if configuration["kind"] == "MutatingWebhookConfiguration":
-                registration.create_mutating_webhook_configuration(configuration)
-            else:
-                registration.create_validating_webhook_configuration(configuration)
+        seed_namespaces(client.CoreV1Api(api), "gpu-admission.io/exempt")
+        register_webhooks(api)
     finally:
         api.close()
 

@@ -228,7 +228,7 @@ class AdmissionClusterFactory(Protocol):
     ) -> AdmissionCluster: ...
 
 
-def _seed_namespaces(core: client.CoreV1Api, exempt_label: str) -> None:
+def seed_namespaces(core: client.CoreV1Api, exempt_label: str) -> None:
     """The service's own Namespace as the manifests declare it (exempt), kube-system exempt as
     an operator labels it, and a plain workload namespace."""
     for manifest in manifest_objects("Namespace"):
@@ -244,12 +244,16 @@ def _seed_namespaces(core: client.CoreV1Api, exempt_label: str) -> None:
     core.create_namespace(body({"metadata": {"name": WORKLOAD_NAMESPACE}}))
 
 
-def _register_webhooks(api: client.ApiClient, ca_pem: bytes) -> None:
+def register_webhooks(api: client.ApiClient, ca_pem: bytes | None = None) -> None:
+    """Both webhook configurations as the manifests declare them; with `ca_pem`, trusting it
+    (without, their caBundle is left for the service to publish)."""
     registration = client.AdmissionregistrationV1Api(api)
     (mutating,) = manifest_objects("MutatingWebhookConfiguration")
     (validating,) = manifest_objects("ValidatingWebhookConfiguration")
-    registration.create_mutating_webhook_configuration(body(with_ca_bundle(mutating, ca_pem)))
-    registration.create_validating_webhook_configuration(body(with_ca_bundle(validating, ca_pem)))
+    if ca_pem is not None:
+        mutating, validating = with_ca_bundle(mutating, ca_pem), with_ca_bundle(validating, ca_pem)
+    registration.create_mutating_webhook_configuration(body(mutating))
+    registration.create_validating_webhook_configuration(body(validating))
 
 
 def _wait_synced(view: InformerClusterView) -> None:
@@ -275,7 +279,7 @@ def start_admission_cluster(
     api = kube_config.new_client_from_config(str(kubeapi.kubeconfig_path))
     stack.callback(api.close)
     core = client.CoreV1Api(api)
-    _seed_namespaces(core, config.names.exempt_label)
+    seed_namespaces(core, config.names.exempt_label)
     for node in nodes:
         core.create_node(body(_copy(dict(node))))
 
@@ -304,7 +308,7 @@ def start_admission_cluster(
     stack.callback(service.stop)
     address = f"127.0.0.1:{service.port}"
     admission.register_service(config.certs.namespace, config.certs.service_name, address)
-    _register_webhooks(api, bundle.ca_bundle_pem)
+    register_webhooks(api, bundle.ca_bundle_pem)
     return AdmissionCluster(
         kubeapi=kubeapi,
         api=api,
