@@ -24,6 +24,7 @@ from commands.serve import AdmissionServer
 from gpu_admission.config import Config
 from tests import ROOT
 from tests.support.ports import free_port
+from tests.support.waits import while_running
 
 from .test_serve import START_TIMEOUT
 
@@ -58,17 +59,7 @@ def get(url: str) -> tuple[int, bytes]:
 
 
 def wait_for(check: Callable[[], Any], what: str, process: subprocess.Popen[bytes]) -> Any:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"the controller exited while waiting for {what}"
-        try:
-            value = check()
-        except (urllib.error.URLError, ConnectionError):
-            value = None
-        if value:
-            return value
-        time.sleep(0.1)  # polling a condition, bounded by the deadline
-    raise AssertionError(f"timed out waiting for {what}")
+    return while_running(check, what, {"the controller": process}, START_TIMEOUT)
 
 
 @pytest.fixture

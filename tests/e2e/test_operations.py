@@ -22,6 +22,7 @@ from kubernetes import client, config
 from tests import ROOT
 from tests.manifests.monitoring_queries import named_series
 from tests.support.ports import free_port
+from tests.support.waits import while_running
 from tests.world.harness import register_webhooks, seed_namespaces
 from tests.world.kubeapi.runner import KubeAPIHandle, start_kubeapi
 
@@ -56,12 +57,7 @@ class Install:
 
 
 def wait_until(check: Callable[[], bool], what: str, processes: list[Process]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while not check():
-        for process in processes:
-            assert process.popen.poll() is None, f"{process.name} exited waiting for {what}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)  # polling a condition, bounded by the deadline
+    while_running(check, what, {p.name: p.popen for p in processes}, START_TIMEOUT)
 
 
 def scraped(process: Process, sample: str) -> bool:

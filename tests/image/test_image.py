@@ -12,7 +12,6 @@ import json
 import ssl
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -27,6 +26,7 @@ from gpu_admission import __version__
 from tests import REVIEW_FIXTURES, ROOT
 from tests.image.pods import container_run, deployment_pod
 from tests.support.ports import free_port
+from tests.support.waits import while_running
 from tests.world.containers.engine import ContainerRun, Engine, ImageConfig
 from tests.world.kubeapi.tls import tls_material
 
@@ -85,14 +85,7 @@ def scrape(port: int) -> str:
 def wait_for(
     check: Callable[[], Any], what: str, process: subprocess.Popen[bytes], log: Path
 ) -> Any:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"exited waiting for {what}:\n{log.read_text()[-3000:]}"
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)  # polling a condition, bounded by the deadline
-    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+    return while_running(check, what, {"the container": process}, WAIT, log)
 
 
 @pytest.fixture
