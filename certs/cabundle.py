@@ -21,6 +21,7 @@ from kubernetes.client import AdmissionregistrationV1Api
 from kubernetes.client.exceptions import ApiException
 
 from certs.issue import CertBundle
+from gpu_admission.cluster.informer import describe_error
 from gpu_admission.quiet_log import QuietLog
 from gpu_admission.reachability import unreachable_reason
 
@@ -31,7 +32,7 @@ def _reason(error: BaseException) -> str | None:
     """One short line for an API error or an API server that did not answer; None for
     anything else (a bug: its traceback is worth logging)."""
     if isinstance(error, ApiException):
-        return f"HTTP {error.status} {error.reason or ''}".rstrip()
+        return describe_error(error)
     return unreachable_reason(error)
 
 
