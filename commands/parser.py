@@ -1,4 +1,5 @@
-"""The `gpu-admission` sub-commands: `serve`, `review`, `certs issue` and `load`; their parser.
+"""The `gpu-admission` sub-commands (`serve`, `controller`, `review`, `certs issue`, `load`,
+`admission-policy`) and their parser.
 
 Each sub-command's parser sets `func(args) -> int`, the exit status. Usage and configuration
 errors exit 2 with a message that names the flag or config field; failures to start exit 1.
@@ -16,6 +17,7 @@ from typing import Any
 
 from certs.cli import add_certs_parser
 from certs.pem import CertificateError
+from commands.admission_policy import add_admission_policy_parser
 from commands.controller import run_controller
 from commands.load import add_load_parser
 from commands.review import add_review_parser
@@ -171,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_review_parser(subparsers)
     add_certs_parser(subparsers)
     add_load_parser(subparsers)
+    add_admission_policy_parser(subparsers)
     return parser
 
 

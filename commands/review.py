@@ -35,11 +35,15 @@ from commands.review_inputs import (
 from gpu_admission.cluster.view import ClusterView, StaticClusterView
 from gpu_admission.config import Config, ConfigError, load_config
 from webhooks import chain
+from webhooks.admission_policy import denial_text, has_resource_claims, policy_denial
 from webhooks.policy import PolicySet
 from webhooks.registry import build_policy_set, webhook_for
 from webhooks.review import AdmissionRequest
 
 EXIT_ALLOWED, EXIT_DENIED, EXIT_USAGE = 0, 1, 2
+# Where the stateless pod checks run: the ValidatingAdmissionPolicy of the default manifests
+# (Kubernetes 1.30+), or the validating webhook for every pod (the webhook-pod-checks overlay).
+POD_CHECKS_POLICY, POD_CHECKS_WEBHOOK = "policy", "webhook"
 
 # Where each workload kind keeps its pod template.
 POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
@@ -109,6 +113,7 @@ async def _admit(
     state: ClusterState,
     config: Config,
     result: Result,
+    pod_checks: str,
 ) -> dict[str, Any]:
     """Mutating then validating, as the API server runs them; returns the admitted object."""
     original = copy.deepcopy(obj)
@@ -116,6 +121,16 @@ async def _admit(
         webhook = webhook_for(kind, mutating)
         if webhook is None:
             continue
+        if kind == "Pod" and not mutating and pod_checks == POD_CHECKS_POLICY:
+            # As installed on 1.30+: the ValidatingAdmissionPolicy first, then the validating
+            # webhook for pods with DRA claims only.
+            message = policy_denial(obj, config)
+            if message is not None:
+                result.allowed = False
+                result.denials.append(denial_text(message))
+                return obj
+            if not has_resource_claims(obj):
+                continue
         request = _request(obj, kind, namespace)
         selected = policies.mutating_for(kind) if mutating else policies.validating_for(kind)
         if state.resolver is not None:
@@ -146,7 +161,11 @@ async def _admit(
 
 
 async def review_document(
-    document: Document, policies: PolicySet, state: ClusterState, config: Config
+    document: Document,
+    policies: PolicySet,
+    state: ClusterState,
+    config: Config,
+    pod_checks: str = "policy",
 ) -> Result:
     obj = copy.deepcopy(document.obj)
     result = Result(Document(document.source, obj))
@@ -178,13 +197,15 @@ async def review_document(
             "metadata": template_meta,
             "spec": template.get("spec") or {},
         }
-        admitted = await _admit(pod, "Pod", namespace, policies, state, config, result)
+        admitted = await _admit(pod, "Pod", namespace, policies, state, config, result, pod_checks)
         admitted_meta = dict(admitted.get("metadata") or {})
         if "namespace" not in (template.get("metadata") or {}):
             admitted_meta.pop("namespace", None)
         holder[last] = {**template, "metadata": admitted_meta, "spec": admitted.get("spec")}
     else:
-        result.document.obj = await _admit(obj, kind, namespace, policies, state, config, result)
+        result.document.obj = await _admit(
+            obj, kind, namespace, policies, state, config, result, pod_checks
+        )
     return result
 
 
@@ -252,6 +273,14 @@ def add_review_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--config", type=Path, metavar="FILE", help="gpu-admission config file")
     parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    parser.add_argument(
+        "--pod-checks",
+        choices=(POD_CHECKS_POLICY, POD_CHECKS_WEBHOOK),
+        default=POD_CHECKS_POLICY,
+        help="where the cluster runs the stateless pod checks: the ValidatingAdmissionPolicy "
+        "of the default manifests (policy, the default) or the validating webhook of the "
+        "webhook-pod-checks overlay; denials are worded as that one words them",
+    )
     parser.set_defaults(func=review_command)
 
 
@@ -271,7 +300,9 @@ async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         view = cast(ClusterView, WithManifestClaims(state.view, claims))
         state = ClusterState(view, state.exempt_namespaces, state.resolver)
     try:
-        results = [await review_document(d, policies, state, config) for d in documents]
+        results = [
+            await review_document(d, policies, state, config, args.pod_checks) for d in documents
+        ]
     finally:
         if live is not None:
             live.stop()

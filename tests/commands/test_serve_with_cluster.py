@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -23,6 +22,7 @@ from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
 from tests import ROOT
 from tests.support.ports import free_port
+from tests.world.harness import register_webhooks
 from tests.world.kubeapi.admission import WebhookAdmission
 
 pytestmark = pytest.mark.e2e  # runs real processes or waits on real time: not in the fast tier
@@ -30,10 +30,6 @@ pytestmark = pytest.mark.e2e  # runs real processes or waits on real time: not i
 MANIFESTS = ROOT / "manifests"
 SERVICE, NAMESPACE, TLS_SECRET = "gpu-admission", "gpu-admission", "gpu-admission-tls"
 WAIT = 30.0
-
-
-def webhook_configurations() -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((MANIFESTS / "base" / "webhooks.yaml").read_text()) if d]
 
 
 def pod(name: str, resources: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -73,11 +69,7 @@ def cluster(kubeapi, kube_client):
         {"metadata": {"name": NAMESPACE, "labels": {"gpu-admission.io/exempt": "true"}}}
     )
     core.create_namespace({"metadata": {"name": "ml"}})
-    for configuration in webhook_configurations():
-        if configuration["kind"] == "MutatingWebhookConfiguration":
-            registration.create_mutating_webhook_configuration(configuration)
-        else:
-            registration.create_validating_webhook_configuration(configuration)
+    register_webhooks(kube_client)  # and the pod checks' ValidatingAdmissionPolicy
     config = Config.model_validate(
         {
             "server": {"host": "127.0.0.1", "port": port, "metrics_port": 0},
@@ -114,10 +106,10 @@ async def test_service_in_a_cluster_publishes_its_ca_and_admits_pods(cluster):
         too_many = pod("greedy", {"limits": {"nvidia.com/gpu.shared": "2"}})
         with pytest.raises(ApiException) as denied:
             await asyncio.to_thread(core.create_namespaced_pod, "ml", too_many)
-        assert denied.value.status == 403
+        assert denied.value.status == 422  # the ValidatingAdmissionPolicy, in the API server
         message = json.loads(denied.value.body)["message"]
         assert message.startswith(
-            'admission webhook "pods.validate.gpu-admission.io" denied the request: '
+            "pods \"greedy\" is forbidden: ValidatingAdmissionPolicy 'gpu-admission-pods' "
         )
         assert "request 1 nvidia.com/gpu.shared" in message
     finally:

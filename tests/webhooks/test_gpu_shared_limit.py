@@ -67,14 +67,19 @@ MIG = "nvidia.com/mig-1g.10gb.shared"
             {"limits": {R: 2}, "requests": {R: 2}},
             "asks for 2 of nvidia.com/gpu.shared in limits and requests",
         ),
-        ({"limits": {R: "2000m"}}, "asks for 2 of nvidia.com/gpu.shared in limits and requests"),
+        # Shown as the API holds it (kube-apiserver writes "2000m" as "2").
+        (
+            {"limits": {R: "2000m"}},
+            "asks for 2000m of nvidia.com/gpu.shared in limits and requests",
+        ),
         ({"requests": {R: "3"}}, "asks for 3 of nvidia.com/gpu.shared in requests"),
         ({"limits": {R: "1"}, "requests": {R: "2"}}, "in requests:"),
         (
             {"limits": {R: "500m"}},
             'asks for "500m" of nvidia.com/gpu.shared in limits and requests, which is not a whole',
         ),
-        ({"limits": {R: "1.5"}}, "not a whole number"),
+        ({"limits": {R: "1.5"}}, "asks for 1.5 of nvidia.com/gpu.shared"),  # more than one first
+        ({"limits": {R: "0.5"}}, "not a whole number"),
         (
             {"limits": {R: "lots"}},
             'nvidia.com/gpu.shared: "lots" in limits and requests, which is not a quantity',

@@ -245,8 +245,9 @@ def seed_namespaces(core: client.CoreV1Api, exempt_label: str) -> None:
 
 
 def register_webhooks(api: client.ApiClient, ca_pem: bytes | None = None) -> None:
-    """Both webhook configurations as the manifests declare them; with `ca_pem`, trusting it
-    (without, their caBundle is left for the service to publish)."""
+    """Both webhook configurations, the pod checks' ValidatingAdmissionPolicy and its binding,
+    as the manifests declare them; with `ca_pem`, the webhooks trust it (without, their caBundle
+    is left for the service to publish)."""
     registration = client.AdmissionregistrationV1Api(api)
     (mutating,) = manifest_objects("MutatingWebhookConfiguration")
     (validating,) = manifest_objects("ValidatingWebhookConfiguration")
@@ -254,6 +255,10 @@ def register_webhooks(api: client.ApiClient, ca_pem: bytes | None = None) -> Non
         mutating, validating = with_ca_bundle(mutating, ca_pem), with_ca_bundle(validating, ca_pem)
     registration.create_mutating_webhook_configuration(body(mutating))
     registration.create_validating_webhook_configuration(body(validating))
+    (policy,) = manifest_objects("ValidatingAdmissionPolicy")
+    (binding,) = manifest_objects("ValidatingAdmissionPolicyBinding")
+    registration.create_validating_admission_policy(body(policy))
+    registration.create_validating_admission_policy_binding(body(binding))
 
 
 def _wait_synced(view: InformerClusterView) -> None:

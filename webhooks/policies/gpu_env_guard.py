@@ -10,12 +10,12 @@ carry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef
 from gpu_admission.config import Config
 from webhooks.policies.containers import ContainerRef, iter_containers
-from webhooks.policies.gpu_claims import GpuDetector, PodGpus
+from webhooks.policies.gpu_claims import GpuDetector
 from webhooks.policies.gpu_visibility import EPHEMERAL_SUBRESOURCE, new_ephemeral_containers
 from webhooks.policy import Scope, ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict
@@ -28,8 +28,18 @@ def _how_set(entry: object) -> str:
     return "by value"
 
 
+# Said after the list of containers; the ValidatingAdmissionPolicy's CEL says the same.
+TAMPERING_ADVICE = (
+    ". The device plugin decides which GPUs a container sees; setting this yourself could expose "
+    "GPUs granted to other pods. Remove it from the container's env (GPUs are chosen by the "
+    "resource request alone)."
+)
+
+
 def tampering(
-    containers: Iterable[ContainerRef], gpus: PodGpus, guarded: frozenset[str]
+    containers: Iterable[ContainerRef],
+    has_gpu: Callable[[ContainerRef], bool],
+    guarded: frozenset[str],
 ) -> list[str]:
     """One description per GPU container that sets a guarded env name."""
     problems = []
@@ -40,18 +50,14 @@ def tampering(
             for e in env
             if isinstance(e, dict) and e.get("name") in guarded
         }
-        if hits and gpus.of(ref).use.has_gpu:
+        if hits and has_gpu(ref):
             which = ", ".join(f"{name} ({how})" for name, how in sorted(hits.items()))
             problems.append(f"{ref.describe} requests a GPU and sets {which}")
     return problems
 
 
 def _deny(problems: list[str]) -> Verdict:
-    return Verdict.deny(
-        "; ".join(problems) + ". The device plugin decides which GPUs a container sees; "
-        "setting this yourself could expose GPUs granted to other pods. Remove it from the "
-        "container's env (GPUs are chosen by the resource request alone)."
-    )
+    return Verdict.deny("; ".join(problems) + TAMPERING_ADVICE)
 
 
 def policies(config: Config) -> list[ValidatingPolicy]:
@@ -62,7 +68,7 @@ def policies(config: Config) -> list[ValidatingPolicy]:
         request: AdmissionRequest, containers: Iterable[ContainerRef], view: ClusterView
     ) -> Verdict:
         gpus = detector.pod(request.object, request.namespace, view)
-        problems = tampering(containers, gpus, guarded)
+        problems = tampering(containers, lambda ref: gpus.of(ref).use.has_gpu, guarded)
         return _deny(problems) if problems else Verdict.allow()
 
     def on_create(request: AdmissionRequest, view: ClusterView) -> Verdict:

@@ -30,11 +30,14 @@ _SUFFIXES: dict[str, Fraction] = {
     "Ei": Fraction(2**60),
 }
 
-# <sign><digits>[.<digits>] then a binary/decimal SI suffix or a decimal exponent (e3, E-2).
+# <sign><digits>[.<digits>] then a binary/decimal SI suffix or a decimal exponent (e3, E-2), as
+# apimachinery's parseQuantityString reads it: every digit run may be empty ("." and "-" are 0,
+# "k" is 0k), only the empty string itself is refused.
 _QUANTITY = re.compile(
-    r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?P<sign>[+-]?)(?P<whole>[0-9]*)(?:\.(?P<fraction>[0-9]*))?"
     r"(?:(?P<suffix>[KMGTPE]i|[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]+))?"
 )
+_INT64 = (-(2**63), 2**63 - 1)
 _MAX_EXPONENT = 30  # beyond anything a resource count means; keeps a hostile "1e999999" cheap
 
 
@@ -56,15 +59,23 @@ def _parse_text(value: str) -> Fraction | None:
     # Cached: the same few strings ("1", "4", node allocatable) come with every pod, and exact
     # Fraction arithmetic costs microseconds each on the admission hot path.
     match = _QUANTITY.fullmatch(value)
-    if match is None:
+    if match is None or not value:
         return None
-    number = Fraction(match["number"])
+    fraction = match["fraction"] or ""
+    number = Fraction(int(match["whole"] or 0)) + Fraction(int(fraction or 0), 10 ** len(fraction))
+    if match["sign"] == "-":
+        number = -number
     if match["exponent"] is not None:
         exponent = int(match["exponent"])
         if abs(exponent) > _MAX_EXPONENT:
             return None
         return number * Fraction(10) ** exponent
     return number * _SUFFIXES[match["suffix"] or ""]
+
+
+def is_int64(quantity: Fraction) -> bool:
+    """Go's `Quantity.AsInt64` succeeds: a whole number within int64 (CEL's `isInteger()`)."""
+    return quantity.denominator == 1 and _INT64[0] <= quantity <= _INT64[1]
 
 
 def whole_count(value: Any) -> int | None:

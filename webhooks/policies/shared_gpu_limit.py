@@ -11,7 +11,7 @@ from gpu_admission.cluster.view import ClusterView
 from gpu_admission.config import Config, GpuConfig
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_resources import GpuResources
-from webhooks.policies.quantity import parse_quantity
+from webhooks.policies.quantity import is_int64, parse_quantity
 from webhooks.policy import Scope, ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict
 
@@ -21,22 +21,25 @@ def _shown(value: object) -> str:
 
 
 def _problem(ref: ContainerRef, name: str, where: str, raw: object, whole: str) -> str | None:
+    # The same checks, in the same order and words, as the ValidatingAdmissionPolicy's CEL
+    # (webhooks/admission_policy.py): isQuantity(), then compareTo(quantity('1')) > 0, then
+    # isInteger() (Go's AsInt64: whole and within int64). The value is shown as the API holds it.
     quantity = parse_quantity(raw)
     if quantity is None:
         return (
             f"{ref.describe} has {name}: {_shown(raw)} in {where}, which is not a quantity; "
             f"set it to 1"
         )
-    if quantity.denominator != 1:
+    if quantity > 1:
+        return (
+            f"{ref.describe} asks for {raw} of {name} in {where}: time-sliced replicas of a "
+            f"GPU give no proportional compute (they take turns on the same GPU and share its "
+            f"memory), so request 1 {name}, or a whole GPU with {whole}"
+        )
+    if not is_int64(quantity):
         return (
             f"{ref.describe} asks for {_shown(raw)} of {name} in {where}, which is not a whole "
             f"number: a GPU replica cannot be split; request 1 {name}, or a whole GPU with {whole}"
-        )
-    if quantity > 1:
-        return (
-            f"{ref.describe} asks for {quantity} of {name} in {where}: time-sliced replicas of a "
-            f"GPU give no proportional compute (they take turns on the same GPU and share its "
-            f"memory), so request 1 {name}, or a whole GPU with {whole}"
         )
     return None
 

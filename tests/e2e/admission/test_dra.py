@@ -154,3 +154,41 @@ def test_a_cluster_without_dra_stays_ready_and_serves_pods(
     plain["spec"] = {"containers": [{"name": "app", "image": CUDA_IMAGE}]}
     create(cluster, plain)
     assert hidden(cluster, "cpu") == ["app"]
+
+
+def validating_calls(cluster: AdmissionCluster) -> float:
+    """How many pod reviews the validating webhook answered."""
+    text = cluster.metrics.exposition().decode()
+    return sum(
+        float(value)
+        for value in re.findall(
+            r'gpu_admission_admission_requests_total\{[^}]*webhook="/validate/pods"[^}]*\} (\S+)',
+            text,
+        )
+    )
+
+
+def test_only_pods_with_claims_reach_the_validating_webhook(
+    admission_cluster: AdmissionCluster,
+) -> None:
+    """The env guard of a claim GPU needs the claim's DeviceClass: the webhook decides it. Pods
+    without claims are checked by the ValidatingAdmissionPolicy inside the API server alone."""
+    cluster = admission_cluster
+    dra = client.ResourceV1Api(cluster.api)
+    dra.create_device_class(body(device_class("gpu.nvidia.com", "gpu.nvidia.com")))
+    create(cluster, claim_template("one-gpu", "gpu.nvidia.com"))
+    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cpu", "namespace": NS}}
+    plain["spec"] = {"containers": [{"name": "app", "image": CUDA_IMAGE}]}
+    create(cluster, plain)
+    assert validating_calls(cluster) == 0
+
+    widened = dra_pod("widened", "one-gpu", sidecar=False)
+    widened["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    done = cluster.kubectl("create", "-f", "-", stdin=yaml.safe_dump(widened))
+
+    assert done.returncode == 1
+    assert (
+        'admission webhook "pods.validate.gpu-admission.io" denied the request: '
+        'container "trainer" requests a GPU and sets NVIDIA_VISIBLE_DEVICES (by value)'
+    ) in done.stderr
+    assert validating_calls(cluster) == 1

@@ -146,10 +146,13 @@ def test_two_shared_gpus_are_denied_and_kubectl_shows_why(
 
     done = admission_cluster.kubectl("create", "-f", "-", stdin=yaml.safe_dump(manifest))
 
+    # kube-apiserver ran the check itself (the ValidatingAdmissionPolicy); kubectl words a 422
+    # whose cause has no field as `is invalid: : MESSAGE`.
     assert done.returncode == 1
     assert (
-        'admission webhook "pods.validate.gpu-admission.io" denied the request: '
-        'container "main" asks for 2 of nvidia.com/gpu.shared'
+        'The pods "notebook-shared-2" is invalid: : ValidatingAdmissionPolicy '
+        "'gpu-admission-pods' with binding 'gpu-admission-pods' denied request: "
+        'container "main" asks for 2 of nvidia.com/gpu.shared in limits and requests'
     ) in done.stderr
     assert "request 1 nvidia.com/gpu.shared, or a whole GPU with nvidia.com/gpu" in done.stderr
     assert admission_cluster.kubeapi.server.get_object("pods", NS, "notebook-shared-2") is None
@@ -170,10 +173,12 @@ def test_gpu_container_setting_visible_devices_is_denied(
     with pytest.raises(ApiException) as denied:
         admission_cluster.core.create_namespaced_pod(NS, body(manifest))
 
-    assert denied.value.status == 403
-    message = json.loads(denied.value.body or "{}")["message"]
-    assert message.startswith(
-        'admission webhook "pods.validate.gpu-admission.io" denied the request: '
+    assert denied.value.status == 422
+    status = json.loads(denied.value.body or "{}")
+    assert status["reason"] == "Invalid"
+    assert status["message"].startswith(
+        "pods \"widened\" is forbidden: ValidatingAdmissionPolicy 'gpu-admission-pods' with "
+        "binding 'gpu-admission-pods' denied request: "
         'container "trainer" requests a GPU and sets NVIDIA_VISIBLE_DEVICES (by value)'
     )
 

@@ -52,6 +52,7 @@ from tests.world.kubeapi.admission_patch import (
     apply_patch,
     decode_patch,
 )
+from tests.world.kubeapi.admission_policy import PolicyAdmission, activation_for
 from tests.world.kubeapi.admission_review import (
     InvalidResponse,
     build_request,
@@ -62,6 +63,7 @@ from tests.world.kubeapi.admission_review import (
 )
 from tests.world.kubeapi.admission_types import AdmissionAttributes
 from tests.world.kubeapi.admission_warnings import cap_warnings
+from tests.world.kubeapi.cel import CelError
 from tests.world.kubeapi.errors import bad_request, not_found
 
 Lister = Callable[[str, str | None], list[dict[str, Any]] | Awaitable[list[dict[str, Any]]]]
@@ -109,6 +111,8 @@ class WebhookAdmission:
     ) -> None:
         self._lister = lister
         self._services: dict[tuple[str, str], str] = dict(services or {})
+        # The ValidatingAdmissionPolicy plugin runs before the validating webhooks.
+        self.policies = PolicyAdmission(self._list, self._namespace)
 
     def register_service(self, namespace: str, name: str, address: str) -> None:
         """Serve calls to service ``namespace/name`` from ``address`` (``host:port``)."""
@@ -154,6 +158,7 @@ class WebhookAdmission:
         return result, cap_warnings(warnings)
 
     async def validate(self, attrs: AdmissionAttributes) -> list[str]:
+        policy_warnings = await self.policies.validate(attrs)
         hooks = [
             hook for hook in await self._hooks(VALIDATING) if await self._should_call(hook, attrs)
         ]
@@ -172,7 +177,9 @@ class WebhookAdmission:
                     raise internal_error(str(outcome))
             elif isinstance(outcome, BaseException):
                 raise outcome
-        return cap_warnings(w for warnings in warnings_per_hook for w in warnings)
+        return cap_warnings(
+            [*policy_warnings, *(w for warnings in warnings_per_hook for w in warnings)]
+        )
 
     async def _list(self, resource: str) -> list[dict[str, Any]]:
         listed = self._lister(resource, None)
@@ -189,6 +196,12 @@ class WebhookAdmission:
             for configuration in configurations
             for index, spec in enumerate(configuration.get("webhooks") or [])
         ]
+
+    async def _namespace(self, attrs: AdmissionAttributes) -> dict[str, Any] | None:
+        for namespace in await self._list("namespaces"):
+            if (namespace.get("metadata") or {}).get("name") == attrs.namespace:
+                return namespace
+        return None
 
     async def _namespace_labels(self, attrs: AdmissionAttributes) -> dict[str, str]:
         own = own_namespace_labels(attrs)
@@ -209,9 +222,29 @@ class WebhookAdmission:
                 hook.spec.get("namespaceSelector"), await self._namespace_labels(attrs)
             ):
                 return False
-            return object_selector_matches(hook.spec, attrs)
+            if not object_selector_matches(hook.spec, attrs):
+                return False
         except SelectorError as error:
             raise internal_error(str(error)) from None
+        return self._conditions_match(hook, attrs)
+
+    def _conditions_match(self, hook: Hook, attrs: AdmissionAttributes) -> bool:
+        """``matchConditions``: all true to call; an error follows the failurePolicy."""
+        conditions = hook.spec.get("matchConditions") or []
+        if not conditions:
+            return True
+        activation = activation_for(attrs, None)
+        for condition in conditions:
+            try:
+                if activation.evaluate(condition.get("expression", "")) is not True:
+                    return False
+            except CelError as error:
+                if hook.ignores_failures:
+                    return False
+                raise internal_error(
+                    str(WebhookCallError(hook.name, f"failed to evaluate match condition: {error}"))
+                ) from None
+        return True
 
     def _check_dry_run(self, hook: Hook, attrs: AdmissionAttributes) -> None:
         if not attrs.dry_run:

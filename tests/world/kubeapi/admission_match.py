@@ -3,7 +3,8 @@
 Pure functions mirroring kube-apiserver's ``webhook/rules``, ``predicates/namespace`` and
 ``predicates/object`` matchers. Gap: ``matchPolicy: Equivalent`` would also match other versions
 or groups of the same resource; the emulator serves one version per resource, so an exact match
-is all Equivalent can ever add here. ``matchConditions`` (CEL) are not evaluated.
+is all Equivalent can ever add here. ``matchConditions`` (CEL) are evaluated in
+``admission.py``, with the CEL runtime of ``cel.py``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from . import kinds_batch, kinds_dra, kinds_snapshot
+from . import admission_policy, kinds_batch, kinds_dra, kinds_snapshot
 from .errors import StatusError, cause, invalid
 from .resources import Resource
 
@@ -105,6 +105,8 @@ def apply_defaults(resource: Resource, obj: dict[str, Any]) -> None:
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
     elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
         kinds_dra.apply_defaults(kind, obj)
+    elif kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        admission_policy.apply_defaults(kind, obj)
     elif kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for webhook in obj.get("webhooks") or []:
             webhook.setdefault("failurePolicy", "Fail")
@@ -361,6 +363,14 @@ def _name(obj: dict[str, Any]) -> str:
     return obj.get("metadata", {}).get("name", "")
 
 
+def _admission_policy_causes(kind: str, obj: dict[str, Any]) -> list[dict[str, str]]:
+    if kind == "ValidatingAdmissionPolicy":
+        return admission_policy.policy_causes(obj)
+    if kind == "ValidatingAdmissionPolicyBinding":
+        return admission_policy.binding_causes(obj)
+    return []
+
+
 def validate_create(resource: Resource, obj: dict[str, Any]) -> None:
     causes: list[dict[str, str]] = []
     if not _name(obj):
@@ -386,6 +396,7 @@ def validate_create(resource: Resource, obj: dict[str, Any]) -> None:
         causes.extend(kinds_dra.pod_claim_causes(spec))
     causes.extend(kinds_dra.validate_create(resource.kind, obj))
     causes.extend(kinds_snapshot.validate_create(resource.kind, obj))
+    causes.extend(_admission_policy_causes(resource.kind, obj))
     if resource.kind == "Job":
         causes.extend(kinds_batch.job_spec_causes(obj["spec"]))
         restart = obj["spec"]["template"]["spec"].get("restartPolicy")
@@ -438,6 +449,8 @@ def validate_update(
         causes.extend(_pod_update_causes(new.get("spec", {}), old.get("spec", {})))
     causes.extend(kinds_dra.validate_update(resource.kind, subresource, new, old))
     causes.extend(kinds_snapshot.validate_update(resource.kind, subresource, new, old))
+    if not subresource:
+        causes.extend(_admission_policy_causes(resource.kind, new))
     if causes:
         raise invalid(resource.kind, resource.group, _name(new), causes)
 

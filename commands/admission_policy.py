@@ -1,0 +1,67 @@
+"""`gpu-admission admission-policy`: the ValidatingAdmissionPolicy and binding for a config.
+
+The default manifests carry them for the default configuration (manifests/base/
+admission-policy.yaml). A cluster whose config changes the GPU resource names, the shared
+suffixes or the guarded env names applies this command's output instead, so that the checks the
+API server runs match the ones the service runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from gpu_admission.config import ConfigError, load_config
+from webhooks.admission_policy import admission_policy, admission_policy_binding
+
+EXIT_OK, EXIT_USAGE = 0, 2
+HEADER = """\
+# The stateless pod checks (at most one time-sliced GPU per container; a GPU container may not
+# set the env names the device plugin owns) as a ValidatingAdmissionPolicy: kube-apiserver
+# (1.30 and later) runs them itself, with no webhook call. Generated from the configuration by
+# `gpu-admission admission-policy [--config FILE]`; regenerate it when gpu.resource_patterns,
+# gpu.shared_suffixes, gpu.guarded_env or the exempt namespace label change.
+"""
+
+
+class _Dumper(yaml.SafeDumper):
+    """Long CEL as folded blocks (`>-`), one readable paragraph per expression."""
+
+
+def _string(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = ">" if len(value) > 60 else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _string)
+
+
+def write_admission_policy(config_path: Path | None, out: TextIO) -> None:
+    config = load_config(config_path)
+    out.write(HEADER)
+    objects = [admission_policy(config), admission_policy_binding()]
+    yaml.dump_all(objects, out, Dumper=_Dumper, sort_keys=False, width=96)
+
+
+def admission_policy_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    try:
+        write_admission_policy(args.config, out or sys.stdout)
+    except ConfigError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+def add_admission_policy_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "admission-policy",
+        help="print the ValidatingAdmissionPolicy and binding for a configuration",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", type=Path, metavar="FILE", help="gpu-admission config file")
+    parser.set_defaults(func=admission_policy_command)

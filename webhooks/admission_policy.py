@@ -1,0 +1,314 @@
+"""The stateless pod checks as a ValidatingAdmissionPolicy: CEL that kube-apiserver runs itself.
+
+The shared-GPU limit (`policies/shared_gpu_limit.py`) and the GPU env guard
+(`policies/gpu_env_guard.py`) need nothing but the pod, except where a container's GPU comes
+through a DRA claim (that needs the claim and its DeviceClass). So on API servers with
+admissionregistration.k8s.io/v1 policies (Kubernetes 1.30 and later) those checks run inside the
+API server, with no round trip, and the validating webhook is called only for pods with claims
+(`CLAIM_POD_CONDITION`, its matchCondition).
+
+The CEL is generated here from the same configuration the Python policies read, and says the
+same words: a test evaluates it with a real CEL runtime against the Python policies over
+generated pods. One validation carries both checks, so that, as the webhook does, the user hears
+of every problem at once (kube-apiserver reports only the first failed validation).
+
+Facts this relies on, from kube-apiserver's sources (staging/src/k8s.io/apiserver/pkg/admission/
+plugin/policy/validating): a failed validation's message is `ValidatingAdmissionPolicy 'P' with
+binding 'B' denied request: M`, reason Invalid (422) unless the validation names another; a
+messageExpression result longer than 5 KiB, or with a newline, falls back to `message`. The
+Kubernetes CEL library's `isInteger()` is Go's `Quantity.AsInt64()` (whole and within int64).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpu_admission.config import Config, GpuConfig
+from webhooks.policies.containers import ContainerRef, iter_containers
+from webhooks.policies.gpu_env_guard import TAMPERING_ADVICE, tampering
+from webhooks.policies.gpu_resources import GpuResources
+from webhooks.policies.shared_gpu_limit import container_problems
+
+POLICY_NAME = "gpu-admission-pods"
+BINDING_NAME = "gpu-admission-pods"
+# kube-apiserver's MaxEvaluatedMessageExpressionSizeBytes: a longer message is replaced by the
+# validation's static `message`.
+MAX_MESSAGE_BYTES = 5 * 1024
+FALLBACK_MESSAGE = (
+    "a container of this pod asks for more than one time-sliced GPU, or requests a GPU and sets "
+    "an env name the device plugin owns; run `gpu-admission review -f` on the manifest for "
+    "every problem"
+)
+# Pods whose GPU may come through a DRA claim: the validating webhook's matchCondition.
+CLAIM_POD_CONDITION = (
+    "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0) || "
+    + " || ".join(
+        f"(has(object.spec.{lst}) && object.spec.{lst}.exists(c, has(c.resources) && "
+        "has(c.resources.claims) && size(c.resources.claims) > 0))"
+        for lst in ("initContainers", "containers", "ephemeralContainers")
+    )
+)
+_LISTS = (
+    ("initContainers", "init container"),
+    ("containers", "container"),
+    ("ephemeralContainers", "ephemeral container"),
+)
+
+
+# -- CEL text --------------------------------------------------------------------------------
+
+
+def cel_string(text: str) -> str:
+    """A CEL string literal."""
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"
+
+
+def _glob_regex(pattern: str) -> str:
+    """A shell-style pattern as an anchored RE2 expression (`matches()` is RE2)."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "*":
+            out.append(".*")
+        elif char == "?":
+            out.append(".")
+        elif char == "[" and "]" in pattern[i + 2 :]:
+            end = pattern.index("]", i + 2)
+            body = pattern[i + 1 : end]
+            negated = body.startswith("!")
+            body = body[1:] if negated else body
+            body = body.replace("\\", "\\\\").replace("]", "\\]").replace("^", "\\^")
+            out.append(f"[{'^' if negated else ''}{body}]")
+            i = end
+        elif char.isalnum() or char in "_/-":
+            out.append(char)
+        else:
+            out.append("\\" + char)
+        i += 1
+    return "^" + "".join(out) + "$"
+
+
+def _glob_test(var: str, pattern: str) -> str:
+    """CEL true when `var` matches the shell-style pattern, as fnmatchcase does."""
+    specials = set("*?[")
+    if not specials & set(pattern):
+        return f"{var} == {cel_string(pattern)}"
+    head, star, tail = pattern.partition("*")
+    if star and not specials & set(head + tail) and not tail:
+        return f"{var}.startsWith({cel_string(head)})"
+    return f"{var}.matches({cel_string(_glob_regex(pattern))})"
+
+
+def is_gpu_test(var: str, gpu: GpuConfig) -> str:
+    return "(" + " || ".join(_glob_test(var, p) for p in gpu.resource_patterns) + ")"
+
+
+def is_shared_test(var: str, gpu: GpuConfig) -> str:
+    ends = " || ".join(f"{var}.endsWith({cel_string(s)})" for s in gpu.shared_suffixes)
+    return f"({is_gpu_test(var, gpu)} && ({ends}))"
+
+
+def base_name(var: str, gpu: GpuConfig) -> str:
+    """`GpuConfig.base_resource_name` in CEL: the first suffix that matches is taken off."""
+    text = var
+    for suffix in reversed(gpu.shared_suffixes):
+        cut = f"{var}.substring(0, size({var}) - {len(suffix)})"
+        text = f"({var}.endsWith({cel_string(suffix)}) ? {cut} : {text})"
+    return text
+
+
+def _requests_gpu(gpu: GpuConfig) -> str:
+    named = is_gpu_test("n", gpu)
+    return (
+        "has(c.resources) && ("
+        f"(has(c.resources.limits) && c.resources.limits.exists(n, {named})) || "
+        f"(has(c.resources.requests) && c.resources.requests.exists(n, {named})))"
+    )
+
+
+def _added(lst: str) -> str:
+    """The containers of one list that this request adds (all of them on CREATE; on the
+    ephemeralcontainers subresource, those not in the old pod)."""
+    present = f"has(object.spec.{lst})"
+    if lst != "ephemeralContainers":
+        return f"request.operation == 'CREATE' && {present} ? object.spec.{lst} : []"
+    new = (
+        f"object.spec.{lst}.filter(c, !has(oldObject.spec.{lst}) || "
+        f"!oldObject.spec.{lst}.exists(o, o.name == c.name))"
+    )
+    return f"!{present} ? [] : request.operation == 'CREATE' ? object.spec.{lst} : {new}"
+
+
+def _env_guard(gpu: GpuConfig) -> str:
+    guarded = sorted(set(gpu.guarded_env))
+    names = "[" + ", ".join(cel_string(g) for g in guarded) + "]"
+    how = (
+        "cel.bind(set, c.env.filter(e, e.name == g), g + "
+        "(has(set[size(set) - 1].valueFrom) ? ' (from valueFrom)' : ' (by value)'))"
+    )
+    parts = []
+    for lst, word in _LISTS:
+        parts.append(
+            f"variables.{lst}.filter(c, has(c.env) && c.env.exists(e, e.name in {names}) && "
+            f"{_requests_gpu(gpu)}).map(c, {cel_string(word + ' ')} + '\"' + c.name + "
+            f"'\" requests a GPU and sets ' + "
+            f"{names}.filter(g, c.env.exists(e, e.name == g)).map(g, {how}).join(', '))"
+        )
+    problems = " + ".join(parts)
+    return (
+        f"cel.bind(problems, {problems}, size(problems) == 0 ? '' : "
+        f"problems.join('; ') + {cel_string(TAMPERING_ADVICE)})"
+    )
+
+
+def _shared_problem(word: str, value: str, where: str, gpu: GpuConfig) -> str:
+    who = f"{cel_string(word + ' ')} + '\"' + c.name + '\"'"
+    advice = f"'; request 1 ' + n + ', or a whole GPU with ' + {base_name('n', gpu)}"
+    too_many = (
+        f"{who} + ' asks for ' + {value} + ' of ' + n + ' in {where}: time-sliced replicas of a "
+        "GPU give no proportional compute (they take turns on the same GPU and share its "
+        "memory), so request 1 ' + n + ', or a whole GPU with ' + " + base_name("n", gpu)
+    )
+    not_whole = (
+        f"{who} + ' asks for \"' + {value} + '\" of ' + n + ' in {where}, which is not a whole "
+        f"number: a GPU replica cannot be split' + {advice}"
+    )
+    not_quantity = (
+        f"{who} + ' has ' + n + ': \"' + {value} + '\" in {where}, which is not a quantity; "
+        "set it to 1'"
+    )
+    return (
+        f"(!isQuantity({value}) ? {not_quantity} : "
+        f"quantity({value}).compareTo(quantity('1')) > 0 ? {too_many} : "
+        f"!quantity({value}).isInteger() ? {not_whole} : '')"
+    )
+
+
+def _shared_limit(gpu: GpuConfig) -> str:
+    shared = is_shared_test("n", gpu)
+    parts = []
+    for lst, word in _LISTS:
+        per_name = (
+            "(n in lim && n in req && lim[n] == req[n] ? "
+            f"{_shared_problem(word, 'lim[n]', 'limits and requests', gpu)} : "
+            f"[n in lim ? {_shared_problem(word, 'lim[n]', 'limits', gpu)} : '', "
+            f"n in req ? {_shared_problem(word, 'req[n]', 'requests', gpu)} : '']"
+            ".filter(s, s != '').join('; '))"
+        )
+        per_container = (
+            "cel.bind(lim, has(c.resources) && has(c.resources.limits) ? c.resources.limits : {}, "
+            "cel.bind(req, has(c.resources) && has(c.resources.requests) ? "
+            "c.resources.requests : {}, "
+            f"(lim.filter(n, {shared}) + req.filter(n, {shared} && !(n in lim)))"
+            f".map(n, {per_name}).filter(s, s != '').join('; ')))"
+        )
+        parts.append(f"variables.{lst}.map(c, {per_container})")
+    joined = " + ".join(parts)
+    return f"request.operation != 'CREATE' ? '' : ({joined}).filter(s, s != '').join('; ')"
+
+
+# -- the objects -----------------------------------------------------------------------------
+
+
+def _exempt_selector(config: Config) -> dict[str, Any]:
+    return {
+        "matchExpressions": [{"key": config.exempt_label, "operator": "NotIn", "values": ["true"]}]
+    }
+
+
+def admission_policy(config: Config) -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy holding the stateless pod checks for `config`."""
+    gpu = config.gpu
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POLICY_NAME},
+        "spec": {
+            # Fail: an expression that cannot be evaluated must not let a pod through.
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": _exempt_selector(config),
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    },
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["pods/ephemeralcontainers"],
+                    },
+                ],
+            },
+            "variables": [
+                *({"name": lst, "expression": _added(lst)} for lst, _ in _LISTS),
+                {"name": "envGuard", "expression": _env_guard(gpu)},
+                {"name": "sharedGpuLimit", "expression": _shared_limit(gpu)},
+            ],
+            "validations": [
+                {
+                    "expression": "variables.envGuard == '' && variables.sharedGpuLimit == ''",
+                    "messageExpression": (
+                        "[variables.envGuard, variables.sharedGpuLimit]"
+                        ".filter(m, m != '').join('; ')"
+                    ),
+                    "message": FALLBACK_MESSAGE,
+                    "reason": "Invalid",
+                }
+            ],
+        },
+    }
+
+
+def admission_policy_binding() -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": BINDING_NAME},
+        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+    }
+
+
+# -- the same checks in Python, for `review` --------------------------------------------------
+
+
+def policy_denial(pod: Mapping[str, Any], config: Config) -> str | None:
+    """The policy's message for a pod being created (None when it admits it), from the Python
+    policies over what the CEL sees (GPUs by resource name), capped as kube-apiserver caps it."""
+    gpus = GpuResources.from_config(config.gpu)
+    containers: list[ContainerRef] = list(iter_containers(pod))
+    parts = []
+    problems = tampering(containers, gpus.requests_gpu, frozenset(config.gpu.guarded_env))
+    if problems:
+        parts.append("; ".join(problems) + TAMPERING_ADVICE)
+    shared = [p for ref in containers for p in container_problems(ref, gpus, config.gpu)]
+    if shared:
+        parts.append("; ".join(shared))
+    if not parts:
+        return None
+    message = "; ".join(parts).strip()
+    if len(message.encode()) > MAX_MESSAGE_BYTES or "\n" in message:
+        return FALLBACK_MESSAGE
+    return message
+
+
+def has_resource_claims(pod: Mapping[str, Any]) -> bool:
+    """`CLAIM_POD_CONDITION` in Python: whether the validating webhook is called for the pod."""
+    spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return True
+    return any((ref.container.get("resources") or {}).get("claims") for ref in iter_containers(pod))
+
+
+def denial_text(message: str) -> str:
+    """How kube-apiserver words a denial by this policy and its binding."""
+    return (
+        f"ValidatingAdmissionPolicy '{POLICY_NAME}' with binding '{BINDING_NAME}' denied "
+        f"request: {message}"
+    )
