@@ -38,7 +38,7 @@ _QUANTITY = re.compile(
     r"(?:(?P<suffix>[KMGTPE]i|[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]+))?"
 )
 _INT64 = (-(2**63), 2**63 - 1)
-_MAX_EXPONENT = 30  # beyond anything a resource count means; keeps a hostile "1e999999" cheap
+_MAX_EXPONENT = 40  # beyond anything a resource count means
 
 
 def parse_quantity(value: Any) -> Fraction | None:
@@ -66,9 +66,13 @@ def _parse_text(value: str) -> Fraction | None:
     if match["sign"] == "-":
         number = -number
     if match["exponent"] is not None:
+        # apimachinery takes any exponent; clamping it keeps a hostile "1e999999" cheap and
+        # keeps what the policies ask (sign, above 1, whole) exactly as the full value has it.
         exponent = int(match["exponent"])
-        if abs(exponent) > _MAX_EXPONENT:
-            return None
+        whole_digits, fraction_digits = len(match["whole"] or ""), len(fraction)
+        exponent = max(
+            -(_MAX_EXPONENT + whole_digits), min(exponent, _MAX_EXPONENT + fraction_digits)
+        )
         return number * Fraction(10) ** exponent
     return number * _SUFFIXES[match["suffix"] or ""]
 
