@@ -132,9 +132,12 @@ class Activation:
             self._variable(name)
         program = compile_expression(expression)
         try:
-            return program.eval(data={**self.inputs, "variables": dict(self._done)}).plain_value()
+            result = program.eval(data={**self.inputs, "variables": dict(self._done)})
         except Exception as error:
             raise CelError(str(error)) from None
+        if result.type() == cel.Type.ERROR:  # an error value, e.g. "no such key"
+            raise CelError(str(result.value()))
+        return result.plain_value()
 
     def _variable(self, name: str) -> None:
         if name in self._done or name not in self.variables:
