@@ -165,7 +165,7 @@ async def review_document(
     policies: PolicySet,
     state: ClusterState,
     config: Config,
-    pod_checks: str = "policy",
+    pod_checks: str = POD_CHECKS_POLICY,
 ) -> Result:
     obj = copy.deepcopy(document.obj)
     result = Result(Document(document.source, obj))

@@ -166,15 +166,16 @@ def _env_guard(gpu: GpuConfig) -> str:
 
 def _shared_problem(word: str, value: str, where: str, gpu: GpuConfig) -> str:
     who = f"{cel_string(word + ' ')} + '\"' + c.name + '\"'"
-    advice = f"'; request 1 ' + n + ', or a whole GPU with ' + {base_name('n', gpu)}"
+    # Ends the open literal of both messages below: what to ask for instead.
+    advice = f"request 1 ' + n + ', or a whole GPU with ' + {base_name('n', gpu)}"
     too_many = (
         f"{who} + ' asks for ' + {value} + ' of ' + n + ' in {where}: time-sliced replicas of a "
         "GPU give no proportional compute (they take turns on the same GPU and share its "
-        "memory), so request 1 ' + n + ', or a whole GPU with ' + " + base_name("n", gpu)
+        f"memory), so {advice}"
     )
     not_whole = (
         f"{who} + ' asks for \"' + {value} + '\" of ' + n + ' in {where}, which is not a whole "
-        f"number: a GPU replica cannot be split' + {advice}"
+        f"number: a GPU replica cannot be split; {advice}"
     )
     not_quantity = (
         f"{who} + ' has ' + n + ': \"' + {value} + '\" in {where}, which is not a quantity; "

@@ -16,6 +16,7 @@ from commands.admission_policy import write_admission_policy
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config, FailureMode
 from tests import ROOT
+from tests.webhooks.policy_helpers import make_request
 from tests.world.kubeapi import quantity as apimachinery
 from tests.world.kubeapi.admission_policy import PolicyAdmission
 from tests.world.kubeapi.admission_types import AdmissionAttributes
@@ -32,7 +33,6 @@ from webhooks.admission_policy import (
 )
 from webhooks.policies.quantity import parse_quantity
 from webhooks.registry import build_policy_set
-from webhooks.review import AdmissionRequest
 
 CONFIG = Config()
 POLICIES = build_policy_set(CONFIG).validating_for("Pod")
@@ -112,10 +112,12 @@ def _attrs(pod: dict[str, Any], operation: str = "CREATE", old: Any = None) -> A
     )
 
 
-def cluster_verdict(pod: dict[str, Any], operation: str = "CREATE", old: Any = None) -> str | None:
+def cluster_verdict(
+    pod: dict[str, Any], operation: str = "CREATE", old: Any = None, config: Config = CONFIG
+) -> str | None:
     """What the emulator, evaluating the policy with the CEL runtime, answers: None, or the
     policy's message (after kube-apiserver's `... denied request: `)."""
-    policy, binding = admission_policy(CONFIG), admission_policy_binding()
+    policy, binding = admission_policy(config), admission_policy_binding()
     objects = {
         "validatingadmissionpolicies": [policy],
         "validatingadmissionpolicybindings": [binding],
@@ -138,17 +140,13 @@ def cluster_verdict(pod: dict[str, Any], operation: str = "CREATE", old: Any = N
 
 
 def webhook_verdict(pod: dict[str, Any], operation: str = "CREATE", old: Any = None) -> str | None:
-    request = AdmissionRequest(
-        uid="u",
-        kind="Pod",
+    request = make_request(
+        pod,
         resource="pods",
         sub_resource="" if operation == "CREATE" else "ephemeralcontainers",
         operation=operation,
         namespace="ml",
-        name="p",
-        object=pod,
         old_object=old,
-        dry_run=False,
     )
     outcome = chain.run_validating(request, POLICIES, StaticClusterView(), FailureMode.DENY)
     return None if outcome.allowed else outcome.message
@@ -270,9 +268,4 @@ def test_resource_patterns_match_in_cel_as_in_python(
         }
     }
     assert config.gpu.is_gpu_resource(name) is matches
-    global CONFIG
-    saved, CONFIG = CONFIG, config
-    try:
-        assert (cluster_verdict(pod) is not None) is matches
-    finally:
-        CONFIG = saved
+    assert (cluster_verdict(pod, config=config) is not None) is matches

@@ -207,11 +207,10 @@ class WebhookAdmission:
         own = own_namespace_labels(attrs)
         if own is not None:
             return own
-        for namespace in await self._list("namespaces"):
-            metadata = namespace.get("metadata") or {}
-            if metadata.get("name") == attrs.namespace:
-                return dict(metadata.get("labels") or {})
-        raise not_found("namespaces", "", attrs.namespace)
+        namespace = await self._namespace(attrs)
+        if namespace is None:
+            raise not_found("namespaces", "", attrs.namespace)
+        return dict((namespace.get("metadata") or {}).get("labels") or {})
 
     async def _should_call(self, hook: Hook, attrs: AdmissionAttributes) -> bool:
         """``ShouldCallHook``: rules, then namespaceSelector, then objectSelector."""
