@@ -52,7 +52,12 @@ from tests.world.kubeapi.admission_patch import (
     apply_patch,
     decode_patch,
 )
-from tests.world.kubeapi.admission_policy import PolicyAdmission, activation_for
+from tests.world.kubeapi.admission_policy import (
+    ConditionError,
+    PolicyAdmission,
+    activation_for,
+    conditions_match,
+)
 from tests.world.kubeapi.admission_review import (
     InvalidResponse,
     build_request,
@@ -63,8 +68,7 @@ from tests.world.kubeapi.admission_review import (
 )
 from tests.world.kubeapi.admission_types import AdmissionAttributes
 from tests.world.kubeapi.admission_warnings import cap_warnings
-from tests.world.kubeapi.cel import CelError
-from tests.world.kubeapi.errors import bad_request, not_found
+from tests.world.kubeapi.errors import bad_request, forbidden, not_found
 
 Lister = Callable[[str, str | None], list[dict[str, Any]] | Awaitable[list[dict[str, Any]]]]
 
@@ -228,22 +232,17 @@ class WebhookAdmission:
         return self._conditions_match(hook, attrs)
 
     def _conditions_match(self, hook: Hook, attrs: AdmissionAttributes) -> bool:
-        """``matchConditions``: all true to call; an error follows the failurePolicy."""
+        """``matchConditions`` (generic/webhook.go ``ShouldCallHook``): failing closed, the
+        request is refused with 403 Forbidden, the webhook never called."""
         conditions = hook.spec.get("matchConditions") or []
         if not conditions:
             return True
-        activation = activation_for(attrs, None)
-        for condition in conditions:
-            try:
-                if activation.evaluate(condition.get("expression", "")) is not True:
-                    return False
-            except CelError as error:
-                if hook.ignores_failures:
-                    return False
-                raise internal_error(
-                    str(WebhookCallError(hook.name, f"failed to evaluate match condition: {error}"))
-                ) from None
-        return True
+        try:
+            return conditions_match(
+                activation_for(attrs, None), conditions, not hook.ignores_failures
+            )
+        except ConditionError as error:
+            raise forbidden(attrs.resource, attrs.group, attrs.name, str(error)) from None
 
     def _check_dry_run(self, hook: Hook, attrs: AdmissionAttributes) -> None:
         if not attrs.dry_run:

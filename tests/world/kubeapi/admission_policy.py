@@ -6,7 +6,8 @@ Written from ``staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validati
 - a policy acts only through a binding (``spec.policyName``); policy and binding each match on
   their resource rules, namespaceSelector and objectSelector (the binding's ``matchResources``
   may be absent: it then matches what the policy matches);
-- the policy's ``matchConditions`` gate its validations (an error follows ``failurePolicy``);
+- the policy's ``matchConditions`` gate its validations (``conditions_match``: a false condition
+  wins over errors; errors alone follow ``failurePolicy``);
 - each validation that is not ``true`` is a denial worded by ``messageExpression`` (a string,
   trimmed; over 5 KiB or multi-line falls back), else ``message``, else
   ``failed expression: EXPR``; an evaluation error is a denial with the error's text under
@@ -170,6 +171,30 @@ def _inputs(attrs: AdmissionAttributes, namespace: Mapping[str, Any] | None) -> 
     }
 
 
+class ConditionError(Exception):
+    """matchConditions that errored, with no condition false, under ``failurePolicy: Fail``."""
+
+
+def conditions_match(
+    activation: Activation, conditions: list[Mapping[str, Any]], fail: bool
+) -> bool:
+    """``matchconditions.Matcher.Match``: every condition is evaluated; one that is false means
+    no match, whatever errors others had; otherwise errors fail closed (ConditionError, their
+    messages aggregated as ``utilerrors.NewAggregate`` words them) or open (no match)."""
+    errors = []
+    for condition in conditions:
+        try:
+            if activation.evaluate(condition["expression"]) is False:
+                return False
+        except CelError as error:
+            errors.append(str(error))
+    if errors:
+        if fail:
+            raise ConditionError(errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
+        return False
+    return True
+
+
 def activation_for(
     attrs: AdmissionAttributes,
     namespace: Mapping[str, Any] | None,
@@ -184,12 +209,11 @@ def _decisions(
 ) -> list[Decision]:
     fail = spec.get("failurePolicy", "Fail") != "Ignore"
     activation = activation_for(attrs, namespace, spec.get("variables") or [])
-    for condition in spec.get("matchConditions") or []:
-        try:
-            if activation.evaluate(condition["expression"]) is not True:
-                return []
-        except CelError as error:
-            return [Decision(str(error), "")] if fail else []
+    try:
+        if not conditions_match(activation, spec.get("matchConditions") or [], fail):
+            return []
+    except ConditionError as error:
+        return [Decision(str(error), "")]
     decisions = []
     for validation in spec.get("validations") or []:
         try:

@@ -78,6 +78,16 @@ def conflict(resource: str, group: str, name: str) -> StatusError:
     )
 
 
+def forbidden(resource: str, group: str, name: str, message: str) -> StatusError:
+    """``apierrors.NewForbidden``: 403 `<resource> "<name>" is forbidden: <message>`."""
+    return StatusError(
+        403,
+        "Forbidden",
+        f'{qualified(resource, group)} "{name}" is forbidden: {message}',
+        _details(resource, group, name),
+    )
+
+
 def cause(reason: str, field: str, message: str) -> dict[str, str]:
     """One entry of an Invalid Status's details.causes."""
     return {"reason": reason, "message": message, "field": field}

@@ -838,3 +838,45 @@ async def test_through_the_emulator_dry_run_with_side_effects_is_a_bad_request(e
         'admission webhook "effects.x" does not support dry run'
     )
     assert len(hook.calls) == 1
+
+
+# --- matchConditions -------------------------------------------------------------------------
+
+HAS_LABELS = {"name": "has-labels", "expression": "has(object.metadata.labels)"}
+ERRORS = {"name": "errors", "expression": "object.metadata.missing == 'x'"}  # no such key
+NEVER = {"name": "never", "expression": "false"}
+
+
+@pytest.mark.parametrize(
+    ("conditions", "called"),
+    [([HAS_LABELS], True), ([NEVER], False), ([ERRORS, NEVER], False)],
+    ids=["true", "false", "a false condition wins over an error"],
+)
+async def test_match_conditions_decide_whether_the_webhook_is_called(
+    conditions: list[dict[str, str]], called: bool
+) -> None:
+    objects = Objects()
+    async with TestWebhook(allow) as hook:
+        objects.add(
+            "validatingwebhookconfigurations",
+            validating("v", webhook("cond.x", hook, "/v", matchConditions=conditions)),
+        )
+        await WebhookAdmission(objects.list).validate(pod_create(pod(labels={"a": "b"})))
+    assert hook.paths() == (["/v"] if called else [])
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+async def test_a_match_condition_error_fails_closed_with_403_or_skips(policy: str) -> None:
+    objects = Objects()
+    async with TestWebhook(allow) as hook:
+        spec = webhook("cond.x", hook, "/v", matchConditions=[ERRORS], failurePolicy=policy)
+        objects.add("validatingwebhookconfigurations", validating("v", spec))
+        admission = WebhookAdmission(objects.list)
+        if policy == "Ignore":
+            await admission.validate(pod_create())
+        else:
+            with pytest.raises(StatusError) as refused:
+                await admission.validate(pod_create())
+            assert refused.value.code == 403 and refused.value.reason == "Forbidden"
+            assert refused.value.message.startswith('pods "train" is forbidden: ')
+    assert hook.paths() == []

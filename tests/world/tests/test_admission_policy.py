@@ -150,3 +150,20 @@ def test_bad_policies_and_bindings_are_refused_when_written(api) -> None:
         "spec.validationActions: Required value: at least one validation action is required"
         in json.loads(none.value.body)["message"]
     )
+
+
+def test_a_false_match_condition_wins_over_an_erroring_one(api, kube_client) -> None:
+    erroring = {"name": "errors", "expression": "object.metadata.missing == 'x'"}
+    api.create_validating_admission_policy(
+        policy(SMALL, matchConditions=[erroring, {"name": "never", "expression": "false"}])
+    )
+    api.create_validating_admission_policy_binding(binding("Deny"))
+    config_map(kube_client, {"a": "1", "b": "2"})  # not matched: the error is never heard
+    api.delete_validating_admission_policy(POLICY)
+    api.create_validating_admission_policy(policy(SMALL, matchConditions=[erroring]))
+    with pytest.raises(ApiException) as denied:  # the error alone, failurePolicy Fail
+        client.CoreV1Api(kube_client).create_namespaced_config_map(
+            "ml", {"metadata": {"name": "d"}, "data": {"a": "1"}}
+        )
+    assert denied.value.status == 422
+    assert "Key not found" in json.loads(denied.value.body)["message"]
