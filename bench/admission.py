@@ -78,6 +78,10 @@ class Run:
     cpu_us_per_request: float
 
 
+def scenario_named(name: str) -> Scenario:
+    return next(s for s in SCENARIOS if s.name == name)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -162,13 +166,15 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
-# Each request a pod of its own template (its generateName numbered), as when every pod comes
+# Each request a pod of its own template (a label numbered), as when every pod comes
 # from a different workload: nothing one pod's review computed serves the next.
 UNIQUE_SCRIPT = """
 local counter = 0
 function request()
   counter = counter + 1
-  local body = string.gsub(wrk.body, '"generateName": "', '"generateName": "u' .. counter .. '-', 1)
+  -- A label of its own on every pod (as every Indexed Job or StatefulSet pod has), so no two
+  -- requests share an answer.
+  local body = string.gsub(wrk.body, '"app": "embedder"', '"app": "embedder-' .. counter .. '"', 1)
   return wrk.format(nil, nil, nil, body)
 end
 """

@@ -1,6 +1,6 @@
 """The project's webhook service for the benchmark: every policy on, cluster state from
 examples/cluster-state.yaml, served over TLS from the certificates in --cert-dir, with the same
-runner settings as production."""
+runner settings and the same frozen start-up heap as production."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from aiohttp import web
 
 from commands.review_inputs import load_cluster_state
 from gpu_admission.config import load_config
+from gpu_admission.heap import freeze_long_lived
 from webhooks.registry import build_policy_set
 from webhooks.server import create_app, make_runner
 
@@ -29,6 +30,7 @@ async def serve(port: int, cert_dir: Path, cluster_state: Path) -> None:
     runner = make_runner(app, config.server.shutdown_grace_seconds)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
+    freeze_long_lived("started")  # as `serve` does once started and its caches are full
     await asyncio.Event().wait()  # until the benchmark terminates the process
 
 

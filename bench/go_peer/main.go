@@ -1,0 +1,150 @@
+// A Go peer for the admission benchmark: the mutating pod webhook's core logic in Go's net/http,
+// standard library only. It decodes the AdmissionReview, walks the pod's init and app
+// containers, and answers with a JSON Patch: NVIDIA_VISIBLE_DEVICES=none for every container
+// without a GPU resource, and, for a container on a time-sliced GPU, the memory-share env and
+// the two summary annotations (values from -fraction and -replicas: the share is not computed
+// from nodes here). It is the cost of a compiled webhook doing the same shape of work, to compare
+// the Python service's latency with, not a second implementation of the policies.
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"io"
+	"log"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+type review struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Request    json.RawMessage `json:"request"`
+}
+
+type request struct {
+	UID    string                 `json:"uid"`
+	Object map[string]interface{} `json:"object"`
+}
+
+type op struct {
+	Op    string      `json:"op"`
+	Path  string      `json:"path"`
+	Value interface{} `json:"value"`
+}
+
+var (
+	fraction = flag.String("fraction", "0.2375", "GPU memory fraction written for shared GPUs")
+	replicas = flag.String("replicas", "4", "replicas written for shared GPUs")
+)
+
+func isGPU(name string) bool {
+	return name == "nvidia.com/gpu" || name == "nvidia.com/gpu.shared" ||
+		strings.HasPrefix(name, "nvidia.com/mig-")
+}
+
+func resourceNames(container map[string]interface{}) []string {
+	var names []string
+	resources, _ := container["resources"].(map[string]interface{})
+	for _, field := range []string{"limits", "requests"} {
+		values, _ := resources[field].(map[string]interface{})
+		for name := range values {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+func envOps(path string, container map[string]interface{}, entries []map[string]string) []op {
+	if _, has := container["env"].([]interface{}); !has {
+		return []op{{"add", path + "/env", entries}}
+	}
+	ops := make([]op, 0, len(entries))
+	for _, entry := range entries {
+		ops = append(ops, op{"add", path + "/env/-", entry})
+	}
+	return ops
+}
+
+func mutate(pod map[string]interface{}) []op {
+	spec, _ := pod["spec"].(map[string]interface{})
+	var ops []op
+	var shared []string
+	for _, list := range []string{"initContainers", "containers"} {
+		containers, _ := spec[list].([]interface{})
+		for i, item := range containers {
+			container, _ := item.(map[string]interface{})
+			path := "/spec/" + list + "/" + strconv.Itoa(i)
+			gpu, share := false, false
+			for _, name := range resourceNames(container) {
+				if isGPU(name) {
+					gpu = true
+					share = share || strings.HasSuffix(name, ".shared")
+				}
+			}
+			switch {
+			case !gpu:
+				ops = append(ops, envOps(path, container, []map[string]string{
+					{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}})...)
+			case share:
+				ops = append(ops, envOps(path, container, []map[string]string{
+					{"name": "GPU_MEMORY_FRACTION", "value": *fraction},
+					{"name": "GPU_REPLICAS", "value": *replicas}})...)
+				name, _ := container["name"].(string)
+				shared = append(shared, name)
+			}
+		}
+	}
+	if len(shared) > 0 {
+		metadata, _ := pod["metadata"].(map[string]interface{})
+		if _, has := metadata["annotations"].(map[string]interface{}); !has {
+			ops = append(ops, op{"add", "/metadata/annotations", map[string]string{}})
+		}
+		summary := func(value string) string {
+			parts := make([]string, len(shared))
+			for i, name := range shared {
+				parts[i] = name + "=" + value
+			}
+			return strings.Join(parts, ",")
+		}
+		ops = append(ops,
+			op{"add", "/metadata/annotations/gpu-admission.io~1gpu-memory-fraction", summary(*fraction)},
+			op{"add", "/metadata/annotations/gpu-admission.io~1gpu-replicas", summary(*replicas)})
+	}
+	return ops
+}
+
+func handle(w http.ResponseWriter, r *http.Request) {
+	var rev review
+	if err := json.NewDecoder(r.Body).Decode(&rev); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req request
+	if err := json.Unmarshal(rev.Request, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	response := map[string]interface{}{"uid": req.UID, "allowed": true}
+	if ops := mutate(req.Object); len(ops) > 0 {
+		patch, _ := json.Marshal(ops)
+		response["patchType"] = "JSONPatch"
+		response["patch"] = base64.StdEncoding.EncodeToString(patch)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]interface{}{
+		"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8443", "listen address")
+	cert := flag.String("cert", "tls.crt", "certificate file")
+	key := flag.String("key", "tls.key", "key file")
+	flag.Parse()
+	// The benchmark's readiness probes close connections mid-handshake: not worth a log line.
+	server := &http.Server{Addr: *addr, Handler: http.HandlerFunc(handle),
+		ErrorLog: log.New(io.Discard, "", 0)}
+	log.Fatal(server.ListenAndServeTLS(*cert, *key))
+}
