@@ -31,6 +31,16 @@ from webhooks.chain import Outcome
 from webhooks.review import AdmissionRequest, RequestEnvelope
 
 TOKEN_VOLUME_PREFIX = b"kube-api-access-"
+# Keys the controllers put on each pod of a set with that pod's own identity (k8s.io/api
+# batch/v1 JobCompletionIndexAnnotation, also a label; apps/v1 StatefulSetPodNameLabel and
+# PodIndexLabel). A pod carrying one is never the same as another, so the memo neither probes
+# nor keeps it: a 1,000-pod Indexed Job would otherwise cost a probe each and push every
+# Deployment's template out. Matched as quoted JSON keys: managedFields spell them `f:...`.
+PER_POD_KEYS = (
+    b'"batch.kubernetes.io/job-completion-index"',
+    b'"statefulset.kubernetes.io/pod-name"',
+    b'"apps.kubernetes.io/pod-index"',
+)
 TOKEN_SUFFIX_LENGTH = 5  # k8s.io/apiserver's names.SimpleNameGenerator: 5 random characters
 
 
@@ -98,6 +108,11 @@ class MutationMemo:
     @staticmethod
     def applies(request: AdmissionRequest) -> bool:
         return request.kind == "Pod" and request.operation == "CREATE" and not request.sub_resource
+
+    @staticmethod
+    def never_repeats(body: bytes) -> bool:
+        """True when the body names a per-pod identity (`PER_POD_KEYS`): no answer to keep."""
+        return any(key in body for key in PER_POD_KEYS)
 
     @staticmethod
     def probe(body: bytes, view: ClusterView) -> Probe | None:

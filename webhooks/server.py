@@ -174,7 +174,7 @@ class AdmissionEndpoint:
         except _BodyTooLarge:
             return self._refuse(started, "too_large", self._too_large())
         memo_key = None
-        if self.memo is not None:
+        if self.memo is not None and not self.memo.never_repeats(body):
             probe = self.memo.probe(body, self.view)
             if probe is not None:
                 known = self.memo.get(probe.key)

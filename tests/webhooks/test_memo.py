@@ -159,3 +159,49 @@ async def test_the_service_answers_the_next_replica_from_the_memo_identically(bu
                 session, f"{running.url}/mutate/pods", json.dumps(bad).encode()
             )
             assert status == 400, answer
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "batch.kubernetes.io/job-completion-index",
+        "statefulset.kubernetes.io/pod-name",
+        "apps.kubernetes.io/pod-index",
+    ],
+)
+def test_pods_with_an_identity_of_their_own_are_never_memoised(key: str) -> None:
+    review = replica("aaaa1")
+    review["request"]["object"]["metadata"]["labels"][key] = "3"
+    assert MutationMemo.never_repeats(_body(review))
+    assert not MutationMemo.never_repeats(_body(replica("aaaa1")))
+    # managedFields name the same keys as `f:<key>`: not an identity.
+    review = replica("aaaa1")
+    review["request"]["object"]["metadata"]["managedFields"][0]["fieldsV1"] = {
+        "f:metadata": {"f:labels": {f"f:{key}": {}}}
+    }
+    assert not MutationMemo.never_repeats(_body(review))
+
+
+async def test_an_indexed_job_pod_is_answered_without_touching_the_memo(bundle) -> None:
+    config = Config()
+    app = create_app(config, build_policy_set(config), MutableView(), None, list)
+    (endpoint,) = [
+        route.handler.__self__
+        for route in app.router.routes()
+        if route.resource is not None and route.resource.canonical == "/mutate/pods"
+    ]
+    connector = aiohttp.TCPConnector(ssl=client_context(bundle))
+    async with (
+        serving(app, server_context(bundle)) as running,
+        aiohttp.ClientSession(connector=connector) as session,
+    ):
+        answers = []
+        for index in ("0", "1"):
+            review = replica("aaaa1")
+            labels = review["request"]["object"]["metadata"]["labels"]
+            labels["batch.kubernetes.io/job-completion-index"] = index
+            status, answer = await post_review(session, f"{running.url}/mutate/pods", _body(review))
+            assert status == 200
+            answers.append(answer["response"])
+    assert (endpoint.memo.misses, endpoint.memo.hits, len(endpoint.memo)) == (0, 0, 0)
+    assert answers[0] == answers[1] and answers[0]["allowed"] is True
