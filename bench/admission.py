@@ -6,6 +6,8 @@ kube-apiserver and posted to the path the API server would use:
 
 - `pod`: /mutate/pods with the ~7 KB review of a Deployment-created pod asking for a shared GPU
   (every pod policy has work to do); also measured at a fixed offered rate (default 2,000 req/s).
+- `pod-unique`, `pod-indexed`: the same pod with a label of its own on every request (a changed
+  value; the Indexed Job index label), so no answer can be reused.
 - `secret-opaque`: /validate/secrets with an Opaque Secret (the fast path must cost nothing).
 - `secret-gcp`: /validate/secrets with a gcp-credential Secret (a repeated key: the RSA check is
   cached by content hash; `python -m bench.bench_secret_validation` has the uncached cost).
@@ -43,12 +45,25 @@ class Scenario:
     name: str
     path: str
     body: Path
-    unique: bool = False  # every request a different object (no two pods of one template)
+    # Every request a different object (no two pods of one template): how the Lua script
+    # rewrites the body's `"app": "embedder"` label, with COUNTER the request's number.
+    unique: str = ""
 
 
 SCENARIOS = (
     Scenario("pod", "/mutate/pods", DATA / "pod-from-deployment.mutating.json"),
-    Scenario("pod-unique", "/mutate/pods", DATA / "pod-from-deployment.mutating.json", unique=True),
+    Scenario(
+        "pod-unique",
+        "/mutate/pods",
+        DATA / "pod-from-deployment.mutating.json",
+        unique='"app": "embedder-COUNTER"',
+    ),
+    Scenario(
+        "pod-indexed",
+        "/mutate/pods",
+        DATA / "pod-from-deployment.mutating.json",
+        unique='"app": "embedder", "batch.kubernetes.io/job-completion-index": "COUNTER"',
+    ),
     Scenario("secret-opaque", "/validate/secrets", DATA / "secret-denied.validating.json"),
     Scenario("secret-gcp", "/validate/secrets", DATA / "secret-gcp-stringdata.validating.json"),
 )
@@ -166,15 +181,15 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
-# Each request a pod of its own template (a label numbered), as when every pod comes
-# from a different workload: nothing one pod's review computed serves the next.
+# Each request a pod of its own (a label numbered: `pod-unique` changes a label's value, as any
+# workload whose pods differ; `pod-indexed` adds the index label every Indexed Job pod carries):
+# nothing one pod's review computed serves the next.
 UNIQUE_SCRIPT = """
 local counter = 0
 function request()
   counter = counter + 1
-  -- A label of its own on every pod (as every Indexed Job or StatefulSet pod has), so no two
-  -- requests share an answer.
-  local body = string.gsub(wrk.body, '"app": "embedder"', '"app": "embedder-' .. counter .. '"', 1)
+  local label = string.gsub('{unique}', "COUNTER", tostring(counter))
+  local body = string.gsub(wrk.body, '"app": "embedder"', label, 1)
   return wrk.format(nil, nil, nil, body)
 end
 """
@@ -183,7 +198,8 @@ end
 def _script(directory: Path, scenario: Scenario, delay_ms: float) -> Path:
     path = directory / f"{scenario.name}-{delay_ms:g}.lua"
     script = WRK_SCRIPT.format(body=scenario.body, delay_ms=delay_ms)
-    path.write_text(script + (UNIQUE_SCRIPT if scenario.unique else ""))
+    unique = UNIQUE_SCRIPT.replace("{unique}", scenario.unique) if scenario.unique else ""
+    path.write_text(script + unique)
     return path
 
 

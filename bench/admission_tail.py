@@ -3,10 +3,10 @@
 `python -m bench.admission_tail [--rate 200] [--duration 60] [--rounds 3]`. Needs `wrk` and a Go
 toolchain (`apt-get install wrk golang-go`): the Go peer (`bench/go_peer/main.go`, standard
 library only) is built into a temporary directory. Both servers run over TLS on CPU 0, wrk on
-CPU 1; every request is a pod with a label of its own (`pod-unique` of `bench.admission`), so the
-project's memo never answers. The two are measured in alternation, round after round, at the same
-offered rate (each of `--connections` connections waits so that together they offer `--rate`);
-each round gives one p99 ratio, project ÷ Go.
+CPU 1; every request is a pod with a label of its own (`pod-unique` of `bench.admission`, or
+`--scenario pod-indexed`), so the project's memo never answers. The two are measured in
+alternation, round after round, at the same offered rate (each of `--connections` connections
+waits so that together they offer `--rate`); each round gives one p99 ratio, project ÷ Go.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def build_go_peer(out: Path) -> Path:
 
 
 def measure(servers: tuple[Server, Server], ca: Path, args: argparse.Namespace, tmp: Path) -> Tail:
-    scenario = scenario_named("pod-unique")
+    scenario = scenario_named(args.scenario)
     delay_ms = 1000.0 * args.connections / args.rate
     script = _script(tmp, scenario, delay_ms)
     for server in servers:
@@ -104,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=int, default=60, help="seconds per run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument(
+        "--scenario",
+        choices=("pod-unique", "pod-indexed"),
+        default="pod-unique",
+        help="the all-different pods: a label value of their own, or Indexed Job pods",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     for tool, package in (("wrk", "wrk"), ("go", "golang-go")):
