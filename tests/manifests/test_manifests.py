@@ -1,5 +1,5 @@
-"""The kustomize base and its overlays (cert-manager, monitoring) render, and say what the install
-promises."""
+"""The kustomize base and its overlays (cert-manager, monitoring, webhook-pod-checks) render, and
+say what the install promises."""
 
 from __future__ import annotations
 
@@ -18,7 +18,12 @@ def one(docs: tuple[dict[str, Any], ...], kind: str, name: str = "gpu-admission"
 
 
 @pytest.fixture(
-    params=["manifests", "manifests/overlays/cert-manager", "manifests/overlays/monitoring"]
+    params=[
+        "manifests",
+        "manifests/overlays/cert-manager",
+        "manifests/overlays/monitoring",
+        "manifests/overlays/webhook-pod-checks",
+    ]
 )
 def docs(request):
     return render(request.param)
@@ -154,3 +159,33 @@ def test_the_controller_is_its_own_deployment_with_only_its_own_rights(docs):
     log_rules = [r for r in mine if "pods/log" in r["resources"]]
     assert all(r["verbs"] == ["get"] and r["resources"] == ["pods/log"] for r in log_rules)
     assert _may(webhook, "update", "mutatingwebhookconfigurations")
+
+
+def _pods_validating_webhook(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    validating = one(docs, "ValidatingWebhookConfiguration")
+    return next(w for w in validating["webhooks"] if w["name"] == "pods.validate.gpu-admission.io")
+
+
+def test_the_base_runs_the_pod_checks_in_the_api_server_and_the_webhook_for_claims_only():
+    docs = render("manifests")
+    policy = one(docs, "ValidatingAdmissionPolicy", "gpu-admission-pods")
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "gpu-admission-pods")
+    assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert binding["spec"] == {"policyName": "gpu-admission-pods", "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    (condition,) = _pods_validating_webhook(docs)["matchConditions"]
+    assert condition["name"] == "has-resource-claims"
+
+
+def test_the_overlay_for_older_api_servers_calls_the_webhook_for_every_pod():
+    docs = render("manifests/overlays/webhook-pod-checks")
+    kinds = {d["kind"] for d in docs}
+    assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    assert "matchConditions" not in _pods_validating_webhook(docs)
+    # The other webhooks keep their conditions.
+    base = {
+        w["name"]: w for w in one(render("manifests"), "ValidatingWebhookConfiguration")["webhooks"]
+    }
+    for hook in one(docs, "ValidatingWebhookConfiguration")["webhooks"]:
+        if hook["name"] != "pods.validate.gpu-admission.io":
+            assert hook == base[hook["name"]]
