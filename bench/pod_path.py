@@ -16,10 +16,12 @@ import time
 from pathlib import Path
 
 from commands.review_inputs import load_cluster_state
+from gpu_admission.cluster.view import ClusterView
 from gpu_admission.config import FailureMode, load_config
 from webhooks import chain
 from webhooks.memo import MutationMemo
 from webhooks.patch import Patch
+from webhooks.policy import MutatingPolicy
 from webhooks.registry import build_policy_set
 from webhooks.review import parse_review, response_body
 from webhooks.server import answer_tail
@@ -37,11 +39,16 @@ def _bodies(count: int, tag: str) -> list[bytes]:
     ]
 
 
-def steps_us(count: int, tag: str) -> dict[str, float]:
-    """Microseconds per review for each step of the endpoint's path."""
+def _setup() -> tuple[ClusterView, tuple[MutatingPolicy, ...]]:
+    """The benchmark server's view (examples/cluster-state.yaml) and mutating pod policies."""
     config = load_config(environ={})
     view = load_cluster_state(ROOT / "examples" / "cluster-state.yaml", config).view
-    policies = build_policy_set(config).mutating_for("Pod")
+    return view, build_policy_set(config).mutating_for("Pod")
+
+
+def steps_us(count: int, tag: str) -> dict[str, float]:
+    """Microseconds per review for each step of the endpoint's path."""
+    view, policies = _setup()
     memo = MutationMemo()
     spent = dict.fromkeys(STEPS, 0.0)
     for body in _bodies(count, tag):
@@ -73,9 +80,7 @@ def steps_us(count: int, tag: str) -> dict[str, float]:
 
 def policies_us(count: int, tag: str) -> dict[str, float]:
     """Microseconds per review for each mutating pod policy, run in chain order."""
-    config = load_config(environ={})
-    view = load_cluster_state(ROOT / "examples" / "cluster-state.yaml", config).view
-    policies = build_policy_set(config).mutating_for("Pod")
+    view, policies = _setup()
     spent = {policy.name: 0.0 for policy in policies}
     for body in _bodies(count, tag):
         review = parse_review(body, "Pod")
