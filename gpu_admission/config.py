@@ -288,6 +288,9 @@ class DatasetConfig(_Model):
     Null: the image's bundle."""
     trusted_ca_key: str = "ca.crt"
     """The key of trusted_ca_config_map that holds the PEM bundle."""
+    allow_http: bool = False
+    """Accept plain http:// data sources. Off by default: anyone on the network path can read or
+    change what an http:// load copies; https:// is always accepted."""
     # Exported as a metric so the DatasetLoadStuck alert reads it: no threshold in the rules.
     load_stuck_after_seconds: Annotated[float, Field(gt=0)] = 2 * 3600.0
     """How long a load may be Pending or Loading before the GpuAdmissionDatasetLoadStuck alert

@@ -22,10 +22,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_admission.names import AWS_TOKEN_DIR, AWS_TOKEN_PATH, GCP_MOUNT_ROOT
+from gpu_admission.names import (
+    AWS_TOKEN_DIR,
+    AWS_TOKEN_PATH,
+    AZURE_TOKEN_AUDIENCE,
+    AZURE_TOKEN_DIR,
+    AZURE_TOKEN_PATH,
+    GCP_MOUNT_ROOT,
+)
 
 TOKEN_ROOT = "/var/run/secrets"
-RESERVED_DIRS = ("/var/run/secrets/kubernetes.io", GCP_MOUNT_ROOT, AWS_TOKEN_DIR)
+RESERVED_DIRS = (
+    "/var/run/secrets/kubernetes.io",
+    GCP_MOUNT_ROOT,
+    AWS_TOKEN_DIR,
+    AZURE_TOKEN_DIR,
+)
 _SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
 EXAMPLE_PATH = "/var/run/secrets/tokens/gcp-workload-identity/token"
 
@@ -54,6 +66,12 @@ class TokenRequest:
 def aws_web_identity(audience: str) -> TokenRequest:
     """The token keyless AWS credentials read (AWS_WEB_IDENTITY_TOKEN_FILE)."""
     return TokenRequest(AWS_TOKEN_PATH, audience)
+
+
+def azure_workload_identity() -> TokenRequest:
+    """The token keyless Azure credentials read (AZURE_FEDERATED_TOKEN_FILE), where and for
+    whom Azure's own workload-identity webhook projects it."""
+    return TokenRequest(AZURE_TOKEN_PATH, AZURE_TOKEN_AUDIENCE)
 
 
 def path_problem(path: str) -> str | None:

@@ -37,7 +37,8 @@ TF_FORCE_GPU_ALLOW_GROWTH = "TF_FORCE_GPU_ALLOW_GROWTH"
 # Secret types and their keys.
 GCP_CREDENTIAL_TYPE = "gcp-credential"
 AWS_CREDENTIAL_TYPE = "aws-credential"
-CREDENTIAL_TYPES = (GCP_CREDENTIAL_TYPE, AWS_CREDENTIAL_TYPE)
+AZURE_CREDENTIAL_TYPE = "azure-credential"
+CREDENTIAL_TYPES = (GCP_CREDENTIAL_TYPE, AWS_CREDENTIAL_TYPE, AZURE_CREDENTIAL_TYPE)
 GCP_KEY_FILE = "key.json"
 GCP_MOUNT_ROOT = "/var/run/secrets/gcp"
 GOOGLE_APPLICATION_CREDENTIALS = "GOOGLE_APPLICATION_CREDENTIALS"
@@ -58,6 +59,30 @@ AWS_KEYLESS_OPTIONAL_KEYS = (AWS_ROLE_SESSION_NAME, AWS_REGION, AWS_ENDPOINT_URL
 AWS_TOKEN_DIR = "/var/run/secrets/sts.amazonaws.com/serviceaccount"
 AWS_TOKEN_FILE = "token"
 AWS_TOKEN_PATH = f"{AWS_TOKEN_DIR}/{AWS_TOKEN_FILE}"
+
+# azure-credential: the storage account, then one way in: a shared key, a SAS token, or keyless
+# (Azure workload identity). The names are the ones the Azure CLI reads for a storage account
+# and the ones Azure's SDKs (azidentity's WorkloadIdentityCredential, and rclone through it) read
+# for workload identity.
+AZURE_STORAGE_ACCOUNT = "AZURE_STORAGE_ACCOUNT"
+AZURE_STORAGE_KEY = "AZURE_STORAGE_KEY"
+AZURE_STORAGE_SAS_TOKEN = "AZURE_STORAGE_SAS_TOKEN"
+AZURE_CLIENT_ID = "AZURE_CLIENT_ID"
+AZURE_TENANT_ID = "AZURE_TENANT_ID"
+AZURE_FEDERATED_TOKEN_FILE = "AZURE_FEDERATED_TOKEN_FILE"
+AZURE_KEYS = (
+    AZURE_STORAGE_ACCOUNT,
+    AZURE_STORAGE_KEY,
+    AZURE_STORAGE_SAS_TOKEN,
+    AZURE_CLIENT_ID,
+    AZURE_TENANT_ID,
+)
+# Where Azure's workload-identity webhook projects the token, and the audience Entra ID expects
+# (azure-workload-identity pkg/webhook/consts.go: TokenFileMountPath, TokenFilePathName,
+# DefaultAudience).
+AZURE_TOKEN_DIR = "/var/run/secrets/azure/tokens"
+AZURE_TOKEN_PATH = f"{AZURE_TOKEN_DIR}/azure-identity-token"
+AZURE_TOKEN_AUDIENCE = "api://AzureADTokenExchange"
 
 # Dataset loading.
 LOADING_CONDITION = "Loading"
@@ -187,6 +212,12 @@ class Names:
     def data_token_path(self) -> str:
         """Written with data-token-audience: where the file reads its subject token."""
         return self._key("data-token-path")
+
+    @property
+    def data_sha256(self) -> str:
+        """PVC annotation on a single-file https:// source: the file's SHA-256, checked after
+        the copy."""
+        return self._key("data-sha256")
 
     @property
     def data_load_retry(self) -> str:

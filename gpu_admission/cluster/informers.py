@@ -67,7 +67,7 @@ from gpu_admission.cluster.view import (
     service_account_record,
 )
 from gpu_admission.config import Config
-from gpu_admission.names import AWS_CREDENTIAL_TYPE, GCP_CREDENTIAL_TYPE
+from gpu_admission.names import CREDENTIAL_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class InformerClusterView:
                 transform=secret_info,
                 **options,
             )
-            for secret_type in (GCP_CREDENTIAL_TYPE, AWS_CREDENTIAL_TYPE)
+            for secret_type in CREDENTIAL_TYPES
         )
         self.service_account_informer: Informer[ServiceAccountInfo] = Informer(
             "serviceaccounts",

@@ -1,4 +1,5 @@
-"""Data-source parsing: the URL shape and each cloud's bucket-naming rules."""
+"""Data-source parsing: the URL shape, each cloud's bucket and container naming rules, and web
+sources (one file or a directory, https only unless allowed, never a credential echoed)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,18 @@ from gpu_admission.datasource import (
         ("gs://ml-public_datasets/coco/2017", DataSource("gs", "ml-public_datasets", "coco/2017")),
         ("gs://a.b.c", DataSource("gs", "a.b.c", "")),
         ("gs://" + ".".join(["a" * 63] * 3) + ".abc", None),
+        ("az://models/llama/7b", DataSource("az", "models", "llama/7b")),
+        ("az://a-b-c", DataSource("az", "a-b-c", "")),
+        ("az://" + "a" * 63 + "/x/", DataSource("az", "a" * 63, "x")),
+        (
+            "https://data.example.org/weights/model.safetensors",
+            DataSource("https", "data.example.org", "weights/model.safetensors", False),
+        ),
+        ("https://data.example.org/sets/", DataSource("https", "data.example.org", "sets")),
+        ("https://10.0.0.5:8443/a/b/", DataSource("https", "10.0.0.5:8443", "a/b")),
+        ("https://[::1]:9/f.bin", DataSource("https", "[::1]:9", "f.bin", False)),
+        ("https://mirror.example", DataSource("https", "mirror.example", "")),
+        ("http://mirror.internal/f", DataSource("http", "mirror.internal", "f", False)),
     ],
 )
 def test_valid_sources_parse(value: str, expected: DataSource | None) -> None:
@@ -38,8 +51,9 @@ def test_valid_sources_parse(value: str, expected: DataSource | None) -> None:
 @pytest.mark.parametrize(
     ("value", "fragment"),
     [
-        ("https://bucket/x", "use s3://bucket/prefix or gs://bucket/prefix"),
+        ("ftp://bucket/x", "use s3://bucket/prefix, gs://bucket/prefix, az://container/prefix"),
         ("ml-datasets/imagenet", "not a supported data source"),
+        ("HTTPS://host/x", "lowercase"),
         ("S3://ml-datasets", "lowercase"),
         (" s3://ml-datasets", "spaces"),
         ("s3://", "names no bucket"),
@@ -70,6 +84,29 @@ def test_valid_sources_parse(value: str, expected: DataSource | None) -> None:
         ("gs://10.0.0.1", "IP address"),
         ("gs://goog-data", "must not begin with 'goog'"),
         ("gs://my-google-data", "must not contain 'google'"),
+        # Azure container rules.
+        ("az://", "names no container"),
+        ("az://ab", "3 to 63 characters"),
+        ("az://" + "a" * 64, "3 to 63 characters"),
+        ("az://Models", "lowercase letters, digits and hyphens"),
+        ("az://my_models", "lowercase letters, digits and hyphens"),
+        ("az://my.models", "lowercase letters, digits and hyphens"),
+        ("az://-models", "begin and end with a letter or digit"),
+        ("az://models-", "begin and end with a letter or digit"),
+        ("az://my--models", "two hyphens in a row"),
+        ("az://models/a//b", "empty path segment"),
+        # Web sources.
+        ("https://", "the host '' is missing"),
+        ("https:///path/f", "is missing"),
+        ("https://under_score.example/f", "not a valid host name"),
+        ("https://host:99999/f", "not a valid URL"),
+        ("https://host:0/f", "port 0"),
+        ("https://host/a b", "percent-encoded"),
+        ("https://host/a/../b", "'.' or '..' segment"),
+        ("https://host/a//b", "the path has an empty path segment"),
+        ("https://host/f?x=1", "query string or fragment"),
+        ("https://host/f#part", "query string or fragment"),
+        ("https://user@host/f", "user name or password"),
         # Prefixes.
         ("s3://bucket/a//b", "empty path segment"),
         ("gs://bucket/a/../b", "'.' or '..' segment"),
@@ -83,6 +120,44 @@ def test_invalid_sources_say_what_to_fix(value: str, fragment: str) -> None:
     assert fragment in str(info.value)
 
 
+def test_plain_http_only_where_allowed() -> None:
+    with pytest.raises(DataSourceError) as info:
+        parse_data_source("http://mirror.internal/f", allow_http=False)
+    assert "use https://" in str(info.value) and "dataset.allow_http" in str(info.value)
+    assert parse_data_source("https://mirror.internal/f", allow_http=False).scheme == "https"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "https://reader:hunter2-SECRET@host/f.bin",
+        "https://host/f.bin?sig=hunter2-SECRET&sv=2024",
+        "https://host/f.bin#hunter2-SECRET",
+    ],
+)
+def test_credentials_in_a_url_are_refused_without_echoing_them(value: str) -> None:
+    with pytest.raises(DataSourceError) as info:
+        parse_data_source(value)
+    message = str(info.value)
+    assert "hunter2" not in message and "SECRET" not in message
+    assert "https://host/f.bin" in message
+
+
+def test_web_source_file_or_directory_as_rclone_is_given_it() -> None:
+    file = parse_data_source("https://h.example/models/v1/model%20a.bin")
+    assert file.single_file and not file.directory
+    assert file.web_base == "https://h.example/models/v1/"
+    assert file.remote_path == "model a.bin"  # decoded: rclone's http backend encodes it again
+    assert file.url == "https://h.example/models/v1/model%20a.bin"
+    folder = parse_data_source("https://h.example:8443/sets/coco/")
+    assert folder.directory and not folder.single_file
+    assert folder.web_base == "https://h.example:8443/sets/coco/"
+    assert folder.remote_path == ""
+    root = parse_data_source("https://h.example/f")
+    assert root.web_base == "https://h.example/" and root.remote_path == "f"
+    assert file.credential_type is None and folder.credential_type is None
+
+
 def test_s3_underscore_is_rejected_but_gcs_accepts_it() -> None:
     with pytest.raises(DataSourceError):
         parse_data_source("s3://my_bucket")
@@ -94,6 +169,8 @@ def test_remote_path_and_credential_type() -> None:
     assert parse_data_source("gs://b12").remote_path == "b12"
     assert parse_data_source("s3://b12").credential_type == "aws-credential"
     assert parse_data_source("gs://b12").credential_type == "gcp-credential"
+    assert parse_data_source("az://b12/p").remote_path == "b12/p"
+    assert parse_data_source("az://b12").credential_type == "azure-credential"
 
 
 def test_job_name_is_deterministic_bounded_and_changes_with_source_or_uid() -> None:

@@ -16,6 +16,11 @@ ServiceAccount can carry the same annotation for all its pods, unless the pod sa
   /var/run/secrets/sts.amazonaws.com/serviceaccount/token, and AWS_WEB_IDENTITY_TOKEN_FILE
   pointing at it: every AWS SDK then assumes the role with that token and refreshes from the
   file, which the kubelet rewrites before it expires.
+- `azure-credential`: one env var per key the Secret holds, each a `secretKeyRef` (the Azure
+  CLI's storage names, and azidentity's AZURE_CLIENT_ID / AZURE_TENANT_ID). A keyless Secret
+  also gets the workload-identity token at /var/run/secrets/azure/tokens/azure-identity-token
+  (audience api://AzureADTokenExchange) and AZURE_FEDERATED_TOKEN_FILE, where Azure's SDKs
+  read it (webhooks.policies.credential_tokens).
 
 A container that already sets one of these variables keeps its own value, with a warning.
 Containers named in the `skip-containers` annotation get nothing. Ephemeral containers do not
@@ -44,6 +49,9 @@ from gpu_admission.names import (
     AWS_REQUIRED_KEYS,
     AWS_ROLE_ARN,
     AWS_ROLE_SESSION_NAME,
+    AZURE_CREDENTIAL_TYPE,
+    AZURE_KEYS,
+    AZURE_STORAGE_ACCOUNT,
     CREDENTIAL_TYPES,
     GCP_CREDENTIAL_TYPE,
     GCP_KEY_FILE,
@@ -52,11 +60,14 @@ from gpu_admission.names import (
     Names,
 )
 from webhooks.credentials.aws import is_keyless
+from webhooks.credentials.azure import is_keyless as is_azure_keyless
 from webhooks.patch import Patch
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.credential_tokens import (
     TokenSettings,
+    azure_token_env,
     inject_aws_token,
+    inject_azure_token,
     inject_gcp_token,
     mounts_at,
     volume_name,
@@ -131,7 +142,7 @@ def _problems(
     requested: list[Requested], secrets: Mapping[str, SecretInfo | None], namespace: str
 ) -> list[str]:
     """Why the request cannot be honoured, one entry per Secret or conflict."""
-    types = " or ".join(CREDENTIAL_TYPES)
+    types = ", ".join(CREDENTIAL_TYPES[:-1]) + " or " + CREDENTIAL_TYPES[-1]
     problems = []
     by_type: dict[str, list[Requested]] = {}
     for item in requested:
@@ -167,6 +178,9 @@ def _problems(
 def _missing_keys(info: SecretInfo) -> list[str]:
     if info.type == AWS_CREDENTIAL_TYPE and is_keyless(info.keys):
         return []
+    if info.type == AZURE_CREDENTIAL_TYPE:
+        # The admission of the Secret checked its form; here only what the pod cannot do without.
+        return [] if AZURE_STORAGE_ACCOUNT in info.keys else [AZURE_STORAGE_ACCOUNT]
     needed = (GCP_KEY_FILE,) if info.type == GCP_CREDENTIAL_TYPE else AWS_REQUIRED_KEYS
     return [key for key in needed if key not in info.keys]
 
@@ -261,6 +275,24 @@ def _inject_aws(
         entries.append(web_identity_env())
         if not inject_aws_token(patch, info, containers, settings):
             return
+    _inject_env(patch, info, containers, entries)
+
+
+# -- azure-credential ------------------------------------------------------------------------
+
+
+def azure_env(info: SecretInfo) -> list[dict[str, Any]]:
+    """The env entries for an azure-credential Secret: a secretKeyRef per known key it holds."""
+    return [
+        {"name": key, "valueFrom": {"secretKeyRef": {"name": info.name, "key": key}}}
+        for key in AZURE_KEYS
+        if key in info.keys
+    ]
+
+
+def _inject_env(
+    patch: Patch, info: SecretInfo, containers: list[ContainerRef], entries: list[dict[str, Any]]
+) -> None:
     for ref in containers:
         kept = []
         for entry in entries:
@@ -274,6 +306,17 @@ def _inject_aws(
                 f"{ref.describe} sets its own {', '.join(kept)}; kept "
                 f'{"it" if len(kept) == 1 else "them"} instead of Secret "{info.name}"'
             )
+
+
+def _inject_azure(
+    patch: Patch, info: SecretInfo, containers: list[ContainerRef], settings: TokenSettings
+) -> None:
+    entries = azure_env(info)
+    if is_azure_keyless(info.keys):
+        entries.append(azure_token_env())
+        if not inject_azure_token(patch, info, containers, settings.expiration_seconds):
+            return
+    _inject_env(patch, info, containers, entries)
 
 
 # -- the policy ------------------------------------------------------------------------------
@@ -332,6 +375,8 @@ def make_policy(names: Names, settings: TokenSettings) -> MutatingPolicy:
                     inject_gcp_token(patch, info, containers, settings.expiration_seconds)
             elif info.type == AWS_CREDENTIAL_TYPE:
                 _inject_aws(patch, info, containers, settings)
+            elif info.type == AZURE_CREDENTIAL_TYPE:
+                _inject_azure(patch, info, containers, settings)
         return None
 
     return MutatingPolicy(POLICY_NAME, SCOPE, mutate, references)

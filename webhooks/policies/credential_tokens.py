@@ -7,6 +7,11 @@ with the key-file injection.
 - Keyless Google (gcp-credential whose key.json reads its subject token from a file): a
   projected token at exactly that path, with the provider's audience (gpu_admission.keyless).
 
+- Keyless Azure (azure-credential with AZURE_CLIENT_ID, no key or SAS): a projected token with
+  audience api://AzureADTokenExchange at /var/run/secrets/azure/tokens/azure-identity-token, and
+  AZURE_FEDERATED_TOKEN_FILE pointing at it, as Azure's own workload-identity webhook does; a pod
+  that webhook already changed keeps its volume (same name, audience and file).
+
 A volume of the same name, or another volume mounted where a token must go, is reported in a
 warning and never overwritten.
 """
@@ -19,8 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_admission.cluster.view import SecretInfo
-from gpu_admission.keyless import aws_web_identity
-from gpu_admission.names import AWS_TOKEN_DIR, AWS_TOKEN_PATH, AWS_WEB_IDENTITY_TOKEN_FILE
+from gpu_admission.keyless import TokenRequest, aws_web_identity, azure_workload_identity
+from gpu_admission.names import (
+    AWS_TOKEN_DIR,
+    AWS_TOKEN_PATH,
+    AWS_WEB_IDENTITY_TOKEN_FILE,
+    AZURE_FEDERATED_TOKEN_FILE,
+    AZURE_TOKEN_PATH,
+)
 from webhooks.patch import Patch
 from webhooks.policies.containers import ContainerRef
 
@@ -28,6 +39,7 @@ MAX_VOLUME_NAME = 63  # a DNS label
 VOLUME_PREFIX = "gcp-"
 HASH_LENGTH = 8
 AWS_TOKEN_VOLUME = "aws-web-identity-token"
+AZURE_TOKEN_VOLUME = "azure-identity-token"  # the name Azure's workload-identity webhook uses
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +65,41 @@ def _token_volume(patch: Patch, settings: TokenSettings) -> str | None:
 
 def web_identity_env() -> dict[str, Any]:
     return {"name": AWS_WEB_IDENTITY_TOKEN_FILE, "value": AWS_TOKEN_PATH}
+
+
+def azure_token_env() -> dict[str, Any]:
+    return {"name": AZURE_FEDERATED_TOKEN_FILE, "value": AZURE_TOKEN_PATH}
+
+
+def _same_token(volume: Mapping[str, Any], token: TokenRequest) -> bool:
+    """A projected volume whose one source is a ServiceAccount token for `token`'s audience
+    and file (the expiry may differ: whoever added it chose one)."""
+    sources = (volume.get("projected") or {}).get("sources") or []
+    if len(sources) != 1:
+        return False
+    projected = sources[0].get("serviceAccountToken") or {}
+    return projected.get("audience") == token.audience and projected.get("path") == token.file
+
+
+def inject_azure_token(
+    patch: Patch, info: SecretInfo, containers: list[ContainerRef], seconds: int
+) -> bool:
+    """The workload-identity token volume and its mounts; False when a different volume of
+    that name is in the way (nothing is added then)."""
+    token = azure_workload_identity()
+    for volume in (patch.obj.get("spec") or {}).get("volumes") or []:
+        if volume.get("name") == AZURE_TOKEN_VOLUME:
+            if _same_token(volume, token):
+                break
+            patch.warn(
+                f"the pod already has a volume named {AZURE_TOKEN_VOLUME}; keyless Secret "
+                f'"{info.name}" needs that name for its token, so no token was added'
+            )
+            return False
+    else:
+        patch.append("/spec/volumes", token.volume(AZURE_TOKEN_VOLUME, seconds))
+    _mount_token(patch, containers, AZURE_TOKEN_VOLUME, token.directory, info.name)
+    return True
 
 
 def _short_hash(text: str) -> str:

@@ -1,7 +1,8 @@
 """Dataset PVCs: the data-source annotation must parse, its credential Secret must exist with the
-type the scheme needs, and the loader shards it asks for must be a whole number within the
-configured maximum on a ReadWriteMany volume; and every dataset PVC carries the label the loader
-controller selects by.
+type the scheme needs (web sources take none), a data-sha256 must be a digest on a single-file
+web source, and the loader shards it asks for must be a whole number within the configured
+maximum on a ReadWriteMany volume; and every dataset PVC carries the label the loader controller
+selects by.
 
 The label mirrors the annotation: it is added when a data source is set (and put back if a user
 removes it), and removed when the data source is removed, so the controller's label-selected watch
@@ -10,11 +11,12 @@ sees exactly the dataset PVCs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef
 from gpu_admission.config import Config
-from gpu_admission.datasource import CLOUD_NAME, DataSourceError, parse_data_source
+from gpu_admission.datasource import CLOUD_NAME, DataSource, DataSourceError, parse_data_source
 from gpu_admission.load_parallelism import load_parallelism
 from gpu_admission.names import Names
 from webhooks.patch import Patch, escape
@@ -24,6 +26,7 @@ from webhooks.review import AdmissionRequest, Verdict
 PVC_KIND = "PersistentVolumeClaim"
 SCOPE = Scope(PVC_KIND, operations=frozenset({"CREATE", "UPDATE"}))
 LABEL_VALUE = "true"
+SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
 
 def _annotations(obj: dict | None) -> dict[str, str]:
@@ -37,7 +40,12 @@ def _dataset_settings_changed(request: AdmissionRequest, names: Names) -> bool:
     if request.operation != "UPDATE" or request.old_object is None:
         return True
     new, old = _annotations(request.object), _annotations(request.old_object)
-    keys = (names.data_source, names.data_credentials, names.data_load_parallelism)
+    keys = (
+        names.data_source,
+        names.data_credentials,
+        names.data_load_parallelism,
+        names.data_sha256,
+    )
     return any(new.get(k) != old.get(k) for k in keys)
 
 
@@ -63,9 +71,14 @@ def validate_dataset_pvc(request: AdmissionRequest, view: ClusterView, config: C
     if not _dataset_settings_changed(request, names):
         return Verdict.allow()
     try:
-        source = parse_data_source(source_value)
+        source = parse_data_source(source_value, allow_http=config.dataset.allow_http)
     except DataSourceError as exc:
         return Verdict.deny(f"{names.data_source}: {exc}")
+    digest = annotations.get(names.data_sha256)
+    if digest is not None:
+        problem = sha256_problem(digest, source)
+        if problem:
+            return Verdict.deny(f"{names.data_sha256}: {problem}")
     spec = (request.object or {}).get("spec") or {}
     parallelism = load_parallelism(
         annotations,
@@ -79,6 +92,12 @@ def validate_dataset_pvc(request: AdmissionRequest, view: ClusterView, config: C
     if not secret_name:
         return Verdict.allow()  # anonymous access to a public bucket
     needed = source.credential_type
+    if needed is None:
+        return Verdict.deny(
+            f"{names.data_credentials}: {source.scheme}:// sources are read without credentials; "
+            "remove the annotation (for private data, use a bucket or container with a "
+            "credentials Secret)"
+        )
     secret = view.secret(request.namespace, secret_name)
     if secret is None:
         return Verdict.deny(
@@ -93,6 +112,21 @@ def validate_dataset_pvc(request: AdmissionRequest, view: ClusterView, config: C
             f"{needed!r}; name a {needed} Secret instead"
         )
     return Verdict.allow()
+
+
+def sha256_problem(digest: str, source: DataSource) -> str | None:
+    """Why a data-sha256 value cannot be checked for this source (None when it can)."""
+    if not source.single_file:
+        return (
+            "a digest can be checked only for one file from an https:// source (a URL not "
+            "ending in /); remove the annotation"
+        )
+    if not SHA256_HEX.fullmatch(digest):
+        return (
+            "must be the file's SHA-256 as 64 hexadecimal digits (what sha256sum prints), "
+            f"not a value of {len(digest)} characters"
+        )
+    return None
 
 
 def label_dataset_pvc(
