@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Azurite, Microsoft's Azure Storage emulator, for the Azure Blob loader tests (from npm).
+AZURITE_VERSION := 3.35.0
+AZURITE := $(VENV)/node/node_modules/.bin/azurite-blob
 
 .PHONY: run test lint format bench image clean
 
@@ -21,7 +24,12 @@ run: $(STAMP)
 		--cluster-state examples/cluster-state.yaml || status=$$?; \
 	if [ $$status -gt 1 ]; then exit $$status; fi
 
-test: $(STAMP)
+$(AZURITE): | $(STAMP)
+	@if command -v npm >/dev/null; then \
+		npm install --silent --no-audit --no-fund --prefix $(VENV)/node azurite@$(AZURITE_VERSION); \
+	else echo "npm not found: the Azure Blob loader tests will be skipped (CI installs npm)"; fi
+
+test: $(STAMP) $(AZURITE)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache

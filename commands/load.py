@@ -43,6 +43,8 @@ from commands.load_shards import (
     prune,
     write_file_list,
 )
+from commands.load_sources import REMOTE, rclone_env
+from commands.load_verify import verify_sha256
 from gpu_admission.datasource import DataSource, DataSourceError, parse_data_source
 from gpu_admission.load_progress import from_stats
 from gpu_admission.names import (
@@ -51,27 +53,11 @@ from gpu_admission.names import (
     LOADER_PERMANENT_EXIT_CODE,
 )
 
-REMOTE = "src"  # the rclone remote the Job's environment defines (RCLONE_CONFIG_SRC_*)
 TERMINATION_LOG = "/dev/termination-log"
 USAGE_EXIT_CODE = 2
 LISTING_FAILED_EXIT_CODE = 1
 PERMANENT_EXIT_CODE = LOADER_PERMANENT_EXIT_CODE
 INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by the Job controller in every Indexed Job pod
-RCLONE_TYPE = {"s3": "s3", "gs": "gcs"}
-
-
-def rclone_env(source: DataSource, environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment rclone runs with: the Job's, plus the remote's type and, for S3, the
-    provider (AWS, or a generic S3-compatible one with path-style access when the credentials
-    Secret names an endpoint: the Job cannot know whether the optional key exists)."""
-    env = dict(environ)
-    prefix = f"RCLONE_CONFIG_{REMOTE.upper()}_"
-    env.setdefault(prefix + "TYPE", RCLONE_TYPE[source.scheme])
-    if source.scheme == "s3" and not env.get(prefix + "PROVIDER"):
-        endpoint = env.get(prefix + "ENDPOINT") or env.get("RCLONE_S3_ENDPOINT")
-        env[prefix + "PROVIDER"] = "Other" if endpoint else "AWS"
-    # An empty value from an optional secretKeyRef means "not set", not "set to empty".
-    return {k: v for k, v in env.items() if not (k.startswith(prefix) and v == "")}
 
 
 def rclone_command(
@@ -139,9 +125,10 @@ def run_load(
     shard_index: int = 0,
     shard_count: int = 1,
     stats_seconds: float = 5.0,
+    sha256: str | None = None,
 ) -> int:
     """Run rclone, stream its log to `out`, write the summary; return rclone's exit code (or
-    PERMANENT_EXIT_CODE)."""
+    PERMANENT_EXIT_CODE). `sha256`: a single file's expected digest, checked after the copy."""
     out = out or sys.stdout
     env = rclone_env(source, os.environ if environ is None else environ)
     log = RunLog()
@@ -181,8 +168,13 @@ def run_load(
             exit_code, interrupted = _run_rclone(command, env, log, out, shard, shard_count)
     # Who a web identity token says the loader is, to name it if the role refused it.
     identity = token_identity(env.get(AWS_WEB_IDENTITY_TOKEN_FILE)) if exit_code else {}
+    failure = None
+    if exit_code == 0 and sha256 and source.single_file:
+        problem = verify_sha256(Path(dest) / source.remote_path, sha256)
+        if problem:
+            exit_code, failure = PERMANENT_EXIT_CODE, (problem, True)
     duration = time.monotonic() - started
-    result = summary(log, exit_code, duration, source.url, interrupted, shard, identity)
+    result = summary(log, exit_code, duration, source.url, interrupted, shard, identity, failure)
     out.write(json.dumps({"level": "notice", "msg": "load finished", "summary": result}) + "\n")
     out.flush()
     try:
@@ -234,12 +226,19 @@ def add_load_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register `load` on the CLI's sub-command parsers; the handler is in `args.func`."""
     parser = subparsers.add_parser(
         "load",
-        help="copy a dataset from s3:// or gs:// into a directory (run by loader Jobs)",
+        help="copy a dataset from s3://, gs://, az:// or https:// into a directory (run by "
+        "loader Jobs)",
         description="Copy a data source into a directory with rclone, configured by the "
         "RCLONE_CONFIG_SRC_* environment; write a JSON summary to the termination log.",
     )
     parser.add_argument(
-        "--source", required=True, help="s3://bucket[/prefix] or gs://bucket[/prefix]"
+        "--source",
+        required=True,
+        help="s3://bucket[/prefix], gs://bucket[/prefix], az://container[/prefix], "
+        "https://host/path/file or https://host/path/",
+    )
+    parser.add_argument(
+        "--sha256", default=None, help="a single file's expected SHA-256, checked after the copy"
     )
     parser.add_argument("--dest", default=DATA_MOUNT_PATH, help="directory to copy into")
     parser.add_argument(
@@ -291,6 +290,8 @@ def main_load(args: argparse.Namespace) -> int:
     try:
         source = parse_data_source(args.source)
         index, count = shard_of(args, os.environ)
+        if args.sha256 is not None and not source.single_file:
+            raise ValueError("--sha256 checks one file: the source must not end with /")
     except (DataSourceError, ValueError) as exc:
         print(f"gpu-admission load: {exc}", file=sys.stderr)
         return USAGE_EXIT_CODE
@@ -308,6 +309,7 @@ def main_load(args: argparse.Namespace) -> int:
         shard_index=index,
         shard_count=count,
         stats_seconds=args.stats_seconds,
+        sha256=args.sha256,
     )
 
 

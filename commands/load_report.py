@@ -36,6 +36,12 @@ CAUSES: tuple[tuple[tuple[str, ...], str, bool], ...] = (
             "status code 401",
             "StatusCode: 401",
             "Unauthorized",
+            # Azure Blob (azcore's error text: RESPONSE <status> ... ERROR CODE: <code>).
+            "AuthenticationFailed",
+            "AuthorizationFailure",
+            "RESPONSE 401",
+            "InvalidAuthenticationInfo",
+            "AADSTS",  # Entra ID refused the workload identity token exchange
         ),
         "the storage service rejected the credentials; check the keys in the credentials Secret",
         True,
@@ -48,6 +54,10 @@ CAUSES: tuple[tuple[tuple[str, ...], str, bool], ...] = (
             "status code 403",
             "Forbidden",
             "does not have storage.objects",
+            "AuthorizationPermissionMismatch",
+            "RESPONSE 403",
+            "HTTP Error: 403",
+            "HTTP Error: 401",
         ),
         "access denied: these credentials (or anonymous access) may not read the source; "
         "grant read access or name a credentials Secret that has it",
@@ -61,6 +71,12 @@ CAUSES: tuple[tuple[tuple[str, ...], str, bool], ...] = (
             "notFound",
             "StatusCode: 404",
             "status code 404",
+            "ContainerNotFound",
+            "BlobNotFound",
+            "RESPONSE 404",
+            "HTTP Error: 404",
+            "HTTP Error: 410",
+            "object not found",
         ),
         "the source was not found: the bucket or prefix does not exist; check the data source",
         True,
@@ -76,8 +92,18 @@ CAUSES: tuple[tuple[tuple[str, ...], str, bool], ...] = (
             "status code 429",
             "StatusCode: 503",
             "status code 503",
+            "ServerBusy",
+            "OperationTimedOut",
+            "InternalError",
+            "RESPONSE 500",
+            "RESPONSE 503",
+            "HTTP Error: 429",
+            "HTTP Error: 500",
+            "HTTP Error: 502",
+            "HTTP Error: 503",
+            "HTTP Error: 504",
         ),
-        "the storage service is throttling requests or briefly unavailable",
+        "the storage service is throttling requests or briefly unavailable (retried)",
         False,
     ),
     (
@@ -91,6 +117,12 @@ CAUSES: tuple[tuple[tuple[str, ...], str, bool], ...] = (
         ),
         "the storage endpoint could not be reached; check the endpoint and the network",
         False,
+    ),
+    (
+        ("x509: certificate", "tls: failed to verify certificate"),
+        "the server's TLS certificate is not trusted by the loader: if the server uses a private "
+        "CA, put that CA in the bundle named by dataset.trusted_ca_config_map",
+        True,
     ),
     (
         ("no space left on device", "disk quota exceeded"),
@@ -138,7 +170,9 @@ def classify(
     `identity`: who the loader's web identity token says it is (subject, audience)."""
     errors = list(errors)
     text = "\n".join(errors)
-    detail = errors[0] if errors else f"rclone exited with code {exit_code}"
+    # azcore's errors span several lines (a rule, the response, the code): the first says it.
+    detail = errors[0].splitlines()[0].strip() if errors else ""
+    detail = detail or f"rclone exited with code {exit_code}"
     known = {"subject": "this ServiceAccount", "audience": "sts.amazonaws.com", **(identity or {})}
     for needles, words, permanent in CAUSES:
         if any(needle in text for needle in needles):
@@ -174,7 +208,9 @@ def summary(
     interrupted: bool = False,
     shard: ShardPlan | None = None,
     identity: Mapping[str, str] | None = None,
+    failure: tuple[str, bool] | None = None,
 ) -> dict[str, Any]:
+    """`failure`: (cause, permanent) found after rclone succeeded (a digest that differs)."""
     stats = log.stats
     result: dict[str, Any] = {
         "phase": "Succeeded" if exit_code == 0 else "Failed",
@@ -196,7 +232,7 @@ def summary(
             listing=shard.fingerprint,
         )
     if exit_code != 0:
-        cause, permanent = classify(log.errors, exit_code, identity)
+        cause, permanent = failure or classify(log.errors, exit_code, identity)
         if interrupted:
             cause, permanent = "the loader was stopped before the copy finished", False
         result["cause"] = cause

@@ -280,6 +280,13 @@ def azure_container_problem(container: str) -> str | None:
     return None
 
 
+def content_key(source: str, sha256: str | None = None) -> str:
+    """What a load holds: the source, and the digest it was checked against (if any). Load ids
+    and cache keys are made from it, so a new digest is a new load and never a clone of data
+    checked against another."""
+    return f"{source}\x00sha256:{sha256.lower()}" if sha256 else source
+
+
 def load_id(pvc_uid: str, source: str, retry: str = "") -> str:
     """A stable id for one load: the same PVC, source and retry value always give the same id;
     a new source, a new retry value (or a PVC re-created under the same name) gives another."""

@@ -13,6 +13,11 @@ ServiceAccount (`dataset.service_account`, else the namespace's `default`), audi
 as that ServiceAccount and project the same token; its audience is the cloud's STS alone (the
 API server refuses it), automounting stays off so the loader holds no Kubernetes API access,
 and the cloud grants only what the role's trust policy gives that ServiceAccount.
+
+Azure Blob works the same way: every azure-credential key comes as an optional reference, with a
+projected token (audience api://AzureADTokenExchange, where Azure's webhook puts it) for the
+keyless form; the loader uses whichever the Secret holds (commands.load_sources). A web source
+(https://) takes no credentials; a private CA is trusted through `trusted_ca_config_map`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 from controllers.dataset.trusted_ca import trusted_ca
 from gpu_admission.config import Config
 from gpu_admission.datasource import DataSource
-from gpu_admission.keyless import TokenRequest, aws_web_identity
+from gpu_admission.keyless import TokenRequest, aws_web_identity, azure_workload_identity
 from gpu_admission.names import (
     AWS_ACCESS_KEY_ID,
     AWS_ENDPOINT_URL,
@@ -34,6 +39,13 @@ from gpu_admission.names import (
     AWS_SESSION_TOKEN,
     AWS_TOKEN_PATH,
     AWS_WEB_IDENTITY_TOKEN_FILE,
+    AZURE_CLIENT_ID,
+    AZURE_FEDERATED_TOKEN_FILE,
+    AZURE_STORAGE_ACCOUNT,
+    AZURE_STORAGE_KEY,
+    AZURE_STORAGE_SAS_TOKEN,
+    AZURE_TENANT_ID,
+    AZURE_TOKEN_PATH,
     DATA_MOUNT_PATH,
     GCP_KEY_FILE,
     GCP_MOUNT_ROOT,
@@ -76,6 +88,16 @@ S3_SECRET_ENV = (
 )
 # What the AWS SDK inside rclone reads for web identity (env_auth), by reference too.
 S3_KEYLESS_ENV = (AWS_ROLE_ARN, AWS_ROLE_SESSION_NAME, AWS_REGION)
+# rclone option (or, for what the loader turns into an option, the Secret's own name) <-
+# azure-credential Secret key; all optional: which way in is used is the loader's choice.
+AZURE_SECRET_ENV = (
+    (REMOTE_ENV + "ACCOUNT", AZURE_STORAGE_ACCOUNT),
+    (REMOTE_ENV + "KEY", AZURE_STORAGE_KEY),
+    (AZURE_STORAGE_SAS_TOKEN, AZURE_STORAGE_SAS_TOKEN),
+    (AZURE_CLIENT_ID, AZURE_CLIENT_ID),
+    (AZURE_TENANT_ID, AZURE_TENANT_ID),
+)
+RCLONE_TYPE = {"s3": "s3", "gs": "gcs", "az": "azureblob", "https": "http", "http": "http"}
 TOKEN_VOLUME = "web-identity-token"
 
 
@@ -96,8 +118,15 @@ def _env(
         {"name": "TMPDIR", "value": SCRATCH_PATH},  # the root filesystem is read-only
         {"name": "RCLONE_CONFIG", "value": f"{SCRATCH_PATH}/rclone.conf"},
         {"name": "RCLONE_CACHE_DIR", "value": f"{SCRATCH_PATH}/cache"},
-        {"name": REMOTE_ENV + "TYPE", "value": "s3" if source.scheme == "s3" else "gcs"},
+        {"name": REMOTE_ENV + "TYPE", "value": RCLONE_TYPE[source.scheme]},
     ]
+    if source.is_web:
+        return env  # read without credentials; the loader sets the http backend's url
+    if source.scheme == "az":
+        if secret:
+            env += [_secret_env(name, secret, key, True) for name, key in AZURE_SECRET_ENV]
+            env.append({"name": AZURE_FEDERATED_TOKEN_FILE, "value": AZURE_TOKEN_PATH})
+        return env
     if source.scheme == "s3":
         # Without a Secret (and env_auth off, rclone's default) rclone reads anonymously.
         if secret:
@@ -121,7 +150,9 @@ def gcp_key_path(secret: str) -> str:
     return f"{GCP_MOUNT_ROOT}/{secret}/{GCP_KEY_FILE}"
 
 
-def loader_args(source: DataSource, sync: bool, config: Config, shards: int = 1) -> list[str]:
+def loader_args(
+    source: DataSource, sync: bool, config: Config, shards: int = 1, sha256: str | None = None
+) -> list[str]:
     args = [
         *config.dataset.loader_command,
         "--source",
@@ -137,6 +168,8 @@ def loader_args(source: DataSource, sync: bool, config: Config, shards: int = 1)
     ]
     if shards > 1:  # the index comes from JOB_COMPLETION_INDEX, set by the Job controller
         args += ["--shard-count", str(shards)]
+    if sha256 and source.single_file:
+        args += ["--sha256", sha256.lower()]
     if config.dataset.rclone_path != "rclone":
         args += ["--rclone", config.dataset.rclone_path]
     return [*args, "--sync"] if sync else args
@@ -154,6 +187,7 @@ def build_loader_job(
     config: Config,
     shards: int = 1,
     token: TokenRequest | None = None,
+    sha256: str | None = None,
 ) -> dict[str, Any]:
     """`shards` > 1: an Indexed Job, one pod per shard, each index retried alone."""
     names, ds = config.names, config.dataset
@@ -168,9 +202,10 @@ def build_loader_job(
     ]
     # A projected ServiceAccount token for keyless credentials: any S3 Secret may be keyless
     # (see the module docstring); a Google one is, when the PVC webhook recorded its token.
-    needed = (
-        aws_web_identity(config.credentials.aws_token_audience) if source.scheme == "s3" else token
-    )
+    needed = {
+        "s3": aws_web_identity(config.credentials.aws_token_audience),
+        "az": azure_workload_identity(),
+    }.get(source.scheme, token)
     if secret and needed is not None:
         mounts.append({"name": TOKEN_VOLUME, "mountPath": needed.directory, "readOnly": True})
         volumes.append(needed.volume(TOKEN_VOLUME, config.credentials.token_expiration_seconds))
@@ -212,7 +247,7 @@ def build_loader_job(
             {
                 "name": CONTAINER_NAME,
                 "image": ds.loader_image,
-                "command": loader_args(source, sync, config, shards),
+                "command": loader_args(source, sync, config, shards, sha256),
                 "env": env,
                 "resources": {
                     "requests": {"cpu": ds.loader_cpu_request, "memory": ds.loader_memory_request},

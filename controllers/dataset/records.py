@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_admission.datasource import loader_job_name
+from gpu_admission.datasource import content_key, loader_job_name
 from gpu_admission.keyless import TokenRequest, path_problem
 from gpu_admission.load_parallelism import load_parallelism
 from gpu_admission.names import LOADING_CONDITION, PHASE_SUCCEEDED, Names
@@ -46,14 +46,21 @@ class PvcRecord:
     cache: bool = True  # may be cloned from / kept as a snapshot (data-cache is not "false")
     cloned_from: str | None = None  # the snapshot admission cloned it from
     token: TokenRequest | None = None  # a keyless Google credential's token, as the webhook saw it
+    sha256: str | None = None  # a single web file's expected digest (data-sha256)
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     @property
+    def content(self) -> str:
+        """What the load copies: the source, and the digest it must have (a new one is a new
+        load, and another entry in the cache)."""
+        return content_key(self.source, self.sha256)
+
+    @property
     def current_job(self) -> str:
-        return loader_job_name(self.name, self.uid, self.source, self.retry)
+        return loader_job_name(self.name, self.uid, self.content, self.retry)
 
     @property
     def loaded(self) -> bool:
@@ -136,6 +143,7 @@ def pvc_record(
         cache=(annotations.get(names.data_cache) or "").strip().lower() != "false",
         cloned_from=annotations.get(names.data_cloned_from),
         token=_token(annotations, names),
+        sha256=(annotations.get(names.data_sha256) or "").strip().lower() or None,
     )
 
 

@@ -82,4 +82,5 @@ class LoadSlots:
             config=self.config,
             shards=pvc.shards,
             token=pvc.token,
+            sha256=pvc.sha256,
         )

@@ -128,7 +128,7 @@ class SnapshotKeeper:
                 "namespace": pvc.namespace,
                 "labels": {
                     names.dataset_cache_label: "true",
-                    names.dataset_key_label: cache_key(pvc.source, pvc.credentials),
+                    names.dataset_key_label: cache_key(pvc.content, pvc.credentials),
                 },
                 "annotations": annotations,
                 "ownerReferences": [
@@ -175,7 +175,7 @@ class SnapshotKeeper:
 
     async def _prune(self, pvc: PvcRecord, newest: str) -> None:
         """Delete the oldest snapshots of this PVC's key beyond keep_per_source."""
-        key = cache_key(pvc.source, pvc.credentials)
+        key = cache_key(pvc.content, pvc.credentials)
         others = sorted(
             (
                 s

@@ -240,8 +240,8 @@ def test_wrong_type_is_denied() -> None:
     assert verdict is not None and not verdict.allowed
     assert 'Secret "plain"' in verdict.message
     assert (
-        "has type Opaque; cloud credentials must be of type gcp-credential, aws-credential or azure-credential"
-        in (verdict.message)
+        "has type Opaque; cloud credentials must be of type gcp-credential, aws-credential or "
+        "azure-credential" in (verdict.message)
     )
 
 

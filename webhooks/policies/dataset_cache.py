@@ -17,6 +17,7 @@ from __future__ import annotations
 from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SnapshotInfo, cache_key
 from gpu_admission.cluster.view import ClusterView
 from gpu_admission.config import Config
+from gpu_admission.datasource import content_key
 from gpu_admission.names import Names
 from webhooks.patch import Patch
 from webhooks.policy import MutatingPolicy, Scope
@@ -53,7 +54,8 @@ def clone_from_cache(
     requested = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
     if not storage_class or not requested:
         return  # no class to match (the default class is applied later by the API server)
-    key = cache_key(source, annotations.get(names.data_credentials))
+    content = content_key(source, (annotations.get(names.data_sha256) or "").strip() or None)
+    key = cache_key(content, annotations.get(names.data_credentials))
     snapshots = list(view.dataset_snapshots(request.namespace, key))
     chosen = choose_snapshot(snapshots, storage_class, str(requested))
     if chosen is None:

@@ -1,0 +1,112 @@
+"""A web server for loader tests: HTTPS with a certificate from a private CA (which the loader is
+told to trust, as a cluster's trusted_ca_config_map does), serving a directory with the index
+pages rclone's http backend lists; it can answer chosen paths with an error status a number of
+times (throttling, an outage) before serving them."""
+
+from __future__ import annotations
+
+import http.server
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from certs.issue import ServingSpec, issue_bundle
+from certs.reloader import CertReloader
+
+
+@dataclass
+class Fault:
+    status: int
+    times: int  # how many requests get it; -1: all of them
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class WebFiles:
+    def __init__(self, tls: bool = True) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="web-files-")
+        self.root = Path(self._dir.name) / "site"
+        self.root.mkdir()
+        self.faults: dict[str, Fault] = {}  # path prefix -> fault
+        self.requests: list[str] = []
+        server = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if not server._fault(self):
+                    super().do_GET()
+
+            def do_HEAD(self) -> None:
+                if not server._fault(self):
+                    super().do_HEAD()
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        handler = partial(Handler, directory=str(self.root))
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self.ca_path = Path(self._dir.name) / "ca.crt"
+        scheme = "http"
+        if tls:
+            bundle = issue_bundle(ServingSpec("files", "test", ips=["127.0.0.1"]))
+            reloader = CertReloader()
+            reloader.reload(bundle)
+            self._server.socket = reloader.context.wrap_socket(
+                self._server.socket, server_side=True
+            )
+            self.ca_path.write_bytes(bundle.ca_cert_pem)
+            scheme = "https"
+        self.base = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _fault(self, handler: http.server.BaseHTTPRequestHandler) -> bool:
+        """Answer with a planned error instead of the file, if one is due; True when it did."""
+        with self._lock:
+            self.requests.append(handler.path)
+            fault = next((f for p, f in self.faults.items() if handler.path.startswith(p)), None)
+            if fault is None or fault.times == 0:
+                return False
+            if fault.times > 0:
+                fault.times -= 1
+        handler.send_response(fault.status)
+        for name, value in fault.headers.items():
+            handler.send_header(name, value)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+        return True
+
+    def put(self, files: Mapping[str, bytes], prefix: str = "") -> None:
+        for name, data in files.items():
+            path = self.root / prefix / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+
+    def fail(self, path: str, status: int, times: int = -1, **headers: str) -> None:
+        """Answer requests for paths under `path` with `status`, `times` times (-1: always)."""
+        self.faults[path] = Fault(
+            status, times, {k.replace("_", "-"): v for k, v in headers.items()}
+        )
+
+    def url(self, path: str) -> str:
+        return f"{self.base}/{path}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._dir.cleanup()
+
+
+@contextmanager
+def web_files(tls: bool = True) -> Iterator[WebFiles]:
+    server = WebFiles(tls)
+    try:
+        yield server
+    finally:
+        server.stop()
