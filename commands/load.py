@@ -29,12 +29,8 @@ from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import IO, Any
 
-from commands.load_report import (
-    RunLog,
-    encode_summary,
-    summary,
-    token_identity,
-)
+from commands.load_hub import run_hub_load
+from commands.load_report import RunLog, summary, token_identity, write_summary
 from commands.load_shards import (
     ListingError,
     ShardPlan,
@@ -175,12 +171,7 @@ def run_load(
             exit_code, failure = PERMANENT_EXIT_CODE, (problem, True)
     duration = time.monotonic() - started
     result = summary(log, exit_code, duration, source.url, interrupted, shard, identity, failure)
-    out.write(json.dumps({"level": "notice", "msg": "load finished", "summary": result}) + "\n")
-    out.flush()
-    try:
-        Path(termination_log).write_bytes(encode_summary(result))
-    except OSError as exc:
-        print(f"cannot write the termination message to {termination_log}: {exc}", file=sys.stderr)
+    write_summary(result, out, termination_log)
     return PERMANENT_EXIT_CODE if result.get("permanent") else exit_code
 
 
@@ -226,8 +217,8 @@ def add_load_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register `load` on the CLI's sub-command parsers; the handler is in `args.func`."""
     parser = subparsers.add_parser(
         "load",
-        help="copy a dataset from s3://, gs://, az:// or https:// into a directory (run by "
-        "loader Jobs)",
+        help="copy a dataset from s3://, gs://, az://, https:// or hf:// into a directory (run "
+        "by loader Jobs)",
         description="Copy a data source into a directory with rclone, configured by the "
         "RCLONE_CONFIG_SRC_* environment; write a JSON summary to the termination log.",
     )
@@ -235,10 +226,16 @@ def add_load_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--source",
         required=True,
         help="s3://bucket[/prefix], gs://bucket[/prefix], az://container[/prefix], "
-        "https://host/path/file or https://host/path/",
+        "https://host/path/file, https://host/path/, hf://org/model[@revision] or "
+        "hf://datasets/org/name[@revision]",
     )
     parser.add_argument(
         "--sha256", default=None, help="a single file's expected SHA-256, checked after the copy"
+    )
+    parser.add_argument(
+        "--include",
+        default=None,
+        help="hf:// only: comma-separated glob patterns of the files to fetch",
     )
     parser.add_argument("--dest", default=DATA_MOUNT_PATH, help="directory to copy into")
     parser.add_argument(
@@ -298,6 +295,11 @@ def main_load(args: argparse.Namespace) -> int:
     if args.stats_seconds <= 0:
         print("gpu-admission load: --stats-seconds must be positive", file=sys.stderr)
         return USAGE_EXIT_CODE
+    if source.scheme == "hf":
+        return run_hub(source, args, index, count)
+    if args.include:
+        print("gpu-admission load: --include applies to hf:// sources only", file=sys.stderr)
+        return USAGE_EXIT_CODE
     return run_load(
         source,
         args.dest,
@@ -311,6 +313,31 @@ def main_load(args: argparse.Namespace) -> int:
         stats_seconds=args.stats_seconds,
         sha256=args.sha256,
     )
+
+
+def run_hub(source: DataSource, args: argparse.Namespace, index: int, count: int) -> int:
+    """An hf:// load, in this process with huggingface_hub; SIGTERM stops it with a summary."""
+
+    def stop(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return run_hub_load(
+            source,
+            args.dest,
+            include=args.include,
+            shard_index=index,
+            shard_count=count,
+            transfers=args.transfers,
+            environ=dict(os.environ),
+            out=sys.stdout,
+            termination_log=args.termination_log,
+            stats_seconds=args.stats_seconds,
+            permanent_exit_code=PERMANENT_EXIT_CODE,
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from commands.load_shards import ShardPlan
 
@@ -252,3 +253,13 @@ def encode_summary(result: Mapping[str, Any]) -> bytes:
         cause.encode()[: max(0, len(cause.encode()) - overflow)].decode(errors="ignore") + "..."
     )
     return json.dumps(trimmed, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def write_summary(result: Mapping[str, Any], out: IO[str], termination_log: str) -> None:
+    """The summary as the loader's last log line and as its termination message."""
+    out.write(json.dumps({"level": "notice", "msg": "load finished", "summary": result}) + "\n")
+    out.flush()
+    try:
+        Path(termination_log).write_bytes(encode_summary(result))
+    except OSError as exc:
+        print(f"cannot write the termination message to {termination_log}: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -288,6 +289,9 @@ class DatasetConfig(_Model):
     Null: the image's bundle."""
     trusted_ca_key: str = "ca.crt"
     """The key of trusted_ca_config_map that holds the PEM bundle."""
+    huggingface_endpoint: str = "https://huggingface.co"
+    """The Hugging Face Hub that hf:// sources are read from: a mirror or an on-premises hub
+    (given to loaders as HF_ENDPOINT); its CA, if private, goes in trusted_ca_config_map."""
     allow_http: bool = False
     """Accept plain http:// data sources. Off by default: anyone on the network path can read or
     change what an http:// load copies; https:// is always accepted."""
@@ -308,6 +312,17 @@ class DatasetConfig(_Model):
                 f"({self.max_parallelism})"
             )
         return self
+
+    @field_validator("huggingface_endpoint")
+    @classmethod
+    def _hub_endpoint(cls, value: str) -> str:
+        parts = urllib.parse.urlsplit(value)
+        if parts.scheme not in ("https", "http") or not parts.hostname or parts.query:
+            raise ValueError(
+                "must be the hub's base URL, like https://huggingface.co or "
+                "https://hub.internal.example"
+            )
+        return value.rstrip("/")
 
 
 class LeaderElectionConfig(_Model):

@@ -3,7 +3,10 @@
 - `s3://bucket[/prefix]`, `gs://bucket[/prefix]`, `az://container[/prefix]` (Azure Blob Storage);
 - `https://host[:port]/path/file` (one file) or `https://host[:port]/path/` (a directory, as an
   HTTP server's index page lists it: the trailing slash says which); `http://` only where the
-  configuration allows it.
+  configuration allows it;
+- `hf://ORG/MODEL[@REVISION]` and `hf://datasets/ORG/NAME[@REVISION]` (a Hugging Face Hub
+  repository; the revision is a branch, a tag or a commit, `main` when left out). Repository
+  names follow huggingface_hub's `validate_repo_id`.
 
 Pure functions. Each store's naming rules are checked here, at admission, so a typo fails when
 the PVC is created (with a message that says what to change) instead of minutes later inside a
@@ -19,9 +22,14 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Literal
 
-from gpu_admission.names import AWS_CREDENTIAL_TYPE, AZURE_CREDENTIAL_TYPE, GCP_CREDENTIAL_TYPE
+from gpu_admission.names import (
+    AWS_CREDENTIAL_TYPE,
+    AZURE_CREDENTIAL_TYPE,
+    GCP_CREDENTIAL_TYPE,
+    HUGGINGFACE_CREDENTIAL_TYPE,
+)
 
-Scheme = Literal["s3", "gs", "az", "https", "http"]
+Scheme = Literal["s3", "gs", "az", "https", "http", "hf"]
 
 SCHEMES: dict[str, Scheme] = {
     "s3://": "s3",
@@ -29,6 +37,7 @@ SCHEMES: dict[str, Scheme] = {
     "az://": "az",
     "https://": "https",
     "http://": "http",
+    "hf://": "hf",
 }
 BUCKET_SCHEMES: tuple[Scheme, ...] = ("s3", "gs", "az")
 WEB_SCHEMES: tuple[Scheme, ...] = ("https", "http")
@@ -37,6 +46,7 @@ CREDENTIAL_TYPE: dict[Scheme, str] = {
     "s3": AWS_CREDENTIAL_TYPE,
     "gs": GCP_CREDENTIAL_TYPE,
     "az": AZURE_CREDENTIAL_TYPE,
+    "hf": HUGGINGFACE_CREDENTIAL_TYPE,
 }
 CLOUD_NAME: dict[Scheme, str] = {
     "s3": "S3",
@@ -44,12 +54,21 @@ CLOUD_NAME: dict[Scheme, str] = {
     "az": "Azure Blob Storage",
     "https": "HTTPS",
     "http": "HTTP",
+    "hf": "the Hugging Face Hub",
 }
 BUCKET_WORD: dict[Scheme, str] = {"s3": "bucket", "gs": "bucket", "az": "container"}
 SUPPORTED = (
-    "s3://bucket/prefix, gs://bucket/prefix, az://container/prefix, https://host/path/file or "
-    "https://host/path/ (a directory)"
+    "s3://bucket/prefix, gs://bucket/prefix, az://container/prefix, https://host/path/file, "
+    "https://host/path/ (a directory), hf://org/model[@revision] or "
+    "hf://datasets/org/name[@revision]"
 )
+HUB_DATASETS = "datasets/"
+DEFAULT_REVISION = "main"
+COMMIT = re.compile(r"[0-9a-f]{40}")
+# huggingface_hub's REPO_ID_REGEX, one part of it; "--", ".." and a ".git" end are refused too.
+_HUB_NAME = re.compile(r"[A-Za-z0-9_.-]{1,96}")
+# Git ref names as the Hub takes them in URLs (refs/pr/1 has slashes).
+_REVISION = re.compile(r"[A-Za-z0-9._/-]{1,255}")
 
 _S3_CHARS = re.compile(r"[a-z0-9.-]+")
 _AZURE_CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9]))*")
@@ -70,9 +89,14 @@ class DataSource:
     bucket: str  # the bucket or container; for a web source, the host (and port)
     prefix: str = ""  # no leading or trailing slash; "" = the whole bucket (or the site's root)
     directory: bool = True  # a web source: a directory listing (True) or one file
+    repo_type: str = ""  # a Hub source: "model" or "dataset"
+    revision: str = ""  # a Hub source: the branch, tag or commit asked for ("" = main)
 
     @property
     def url(self) -> str:
+        if self.scheme == "hf":
+            kind = HUB_DATASETS if self.repo_type == "dataset" else ""
+            return f"hf://{kind}{self.bucket}" + (f"@{self.revision}" if self.revision else "")
         if self.is_web:
             path = self.prefix + ("/" if self.directory and self.prefix else "")
             return f"{self.scheme}://{self.bucket}/{path}"
@@ -89,6 +113,15 @@ class DataSource:
     @property
     def single_file(self) -> bool:
         return self.is_web and not self.directory
+
+    @property
+    def pinned(self) -> bool:
+        """A Hub source naming a commit: its content can never change."""
+        return COMMIT.fullmatch(self.revision) is not None
+
+    def at_commit(self, commit: str) -> DataSource:
+        """The same Hub source, pinned to the commit its revision resolved to."""
+        return DataSource("hf", self.bucket, repo_type=self.repo_type, revision=commit)
 
     @property
     def web_base(self) -> str:
@@ -122,6 +155,8 @@ def parse_data_source(value: str, *, allow_http: bool = True) -> DataSource:
         raise DataSourceError(f"{value!r} is not a supported data source; use {SUPPORTED}")
     if not value.startswith(f"{scheme}://"):
         raise DataSourceError(f"{value!r}: write the scheme in lowercase, as {scheme}://")
+    if scheme == "hf":
+        return _parse_hub(value)
     if scheme in WEB_SCHEMES:
         if scheme == "http" and not allow_http:
             raise DataSourceError(
@@ -180,6 +215,60 @@ def _parse_web(value: str, scheme: Scheme) -> DataSource:
             f"{value!r}: the path has spaces or backslashes; write them percent-encoded (%20)"
         )
     return DataSource(scheme, parts.netloc, _clean_prefix(value, path, "path"), directory)
+
+
+def _parse_hub(value: str) -> DataSource:
+    rest = value[len("hf://") :]
+    repo, at, revision = rest.partition("@")
+    repo_type = "model"
+    if repo.startswith(HUB_DATASETS):
+        repo_type, repo = "dataset", repo[len(HUB_DATASETS) :]
+    example = (
+        "hf://datasets/org/name[@revision]"
+        if repo_type == "dataset"
+        else "hf://org/model[@revision]"
+    )
+    parts = repo.split("/")
+    if len(parts) != 2 or not all(parts):
+        raise DataSourceError(
+            f"{value!r} must name a repository as org/name: use {example} (a dataset starts with "
+            "datasets/)"
+        )
+    for part in parts:
+        problem = hub_name_problem(part)
+        if problem:
+            raise DataSourceError(
+                f"{value!r}: the Hugging Face Hub name {part!r} {problem}; check the repository"
+            )
+    if at:
+        problem = revision_problem(revision)
+        if problem:
+            raise DataSourceError(f"{value!r}: the revision after @ {problem}")
+    return DataSource("hf", repo, repo_type=repo_type, revision=revision)
+
+
+def hub_name_problem(name: str) -> str | None:
+    """What breaks the Hub's rules for one part of a repository id, or None."""
+    if not _HUB_NAME.fullmatch(name):
+        return "may contain only letters, digits, '-', '_' and '.' (at most 96)"
+    if name[0] in "-." or name[-1] in "-.":
+        return "must not begin or end with '-' or '.'"
+    if "--" in name or ".." in name:
+        return "must not contain '--' or '..'"
+    if name.endswith(".git"):
+        return "must not end with '.git'"
+    return None
+
+
+def revision_problem(revision: str) -> str | None:
+    """What makes a revision no branch, tag or commit name, or None."""
+    if not revision:
+        return "is empty; name a branch, tag or commit, or leave out the @"
+    if not _REVISION.fullmatch(revision):
+        return "may contain only letters, digits, '.', '_', '-' and '/'"
+    if ".." in revision or revision.startswith("/") or revision.endswith(("/", ".lock")):
+        return "is not a valid branch, tag or commit name"
+    return None
 
 
 def host_problem(host: str) -> str | None:
@@ -280,11 +369,22 @@ def azure_container_problem(container: str) -> str | None:
     return None
 
 
-def content_key(source: str, sha256: str | None = None) -> str:
-    """What a load holds: the source, and the digest it was checked against (if any). Load ids
-    and cache keys are made from it, so a new digest is a new load and never a clone of data
-    checked against another."""
-    return f"{source}\x00sha256:{sha256.lower()}" if sha256 else source
+def content_key(source: str, sha256: str | None = None, include: str | None = None) -> str:
+    """What a load holds: the source, the digest it was checked against and the files it was
+    narrowed to (if any). Load ids and cache keys are made from it, so a new digest or another
+    set of files is a new load, and never a clone of other content."""
+    key = source
+    if sha256:
+        key += f"\x00sha256:{sha256.lower()}"
+    patterns = include_patterns(include)
+    if patterns:
+        key += "\x00include:" + ",".join(sorted(set(patterns)))
+    return key
+
+
+def include_patterns(value: str | None) -> list[str]:
+    """`data-include`'s comma-separated glob patterns, blanks dropped."""
+    return [p.strip() for p in (value or "").split(",") if p.strip()]
 
 
 def load_id(pvc_uid: str, source: str, retry: str = "") -> str:

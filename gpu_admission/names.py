@@ -38,7 +38,13 @@ TF_FORCE_GPU_ALLOW_GROWTH = "TF_FORCE_GPU_ALLOW_GROWTH"
 GCP_CREDENTIAL_TYPE = "gcp-credential"
 AWS_CREDENTIAL_TYPE = "aws-credential"
 AZURE_CREDENTIAL_TYPE = "azure-credential"
-CREDENTIAL_TYPES = (GCP_CREDENTIAL_TYPE, AWS_CREDENTIAL_TYPE, AZURE_CREDENTIAL_TYPE)
+HUGGINGFACE_CREDENTIAL_TYPE = "huggingface-credential"
+CREDENTIAL_TYPES = (
+    GCP_CREDENTIAL_TYPE,
+    AWS_CREDENTIAL_TYPE,
+    AZURE_CREDENTIAL_TYPE,
+    HUGGINGFACE_CREDENTIAL_TYPE,
+)
 GCP_KEY_FILE = "key.json"
 GCP_MOUNT_ROOT = "/var/run/secrets/gcp"
 GOOGLE_APPLICATION_CREDENTIALS = "GOOGLE_APPLICATION_CREDENTIALS"
@@ -83,6 +89,10 @@ AZURE_KEYS = (
 AZURE_TOKEN_DIR = "/var/run/secrets/azure/tokens"
 AZURE_TOKEN_PATH = f"{AZURE_TOKEN_DIR}/azure-identity-token"
 AZURE_TOKEN_AUDIENCE = "api://AzureADTokenExchange"
+
+# huggingface-credential: the access token huggingface_hub reads (constants.HF_TOKEN).
+HF_TOKEN = "HF_TOKEN"
+HF_ENDPOINT = "HF_ENDPOINT"
 
 # Dataset loading.
 LOADING_CONDITION = "Loading"
@@ -218,6 +228,16 @@ class Names:
         """PVC annotation on a single-file https:// source: the file's SHA-256, checked after
         the copy."""
         return self._key("data-sha256")
+
+    @property
+    def data_include(self) -> str:
+        """PVC annotation on an hf:// source: comma-separated glob patterns of the files to get."""
+        return self._key("data-include")
+
+    @property
+    def data_commit(self) -> str:
+        """Written on a loaded hf:// PVC: the commit its revision resolved to."""
+        return self._key("data-commit")
 
     @property
     def data_load_retry(self) -> str:

@@ -18,6 +18,8 @@ Azure Blob works the same way: every azure-credential key comes as an optional r
 projected token (audience api://AzureADTokenExchange, where Azure's webhook puts it) for the
 keyless form; the loader uses whichever the Secret holds (commands.load_sources). A web source
 (https://) takes no credentials; a private CA is trusted through `trusted_ca_config_map`.
+A Hugging Face Hub source (hf://) gets HF_TOKEN by reference and the configured hub as
+HF_ENDPOINT; huggingface_hub keeps its home in the scratch volume.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from gpu_admission.names import (
     GCP_KEY_FILE,
     GCP_MOUNT_ROOT,
     GOOGLE_APPLICATION_CREDENTIALS,
+    HF_ENDPOINT,
+    HF_TOKEN,
     LOADER_PERMANENT_EXIT_CODE,
     NVIDIA_VISIBLE_DEVICES,
     VISIBLE_DEVICES_NONE,
@@ -98,6 +102,12 @@ AZURE_SECRET_ENV = (
     (AZURE_TENANT_ID, AZURE_TENANT_ID),
 )
 RCLONE_TYPE = {"s3": "s3", "gs": "gcs", "az": "azureblob", "https": "http", "http": "http"}
+# huggingface_hub, in a read-only root: its home in scratch, no progress bars, no telemetry.
+HUB_ENV = (
+    ("HF_HOME", f"{SCRATCH_PATH}/huggingface"),
+    ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+    ("HF_HUB_DISABLE_TELEMETRY", "1"),
+)
 TOKEN_VOLUME = "web-identity-token"
 
 
@@ -118,8 +128,14 @@ def _env(
         {"name": "TMPDIR", "value": SCRATCH_PATH},  # the root filesystem is read-only
         {"name": "RCLONE_CONFIG", "value": f"{SCRATCH_PATH}/rclone.conf"},
         {"name": "RCLONE_CACHE_DIR", "value": f"{SCRATCH_PATH}/cache"},
-        {"name": REMOTE_ENV + "TYPE", "value": RCLONE_TYPE[source.scheme]},
     ]
+    if source.scheme == "hf":
+        env += [{"name": k, "value": v} for k, v in HUB_ENV]
+        env.append({"name": HF_ENDPOINT, "value": config.dataset.huggingface_endpoint})
+        if secret:
+            env.append(_secret_env(HF_TOKEN, secret, HF_TOKEN, True))
+        return env
+    env.append({"name": REMOTE_ENV + "TYPE", "value": RCLONE_TYPE[source.scheme]})
     if source.is_web:
         return env  # read without credentials; the loader sets the http backend's url
     if source.scheme == "az":
@@ -151,7 +167,12 @@ def gcp_key_path(secret: str) -> str:
 
 
 def loader_args(
-    source: DataSource, sync: bool, config: Config, shards: int = 1, sha256: str | None = None
+    source: DataSource,
+    sync: bool,
+    config: Config,
+    shards: int = 1,
+    sha256: str | None = None,
+    include: str | None = None,
 ) -> list[str]:
     args = [
         *config.dataset.loader_command,
@@ -170,6 +191,8 @@ def loader_args(
         args += ["--shard-count", str(shards)]
     if sha256 and source.single_file:
         args += ["--sha256", sha256.lower()]
+    if include and source.scheme == "hf":
+        args += ["--include", include]
     if config.dataset.rclone_path != "rclone":
         args += ["--rclone", config.dataset.rclone_path]
     return [*args, "--sync"] if sync else args
@@ -188,6 +211,7 @@ def build_loader_job(
     shards: int = 1,
     token: TokenRequest | None = None,
     sha256: str | None = None,
+    include: str | None = None,
 ) -> dict[str, Any]:
     """`shards` > 1: an Indexed Job, one pod per shard, each index retried alone."""
     names, ds = config.names, config.dataset
@@ -247,7 +271,7 @@ def build_loader_job(
             {
                 "name": CONTAINER_NAME,
                 "image": ds.loader_image,
-                "command": loader_args(source, sync, config, shards, sha256),
+                "command": loader_args(source, sync, config, shards, sha256, include),
                 "env": env,
                 "resources": {
                     "requests": {"cpu": ds.loader_cpu_request, "memory": ds.loader_memory_request},

@@ -79,7 +79,12 @@ class LoadRecorder:
         extra: dict[str, str] = {}
         if plan.phase == PHASE_SUCCEEDED and summary is not None:
             message = success_message(pvc.source, summary, pvc.cloned_from)
-            kept = await self.snapshots.keep(pvc) if self.snapshots is not None else None
+            commit = summary.get("commit")
+            kept = (
+                await self.snapshots.keep(pvc, commit if isinstance(commit, str) else None)
+                if self.snapshots is not None
+                else None
+            )
             if kept is not None:
                 extra[self.names.data_snapshot] = kept
                 message += f"; kept as VolumeSnapshot {kept} for later PVCs of this source"

@@ -47,6 +47,7 @@ class PvcRecord:
     cloned_from: str | None = None  # the snapshot admission cloned it from
     token: TokenRequest | None = None  # a keyless Google credential's token, as the webhook saw it
     sha256: str | None = None  # a single web file's expected digest (data-sha256)
+    include: str | None = None  # a hub source's file patterns (data-include)
 
     @property
     def key(self) -> str:
@@ -56,7 +57,7 @@ class PvcRecord:
     def content(self) -> str:
         """What the load copies: the source, and the digest it must have (a new one is a new
         load, and another entry in the cache)."""
-        return content_key(self.source, self.sha256)
+        return content_key(self.source, self.sha256, self.include)
 
     @property
     def current_job(self) -> str:
@@ -144,6 +145,7 @@ def pvc_record(
         cloned_from=annotations.get(names.data_cloned_from),
         token=_token(annotations, names),
         sha256=(annotations.get(names.data_sha256) or "").strip().lower() or None,
+        include=(annotations.get(names.data_include) or "").strip() or None,
     )
 
 

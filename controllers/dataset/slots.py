@@ -83,4 +83,5 @@ class LoadSlots:
             shards=pvc.shards,
             token=pvc.token,
             sha256=pvc.sha256,
+            include=pvc.include,
         )

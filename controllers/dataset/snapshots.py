@@ -32,6 +32,7 @@ from gpu_admission.cluster.snapshots import (
     snapshot_informer,
 )
 from gpu_admission.config import Config
+from gpu_admission.datasource import DataSourceError, content_key, parse_data_source
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,21 @@ CLASS_CACHE_SECONDS = 300.0
 def snapshot_name(job_name: str) -> str:
     """The snapshot of one load: its Job's name with `ds-` for `dl-` (same length, <= 63)."""
     return "ds-" + job_name.removeprefix("dl-")
+
+
+def content_cache_key(pvc: PvcRecord, commit: str | None) -> str | None:
+    """The cache key of what a loaded PVC holds: a hub source at the commit it resolved to
+    (None when that is not known), anything else as named."""
+    try:
+        source = parse_data_source(pvc.source)
+    except DataSourceError:
+        return None
+    if source.scheme != "hf":
+        return cache_key(pvc.content, pvc.credentials)
+    pinned = commit or (source.revision if source.pinned else None)
+    if pinned is None:
+        return None
+    return cache_key(content_key(source.at_commit(pinned).url, None, pvc.include), pvc.credentials)
 
 
 def choose_class(classes: list[dict[str, Any]], driver: str) -> str | None:
@@ -98,21 +114,27 @@ class SnapshotKeeper:
             self._said.add(what)
             log.info(message, *args)
 
-    async def keep(self, pvc: PvcRecord) -> str | None:
+    async def keep(self, pvc: PvcRecord, commit: str | None = None) -> str | None:
         """Snapshot a PVC whose load just succeeded; the snapshot's name, or None if it is not
-        kept (cache off or opted out, no snapshot API, no class for its storage)."""
+        kept (cache off or opted out, no snapshot API, no class for its storage, a hub load
+        whose commit is not known). `commit`: what a hub source's revision resolved to; the
+        snapshot is keyed by it, so only PVCs naming that very commit are cloned from it."""
         if not self.active or not pvc.cache:
+            return None
+        key = content_cache_key(pvc, commit)
+        if key is None:
             return None
         name = snapshot_name(pvc.current_job)
         if self.informer.get(f"{pvc.namespace}/{name}") is None:
             snapshot_class = await self._snapshot_class(pvc.storage_class)
             if snapshot_class is None:
                 return None
-            await self.api.create_snapshot(pvc.namespace, self._body(pvc, name, snapshot_class))
-        await self._prune(pvc, name)
+            body = self._body(pvc, name, snapshot_class, key)
+            await self.api.create_snapshot(pvc.namespace, body)
+        await self._prune(pvc, name, key)
         return name
 
-    def _body(self, pvc: PvcRecord, name: str, snapshot_class: str) -> dict[str, Any]:
+    def _body(self, pvc: PvcRecord, name: str, snapshot_class: str, key: str) -> dict[str, Any]:
         names = self.names
         annotations = {
             names.data_source: pvc.source,
@@ -128,7 +150,7 @@ class SnapshotKeeper:
                 "namespace": pvc.namespace,
                 "labels": {
                     names.dataset_cache_label: "true",
-                    names.dataset_key_label: cache_key(pvc.content, pvc.credentials),
+                    names.dataset_key_label: key,
                 },
                 "annotations": annotations,
                 "ownerReferences": [
@@ -173,9 +195,8 @@ class SnapshotKeeper:
             )
         return chosen
 
-    async def _prune(self, pvc: PvcRecord, newest: str) -> None:
+    async def _prune(self, pvc: PvcRecord, newest: str, key: str) -> None:
         """Delete the oldest snapshots of this PVC's key beyond keep_per_source."""
-        key = cache_key(pvc.content, pvc.credentials)
         others = sorted(
             (
                 s

@@ -44,6 +44,8 @@ def annotations(
     }
     values: dict[str, str | None] = {names.data_load_phase: phase, names.data_load_job: job}
     values.update({k: None if v is None else str(v) for k, v in figures.items()})
+    if summary.get("commit"):  # a hub load: the commit it read (kept until the next one)
+        values[names.data_commit] = str(summary["commit"])
     values.update(extra or {})
     return values
 

@@ -76,6 +76,9 @@ def _combine(parts: Mapping[int, Mapping[str, Any]], job: JobRecord) -> dict[str
             int(parts[i].get("files") or 0) if i in parts else None for i in range(job.completions)
         ],
     }
+    commits = {p.get("commit") for p in parts.values() if p.get("commit")}
+    if len(commits) == 1:  # a hub load: every shard read the same commit (else: the listings)
+        summary["commit"] = commits.pop()
     failed = [(i, p) for i, p in parts.items() if p.get("phase") == "Failed" or p.get("cause")]
     if failed and not job.complete:
         index, part = failed[0]

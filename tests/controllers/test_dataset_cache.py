@@ -8,10 +8,16 @@ from typing import Any
 
 import pytest
 
-from controllers.dataset.snapshots import SnapshotKeeper, choose_class, snapshot_name
+from controllers.dataset.snapshots import (
+    SnapshotKeeper,
+    choose_class,
+    content_cache_key,
+    snapshot_name,
+)
 from gpu_admission.cluster.snapshots import SnapshotInfo, cache_key
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config
+from gpu_admission.datasource import content_key
 from tests.controllers.test_dataset_units import PVC
 from tests.webhooks.policy_helpers import mutate_twice
 from webhooks.policies.dataset_cache import choose_snapshot, policies
@@ -154,5 +160,51 @@ async def test_only_the_newest_snapshots_of_a_key_are_kept() -> None:
             snap("other-ns", "2026-10-01T00:00:00Z", namespace="prod"),
         ]
     )
-    await keeper._prune(loaded, "ds-4")
+    await keeper._prune(loaded, "ds-4", cache_key(loaded.content, loaded.credentials))
     assert keeper.api.deleted == ["ds-2", "ds-1"]  # ds-4 (new) and ds-3 stay
+
+
+# -- what a snapshot holds: hub commits, digests and file patterns -------------------------------
+
+COMMIT_A, COMMIT_B = "a" * 40, "b" * 40
+HUB = "hf://acme/tiny-llm"
+
+
+def test_a_hub_load_is_keyed_by_the_commit_it_read_never_by_its_branch() -> None:
+    at_main = replace(PVC, source=HUB)
+    key = content_cache_key(at_main, COMMIT_A)
+    assert key == cache_key(f"{HUB}@{COMMIT_A}", None)
+    assert key != content_cache_key(at_main, COMMIT_B)
+    assert content_cache_key(at_main, None) is None  # the commit is unknown: not kept
+    pinned = replace(PVC, source=f"{HUB}@{COMMIT_A}")
+    assert content_cache_key(pinned, None) == key  # a pinned PVC names the same content
+    narrowed = replace(at_main, include="*.json")
+    assert content_cache_key(narrowed, COMMIT_A) not in (key, None)
+
+
+def test_digests_and_patterns_are_part_of_what_a_load_holds() -> None:
+    url = "https://h.example/m.bin"
+    assert content_key(url) == url
+    assert content_key(url, "AB" * 32) == content_key(url, "ab" * 32) != url
+    assert content_key(HUB, None, "b, a") == content_key(HUB, None, "a,b") != HUB
+
+
+def hub_pvc(source: str, **annotations: str) -> dict[str, Any]:
+    body = pvc(annotations=annotations)
+    body["metadata"]["annotations"][NAMES.data_source] = source
+    return body
+
+
+def test_admission_clones_a_hub_pvc_only_for_the_exact_commit() -> None:
+    held = snap("ds-hub", "2026-11-01T00:00:00Z", key=cache_key(f"{HUB}@{COMMIT_A}", None))
+    view = StaticClusterView(snapshots=[held])
+    _, _, _, patched = mutate_twice(policies(CONFIG), hub_pvc(f"{HUB}@{COMMIT_A}"), view)
+    assert patched["spec"]["dataSourceRef"]["name"] == "ds-hub"
+    for other in (f"{HUB}@{COMMIT_B}", HUB, f"{HUB}@main"):
+        ops, warnings, _, _ = mutate_twice(policies(CONFIG), hub_pvc(other), view)
+        assert ops == [] and warnings == [], other
+    # The same commit narrowed to other files is other content.
+    ops, _, _, _ = mutate_twice(
+        policies(CONFIG), hub_pvc(f"{HUB}@{COMMIT_A}", **{NAMES.data_include: "*.json"}), view
+    )
+    assert ops == []

@@ -110,8 +110,8 @@ async def view(
 def test_not_ready_until_every_informer_has_listed(kube_client, kubeapi, stopping):
     view = view_for(kube_client)
     assert (
-        len(view.ready()) == 10
-    )  # nothing started yet (nodes, 3 secret kinds, SAs, PVCs, 3 DRA kinds, snapshots)
+        len(view.ready()) == 11
+    )  # nothing started yet (nodes, 4 secret kinds, SAs, PVCs, 3 DRA kinds, snapshots)
     kubeapi.faults.fail("GET", r"^/api/v1/serviceaccounts$", code=500, times=None)
     stopping.append(view)
     view.start()

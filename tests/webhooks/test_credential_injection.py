@@ -225,7 +225,10 @@ def test_missing_secret_is_denied() -> None:
         verdict.message
     )
     assert 'does not exist in namespace "ml"' in verdict.message
-    assert "gcp-credential, aws-credential or azure-credential" in verdict.message
+    assert (
+        "gcp-credential, aws-credential, azure-credential or huggingface-credential"
+        in verdict.message
+    )
 
 
 def test_missing_secret_named_by_the_service_account_is_denied() -> None:
@@ -240,8 +243,8 @@ def test_wrong_type_is_denied() -> None:
     assert verdict is not None and not verdict.allowed
     assert 'Secret "plain"' in verdict.message
     assert (
-        "has type Opaque; cloud credentials must be of type gcp-credential, aws-credential or "
-        "azure-credential" in (verdict.message)
+        "has type Opaque; cloud credentials must be of type gcp-credential, aws-credential, "
+        "azure-credential or huggingface-credential" in (verdict.message)
     )
 
 

@@ -21,6 +21,8 @@ ServiceAccount can carry the same annotation for all its pods, unless the pod sa
   also gets the workload-identity token at /var/run/secrets/azure/tokens/azure-identity-token
   (audience api://AzureADTokenExchange) and AZURE_FEDERATED_TOKEN_FILE, where Azure's SDKs
   read it (webhooks.policies.credential_tokens).
+- `huggingface-credential`: HF_TOKEN as a `secretKeyRef`, which huggingface_hub (and
+  transformers, datasets, vLLM through it) reads.
 
 A container that already sets one of these variables keeps its own value, with a warning.
 Containers named in the `skip-containers` annotation get nothing. Ephemeral containers do not
@@ -57,6 +59,8 @@ from gpu_admission.names import (
     GCP_KEY_FILE,
     GCP_MOUNT_ROOT,
     GOOGLE_APPLICATION_CREDENTIALS,
+    HF_TOKEN,
+    HUGGINGFACE_CREDENTIAL_TYPE,
     Names,
 )
 from webhooks.credentials.aws import is_keyless
@@ -181,6 +185,8 @@ def _missing_keys(info: SecretInfo) -> list[str]:
     if info.type == AZURE_CREDENTIAL_TYPE:
         # The admission of the Secret checked its form; here only what the pod cannot do without.
         return [] if AZURE_STORAGE_ACCOUNT in info.keys else [AZURE_STORAGE_ACCOUNT]
+    if info.type == HUGGINGFACE_CREDENTIAL_TYPE:
+        return [] if HF_TOKEN in info.keys else [HF_TOKEN]
     needed = (GCP_KEY_FILE,) if info.type == GCP_CREDENTIAL_TYPE else AWS_REQUIRED_KEYS
     return [key for key in needed if key not in info.keys]
 
@@ -377,6 +383,9 @@ def make_policy(names: Names, settings: TokenSettings) -> MutatingPolicy:
                 _inject_aws(patch, info, containers, settings)
             elif info.type == AZURE_CREDENTIAL_TYPE:
                 _inject_azure(patch, info, containers, settings)
+            elif info.type == HUGGINGFACE_CREDENTIAL_TYPE:
+                token = {"secretKeyRef": {"name": info.name, "key": HF_TOKEN}}
+                _inject_env(patch, info, containers, [{"name": HF_TOKEN, "valueFrom": token}])
         return None
 
     return MutatingPolicy(POLICY_NAME, SCOPE, mutate, references)

@@ -11,10 +11,17 @@ from collections.abc import Callable, Mapping
 
 from gpu_admission.cluster.view import ClusterView
 from gpu_admission.config import Config
-from gpu_admission.names import AWS_CREDENTIAL_TYPE, AZURE_CREDENTIAL_TYPE, GCP_CREDENTIAL_TYPE
+from gpu_admission.names import (
+    AWS_CREDENTIAL_TYPE,
+    AZURE_CREDENTIAL_TYPE,
+    CREDENTIAL_TYPES,
+    GCP_CREDENTIAL_TYPE,
+    HUGGINGFACE_CREDENTIAL_TYPE,
+)
 from webhooks.credentials.aws import validate_aws
 from webhooks.credentials.azure import validate_azure
 from webhooks.credentials.gcp import validate_gcp
+from webhooks.credentials.huggingface import validate_huggingface
 from webhooks.credentials.problems import Problem
 from webhooks.credentials.rsa_keys import RsaKeyChecker
 from webhooks.credentials.secret_data import decode_secret_data
@@ -26,7 +33,7 @@ POLICY_NAME = "credential-secrets"
 SCOPE = Scope(
     "Secret",
     operations=frozenset({"CREATE", "UPDATE"}),
-    object_types=frozenset({GCP_CREDENTIAL_TYPE, AWS_CREDENTIAL_TYPE, AZURE_CREDENTIAL_TYPE}),
+    object_types=frozenset(CREDENTIAL_TYPES),
 )
 
 
@@ -45,6 +52,7 @@ def make_validator(
         GCP_CREDENTIAL_TYPE: lambda data: validate_gcp(data, key_check),
         AWS_CREDENTIAL_TYPE: validate_aws,
         AZURE_CREDENTIAL_TYPE: validate_azure,
+        HUGGINGFACE_CREDENTIAL_TYPE: validate_huggingface,
     }
 
     def validate(request: AdmissionRequest, view: ClusterView) -> Verdict:

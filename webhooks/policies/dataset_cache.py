@@ -17,7 +17,7 @@ from __future__ import annotations
 from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SnapshotInfo, cache_key
 from gpu_admission.cluster.view import ClusterView
 from gpu_admission.config import Config
-from gpu_admission.datasource import content_key
+from gpu_admission.datasource import DataSourceError, content_key, parse_data_source
 from gpu_admission.names import Names
 from webhooks.patch import Patch
 from webhooks.policy import MutatingPolicy, Scope
@@ -38,6 +38,16 @@ def choose_snapshot(
     return max(usable, key=lambda s: (s.created, s.name), default=None)
 
 
+def cacheable_at_admission(source: str) -> bool:
+    """Whether the source names content that admission can match to a snapshot: anything but a
+    hub repository at a branch or tag (its snapshots are keyed by the commit they hold)."""
+    try:
+        parsed = parse_data_source(source)
+    except DataSourceError:
+        return False
+    return parsed.scheme != "hf" or parsed.pinned
+
+
 def clone_from_cache(
     request: AdmissionRequest, patch: Patch, view: ClusterView, names: Names
 ) -> None:
@@ -54,7 +64,13 @@ def clone_from_cache(
     requested = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
     if not storage_class or not requested:
         return  # no class to match (the default class is applied later by the API server)
-    content = content_key(source, (annotations.get(names.data_sha256) or "").strip() or None)
+    if not cacheable_at_admission(source):
+        return  # a hub branch or tag may have moved: only a pinned commit names fixed content
+    content = content_key(
+        source,
+        (annotations.get(names.data_sha256) or "").strip() or None,
+        (annotations.get(names.data_include) or "").strip() or None,
+    )
     key = cache_key(content, annotations.get(names.data_credentials))
     snapshots = list(view.dataset_snapshots(request.namespace, key))
     chosen = choose_snapshot(snapshots, storage_class, str(requested))

@@ -16,7 +16,13 @@ from collections.abc import Iterable
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef
 from gpu_admission.config import Config
-from gpu_admission.datasource import CLOUD_NAME, DataSource, DataSourceError, parse_data_source
+from gpu_admission.datasource import (
+    CLOUD_NAME,
+    DataSource,
+    DataSourceError,
+    include_patterns,
+    parse_data_source,
+)
 from gpu_admission.load_parallelism import load_parallelism
 from gpu_admission.names import Names
 from webhooks.patch import Patch, escape
@@ -45,6 +51,7 @@ def _dataset_settings_changed(request: AdmissionRequest, names: Names) -> bool:
         names.data_credentials,
         names.data_load_parallelism,
         names.data_sha256,
+        names.data_include,
     )
     return any(new.get(k) != old.get(k) for k in keys)
 
@@ -74,6 +81,11 @@ def validate_dataset_pvc(request: AdmissionRequest, view: ClusterView, config: C
         source = parse_data_source(source_value, allow_http=config.dataset.allow_http)
     except DataSourceError as exc:
         return Verdict.deny(f"{names.data_source}: {exc}")
+    include = annotations.get(names.data_include)
+    if include is not None:
+        problem = include_problem(include, source)
+        if problem:
+            return Verdict.deny(f"{names.data_include}: {problem}")
     digest = annotations.get(names.data_sha256)
     if digest is not None:
         problem = sha256_problem(digest, source)
@@ -126,6 +138,24 @@ def sha256_problem(digest: str, source: DataSource) -> str | None:
             "must be the file's SHA-256 as 64 hexadecimal digits (what sha256sum prints), "
             f"not a value of {len(digest)} characters"
         )
+    return None
+
+
+def include_problem(value: str, source: DataSource) -> str | None:
+    """Why data-include cannot narrow this source's files (None when it can)."""
+    if source.scheme != "hf":
+        return "file patterns apply to hf:// sources only; remove the annotation"
+    patterns = include_patterns(value)
+    if not patterns:
+        return (
+            "give at least one glob pattern of the files to fetch, like "
+            "'*.safetensors,config.json' (or remove the annotation to fetch every file)"
+        )
+    for pattern in patterns:
+        if pattern.startswith("/") or ".." in pattern.split("/"):
+            return (
+                f"the pattern {pattern!r} must be relative to the repository's root, without '..'"
+            )
     return None
 
 
