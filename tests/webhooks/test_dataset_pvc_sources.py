@@ -43,8 +43,12 @@ def test_az_source_with_another_type_names_the_type_it_needs() -> None:
     )
 
 
-def test_az_source_without_credentials_reads_anonymously() -> None:
-    assert validate(request(data_source="az://public-sets")).allowed
+def test_az_source_needs_credentials_to_name_its_account() -> None:
+    verdict = validate(request(data_source="az://public-sets"))
+    assert not verdict.allowed
+    assert "az:// data needs gpu-admission.io/data-credentials naming an azure-credential" in (
+        verdict.message
+    )
 
 
 def test_bad_container_name_is_refused() -> None:
@@ -103,3 +107,49 @@ def test_changing_only_the_digest_is_checked_again_on_update() -> None:
     new = request(data_source="https://h.example/m.bin", data_sha256="nope")
     update = replace(new, operation="UPDATE", old_object=old.object)
     assert not validate(update).allowed
+
+
+HUB_READER = SecretInfo("ml", "hub-reader", "huggingface-credential", frozenset({"HF_TOKEN"}))
+HUB_VIEW = StaticClusterView(secrets=[HUB_READER, S3])
+
+
+def validate_hub(req: AdmissionRequest) -> Verdict:
+    policy = next(p for p in policies(Config()) if isinstance(p, ValidatingPolicy))
+    return policy.validate(req, HUB_VIEW)
+
+
+def test_hub_sources_with_a_huggingface_credential_and_patterns_are_admitted() -> None:
+    for source in ("hf://meta-llama/Llama-3.1-8B@main", "hf://datasets/acme/web-text"):
+        req = request(
+            data_source=source, data_credentials="hub-reader", data_include="*.safetensors, *.json"
+        )
+        assert validate_hub(req).allowed
+
+
+def test_hub_source_with_an_aws_secret_names_the_type_it_needs() -> None:
+    verdict = validate_hub(request(data_source="hf://acme/m", data_credentials="s3-reader"))
+    assert not verdict.allowed
+    assert "hf:// (the Hugging Face Hub) data needs a Secret of type 'huggingface-credential'" in (
+        verdict.message
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "include", "fragment"),
+    [
+        ("s3://bucket-1/x", "*.json", "file patterns apply to hf:// sources only"),
+        ("hf://acme/m", " , ", "give at least one glob pattern"),
+        ("hf://acme/m", "../secrets/*", "relative to the repository's root"),
+    ],
+)
+def test_data_include_problems(source: str, include: str, fragment: str) -> None:
+    verdict = validate_hub(request(data_source=source, data_include=include))
+    assert not verdict.allowed
+    assert verdict.message.startswith("gpu-admission.io/data-include: ")
+    assert fragment in verdict.message
+
+
+def test_a_bad_hub_name_is_refused_saying_which_part() -> None:
+    verdict = validate_hub(request(data_source="hf://acme/llama--7b"))
+    assert not verdict.allowed
+    assert "the Hugging Face Hub name 'llama--7b' must not contain '--'" in verdict.message

@@ -102,6 +102,12 @@ def validate_dataset_pvc(request: AdmissionRequest, view: ClusterView, config: C
     if parallelism.error:
         return Verdict.deny(parallelism.error)
     if not secret_name:
+        if source.scheme == "az":
+            return Verdict.deny(
+                f"{names.data_source}: az:// data needs {names.data_credentials} naming an "
+                "azure-credential Secret: it names the storage account (and the key, SAS token or "
+                "identity to read it with)"
+            )
         return Verdict.allow()  # anonymous access to a public bucket
     needed = source.credential_type
     if needed is None:

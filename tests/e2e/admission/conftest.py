@@ -7,10 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from tests.e2e.datasets import kubelet_images
 from tests.world.harness import AdmissionCluster, AdmissionClusterFactory
 from tests.world.kubelet.node import FakeKubelet
+from tests.world.snapshotter import FakeSnapshotter
+
+GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
+STORAGE_CLASS = "shared-fs"
 
 
 @pytest.fixture
@@ -28,3 +33,35 @@ def kubelet(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[FakeKubelet]:
         yield node
     finally:
         node.stop()
+
+
+@pytest.fixture
+def storage(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[FakeKubelet]:
+    snapshots = FakeSnapshotter(cluster.api, pvc_base_dir=tmp_path / "pvcs").start()
+    kubelet = FakeKubelet(
+        cluster.api,
+        pvc_base_dir=tmp_path / "pvcs",
+        volume_source=snapshots.restore,
+        images=kubelet_images(),
+    ).start()
+    storage_api = client.StorageV1Api(cluster.api)
+    storage_api.create_storage_class(
+        {"metadata": {"name": STORAGE_CLASS}, "provisioner": snapshots.driver}
+    )
+    client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "volumesnapshotclasses",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "VolumeSnapshotClass",
+            "metadata": {"name": "csi-snapshots"},
+            "driver": snapshots.driver,
+            "deletionPolicy": "Delete",
+        },
+    )
+    try:
+        yield kubelet
+    finally:
+        kubelet.stop()
+        snapshots.stop()

@@ -8,8 +8,7 @@ import base64
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,49 +16,15 @@ from kubernetes import client
 
 from controllers.dataset import DatasetController
 from gpu_admission.cluster.snapshots import cache_key
-from tests.e2e.datasets import eventually, kubelet_images, make_config, wait_phase
+from tests.e2e.admission.conftest import GROUP, STORAGE_CLASS, VERSION
+from tests.e2e.datasets import eventually, make_config, wait_phase
 from tests.world.harness import AdmissionCluster
 from tests.world.kubelet.node import FakeKubelet
-from tests.world.snapshotter import FakeSnapshotter
 from tests.world.stand_ins.objectstores import S3Store, dataset_files, tree
 
 NS = "ml"
 PREFIX = "gpu-admission.io/"
-GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
-STORAGE_CLASS = "shared-fs"
 CHANGED = ("part-1/shard-1/file-0001.bin", "part-2/shard-2/file-0002.bin")
-
-
-@pytest.fixture
-def storage(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[FakeKubelet]:
-    snapshots = FakeSnapshotter(cluster.api, pvc_base_dir=tmp_path / "pvcs").start()
-    kubelet = FakeKubelet(
-        cluster.api,
-        pvc_base_dir=tmp_path / "pvcs",
-        volume_source=snapshots.restore,
-        images=kubelet_images(),
-    ).start()
-    storage_api = client.StorageV1Api(cluster.api)
-    storage_api.create_storage_class(
-        {"metadata": {"name": STORAGE_CLASS}, "provisioner": snapshots.driver}
-    )
-    client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
-        GROUP,
-        VERSION,
-        "volumesnapshotclasses",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "VolumeSnapshotClass",
-            "metadata": {"name": "csi-snapshots"},
-            "driver": snapshots.driver,
-            "deletionPolicy": "Delete",
-        },
-    )
-    try:
-        yield kubelet
-    finally:
-        kubelet.stop()
-        snapshots.stop()
 
 
 @pytest.fixture
