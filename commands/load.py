@@ -45,6 +45,7 @@ from gpu_admission.datasource import DataSource, DataSourceError, parse_data_sou
 from gpu_admission.load_progress import from_stats
 from gpu_admission.names import (
     AWS_WEB_IDENTITY_TOKEN_FILE,
+    AZURE_FEDERATED_TOKEN_FILE,
     DATA_MOUNT_PATH,
     LOADER_PERMANENT_EXIT_CODE,
 )
@@ -163,7 +164,8 @@ def run_load(
             )
             exit_code, interrupted = _run_rclone(command, env, log, out, shard, shard_count)
     # Who a web identity token says the loader is, to name it if the role refused it.
-    identity = token_identity(env.get(AWS_WEB_IDENTITY_TOKEN_FILE)) if exit_code else {}
+    token_file = env.get(AWS_WEB_IDENTITY_TOKEN_FILE) or env.get(AZURE_FEDERATED_TOKEN_FILE)
+    identity = token_identity(token_file) if exit_code else {}
     failure = None
     if exit_code == 0 and sha256 and source.single_file:
         problem = verify_sha256(Path(dest) / source.remote_path, sha256)

@@ -16,10 +16,25 @@ from commands.load_shards import ShardPlan
 MAX_SUMMARY_BYTES = 4096  # the kubelet's termination-message limit
 MAX_ERRORS_KEPT = 20
 
+NETWORK = (
+    "no such host",
+    "connection refused",
+    "i/o timeout",
+    "network is unreachable",
+    "TLS handshake timeout",
+    "context deadline exceeded",
+)
 # rclone error text -> what happened, in words a researcher can act on, and whether trying
 # again could help (True: permanent, needs a person). First match wins; unmatched failures are
 # taken as transient.
 CAUSES: tuple[tuple[tuple[str, ...], str, bool], ...] = (
+    (
+        ("WorkloadIdentityCredential authentication failed", "AADSTS"),
+        "Azure workload identity got no token for the loader's ServiceAccount: the identity "
+        "named by AZURE_CLIENT_ID (tenant AZURE_TENANT_ID) needs a federated credential for "
+        "{subject} from this cluster's issuer, audience api://AzureADTokenExchange",
+        True,
+    ),
     (
         ("AssumeRoleWithWebIdentity", "InvalidIdentityToken", "WebIdentityErr"),
         "could not assume the role with the loader's ServiceAccount token: the IAM role's trust "
@@ -42,7 +57,6 @@ CAUSES: tuple[tuple[tuple[str, ...], str, bool], ...] = (
             "AuthorizationFailure",
             "RESPONSE 401",
             "InvalidAuthenticationInfo",
-            "AADSTS",  # Entra ID refused the workload identity token exchange
         ),
         "the storage service rejected the credentials; check the keys in the credentials Secret",
         True,
@@ -108,14 +122,7 @@ CAUSES: tuple[tuple[tuple[str, ...], str, bool], ...] = (
         False,
     ),
     (
-        (
-            "no such host",
-            "connection refused",
-            "i/o timeout",
-            "network is unreachable",
-            "TLS handshake timeout",
-            "context deadline exceeded",
-        ),
+        NETWORK,
         "the storage endpoint could not be reached; check the endpoint and the network",
         False,
     ),
@@ -173,8 +180,12 @@ def classify(
     text = "\n".join(errors)
     # azcore's errors span several lines (a rule, the response, the code): the first says it.
     detail = errors[0].splitlines()[0].strip() if errors else ""
-    detail = detail or f"rclone exited with code {exit_code}"
+    # Entra ID's reason (AADSTS<code>: ...) sits deep in azidentity's report: it says the most.
+    entra = [line.strip() for line in text.splitlines() if "AADSTS" in line]
+    detail = (entra[0][:300] if entra else detail) or f"rclone exited with code {exit_code}"
     known = {"subject": "this ServiceAccount", "audience": "sts.amazonaws.com", **(identity or {})}
+    if "failed to acquire a token" in text and any(n in text for n in NETWORK):
+        return f"the identity service could not be reached; retried (rclone: {detail})", False
     for needles, words, permanent in CAUSES:
         if any(needle in text for needle in needles):
             return f"{words.format(**known)} (rclone: {detail})", permanent

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from commands.load import PERMANENT_EXIT_CODE, rclone_env
+from commands.load_report import classify
 from gpu_admission.datasource import parse_data_source
 from tests.commands.test_load import BIN, load
 from tests.world.stand_ins.azurite import ACCOUNT, KEY, Azurite, AzuriteMissing, azurite
@@ -262,3 +263,21 @@ def test_an_outage_that_lasts_is_transient(web: WebFiles, tmp_path: Path) -> Non
     assert code not in (0, PERMANENT_EXIT_CODE)
     assert summary["permanent"] is False
     assert "throttling requests or briefly unavailable" in summary["cause"]
+
+
+def test_workload_identity_failures_are_permanent_unless_entra_was_unreachable() -> None:
+    refused = (
+        'Failed to create file system for "src:models": DefaultAzureCredential: failed to '
+        "acquire a token.\n\tWorkloadIdentityCredential authentication failed.\n\t\t"
+        "AADSTS700213: No matching federated identity record found for presented assertion"
+    )
+    cause, permanent = classify([refused], 1, {"subject": "system:serviceaccount:ml:default"})
+    assert permanent
+    assert cause.startswith("Azure workload identity got no token")
+    assert "system:serviceaccount:ml:default" in cause and "(rclone: AADSTS700213" in cause
+    unreachable = (
+        "DefaultAzureCredential: failed to acquire a token.\n\tWorkloadIdentityCredential "
+        "authentication failed. dial tcp 10.0.0.1:443: connect: connection refused"
+    )
+    cause, permanent = classify([unreachable], 1)
+    assert not permanent and cause.startswith("the identity service could not be reached")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from azure.storage.blob import BlobServiceClient, ContainerSasPermissions, generate_container_sas
 
+from certs.issue import ServingSpec, issue_bundle
 from tests.support.ports import free_port
 
 ACCOUNT = "mlmodels01"
@@ -50,10 +51,25 @@ def azurite_path() -> str:
 
 
 class Azurite:
-    def __init__(self) -> None:
+    """`oauth`: HTTPS with a private CA (`ca_path`) and bearer tokens accepted as Azure Storage
+    accepts Entra ID's (Azurite's `--oauth basic`: issuer, audience and lifetime checked)."""
+
+    def __init__(self, oauth: bool = False) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="azurite-")
         self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}/{ACCOUNT}"
+        scheme = "https" if oauth else "http"
+        self.endpoint = f"{scheme}://127.0.0.1:{self.port}/{ACCOUNT}"
+        self.ca_path: Path | None = None
+        extra: list[str] = []
+        if oauth:
+            bundle = issue_bundle(ServingSpec("azurite", "test", ips=["127.0.0.1"]))
+            folder = Path(self._dir.name)
+            (folder / "cert.pem").write_bytes(bundle.cert_pem)
+            (folder / "key.pem").write_bytes(bundle.key_pem)
+            self.ca_path = folder / "ca.pem"
+            self.ca_path.write_bytes(bundle.ca_cert_pem)
+            extra = ["--cert", str(folder / "cert.pem"), "--key", str(folder / "key.pem")]
+            extra += ["--oauth", "basic"]
         log = open(Path(self._dir.name) / "azurite.log", "wb")  # noqa: SIM115 (lives with it)
         self._log = log
         self._process = subprocess.Popen(
@@ -67,6 +83,7 @@ class Azurite:
                 self._dir.name,
                 "--skipApiVersionCheck",  # rclone's SDK may be newer than the emulator
                 "--disableProductStyleUrl",
+                *extra,
             ],
             env={**os.environ, "AZURITE_ACCOUNTS": f"{ACCOUNT}:{KEY}"},
             stdout=log,
@@ -74,7 +91,9 @@ class Azurite:
         )
         self._wait_listening()
         self.client = BlobServiceClient(
-            account_url=self.endpoint, credential={"account_name": ACCOUNT, "account_key": KEY}
+            account_url=self.endpoint,
+            credential={"account_name": ACCOUNT, "account_key": KEY},
+            connection_verify=str(self.ca_path) if self.ca_path else True,
         )
 
     def _wait_listening(self, timeout: float = 30.0) -> None:
@@ -113,8 +132,8 @@ class Azurite:
 
 
 @contextmanager
-def azurite() -> Iterator[Azurite]:
-    store = Azurite()
+def azurite(oauth: bool = False) -> Iterator[Azurite]:
+    store = Azurite(oauth)
     try:
         yield store
     finally:

@@ -1,0 +1,168 @@
+"""Microsoft Entra ID's token endpoint as a test stand-in: what Azure workload identity
+(azidentity's WorkloadIdentityCredential, through MSAL) calls to trade a projected ServiceAccount
+token for an access token to Azure Storage.
+
+- `GET /{tenant}/v2.0/.well-known/openid-configuration`: the tenant discovery MSAL does first
+  (authorization and token endpoints, issuer).
+- `POST /{tenant}/oauth2/v2.0/token` with `grant_type=client_credentials`, `client_id`,
+  `client_assertion` (the ServiceAccount token) and
+  `client_assertion_type=urn:ietf:params:oauth:client-assertion-type:jwt-bearer`.
+
+It checks the assertion as a federated identity credential does: signed by the cluster's keys,
+from its issuer, audience `api://AzureADTokenExchange`, and the subject the client id's
+federated credential names; otherwise it answers with Entra's error form (`AADSTS...`). The
+access token is a JWT for `https://storage.azure.com` from `https://sts.windows.net/{tenant}/`,
+which Azurite in OAuth mode accepts (it checks issuer, audience and lifetime, not the signature).
+Instance discovery is not served: clients are told to skip it (`disable_instance_discovery`),
+as they are for private clouds.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from certs.issue import ServingSpec, issue_bundle
+from certs.reloader import CertReloader
+from tests.world.stand_ins.jwt_check import TokenRejected, fetch_jwks, verify
+
+AUDIENCE = "api://AzureADTokenExchange"
+JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+STORAGE_SCOPE = "https://storage.azure.com/.default"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+@dataclass
+class EntraId:
+    issuer: str  # the cluster's service-account issuer
+    ca_context: ssl.SSLContext  # to fetch the cluster's keys
+    workdir: Path
+    federated: dict[str, str] = field(default_factory=dict)  # client id -> allowed subject
+    exchanges: list[dict[str, Any]] = field(default_factory=list)
+    authority_host: str = ""
+    ca_path: Path = Path()
+
+    def __post_init__(self) -> None:
+        entra = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                # MSAL adds query parameters (client info); the path alone routes.
+                parts = urllib.parse.urlsplit(self.path).path.strip("/").split("/")
+                if len(parts) == 4 and parts[1:] == ["v2.0", ".well-known", "openid-configuration"]:
+                    self._send(200, entra.discovery(parts[0]))
+                else:
+                    self._send(404, {"error": "not_found"})
+
+            def do_POST(self) -> None:
+                parts = urllib.parse.urlsplit(self.path).path.strip("/").split("/")
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if len(parts) == 4 and parts[1:] == ["oauth2", "v2.0", "token"]:
+                    form = urllib.parse.parse_qs(body.decode())
+                    self._send(*entra.token(parts[0], form))
+                else:
+                    self._send(404, {"error": "not_found"})
+
+            def _send(self, status: int, value: dict[str, Any]) -> None:
+                data = json.dumps(value).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        bundle = issue_bundle(ServingSpec("entra", "test", ips=["127.0.0.1"]))
+        reloader = CertReloader()
+        reloader.reload(bundle)
+        self._server.socket = reloader.context.wrap_socket(self._server.socket, server_side=True)
+        self.ca_path = self.workdir / "entra-ca.crt"
+        self.ca_path.write_bytes(bundle.ca_bundle_pem)
+        self.authority_host = f"https://127.0.0.1:{self._server.server_address[1]}/"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def discovery(self, tenant: str) -> dict[str, Any]:
+        base = self.authority_host.rstrip("/")
+        return {
+            "authorization_endpoint": f"{base}/{tenant}/oauth2/v2.0/authorize",
+            "token_endpoint": f"{base}/{tenant}/oauth2/v2.0/token",
+            "issuer": f"{base}/{tenant}/v2.0",
+        }
+
+    def token(self, tenant: str, form: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        def one(name: str) -> str:
+            return (form.get(name) or [""])[0]
+
+        client = one("client_id")
+        if one("grant_type") != "client_credentials" or one("client_assertion_type") != JWT_BEARER:
+            return 400, _error("invalid_request", 900144, "client assertion grant expected")
+        try:
+            jwks = fetch_jwks(self.issuer, self.ca_context)
+            claims = verify(one("client_assertion"), jwks, self.issuer, AUDIENCE)
+        except TokenRejected as exc:
+            self.exchanges.append({"client": client, "outcome": f"rejected: {exc}"})
+            return 401, _error("invalid_client", 700211, f"the assertion is not valid: {exc}")
+        subject = claims.get("sub")
+        if self.federated.get(client) != subject:
+            self.exchanges.append(
+                {"client": client, "outcome": f"no federated credential for {subject}"}
+            )
+            return 400, _error(
+                "invalid_client",
+                700213,
+                f"No matching federated identity record found for presented assertion subject "
+                f"'{subject}'",
+            )
+        self.exchanges.append(
+            {"client": client, "tenant": tenant, "sub": subject, "aud": claims["aud"]}
+        )
+        now = int(time.time())
+        access = {
+            "aud": "https://storage.azure.com",
+            "iss": f"https://sts.windows.net/{tenant}/",
+            "iat": now,
+            "nbf": now - 60,
+            "exp": now + 3600,
+            "appid": client,
+            "tid": tenant,
+        }
+        token = (
+            ".".join(
+                _b64(json.dumps(part).encode()) for part in ({"typ": "JWT", "alg": "RS256"}, access)
+            )
+            + "."
+            + _b64(b"stand-in")
+        )
+        return 200, {
+            "token_type": "Bearer",
+            "expires_in": 3599,
+            "ext_expires_in": 3599,
+            "access_token": token,
+        }
+
+
+def _error(error: str, code: int, description: str) -> dict[str, Any]:
+    return {
+        "error": error,
+        "error_description": f"AADSTS{code}: {description}",
+        "error_codes": [code],
+    }
