@@ -47,6 +47,9 @@ QUOTED_DENIALS = (
     "PersistentVolumeClaim ml/wrong-credential-type",
     "PersistentVolumeClaim ml/shards-on-rwo",
     "Pod ml/pinned-eval",
+    "PersistentVolumeClaim ml/http-mirror",
+    "PersistentVolumeClaim ml/hub-typo",
+    "Secret ml/blob-mixed",
 )
 
 
