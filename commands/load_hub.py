@@ -97,23 +97,31 @@ def shard_listing(listing: HubListing, index: int, count: int) -> ShardPlan:
     return replace(plan, fingerprint=mark)
 
 
+def download_patterns(plan: ShardPlan, include: str | None) -> list[str] | None:
+    """What snapshot_download is told to fetch: everything (None), the user's own patterns, or,
+    for one shard of several, its files by exact name (glob.escape makes '[' literal for
+    fnmatch). Exact names cost snapshot_download a pattern match per file and name, so they are
+    used only where a shard needs them."""
+    if plan.count == 1:
+        return include_patterns(include) or None
+    return [glob.escape(o.path) for o in plan.objects]
+
+
 def fetch(
     source: DataSource,
     commit: str,
-    objects: Sequence[SourceObject],
+    patterns: list[str] | None,
     dest: str,
     *,
     endpoint: str,
     token: str | None,
     workers: int,
 ) -> None:
-    """snapshot_download of exactly these files at this commit into `dest`."""
+    """snapshot_download of this commit into `dest`, narrowed by `patterns`."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.utils import disable_progress_bars
 
     disable_progress_bars()  # the loader prints its own progress lines
-    # Exact names as patterns: glob.escape makes '[' and friends literal for fnmatch.
-    patterns = [glob.escape(o.path) for o in objects]
     with classified(source, token):
         snapshot_download(
             source.bucket,
@@ -232,7 +240,7 @@ def run_hub_load(
             fetch(
                 source,
                 listing.commit,
-                plan.objects,
+                download_patterns(plan, include),
                 dest,
                 endpoint=endpoint,
                 token=token,

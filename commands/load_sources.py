@@ -8,7 +8,10 @@ credentials by reference, and this module adds what needs the values themselves.
   decides: the account key (rclone's `key`), a SAS token (rclone's `sas_url`, built here for the
   container), or keyless (rclone's `env_auth`: azidentity's WorkloadIdentityCredential reads
   AZURE_CLIENT_ID, AZURE_TENANT_ID and AZURE_FEDERATED_TOKEN_FILE).
-- Web: rclone's http backend, its `url` the directory the file or listing is in.
+- Web: rclone's http backend, its `url` the directory the file or listing is in. A directory is
+  listed without rclone's per-file HEAD requests (`no_head`): with them, a file whose HEAD fails
+  (a 5xx, a timeout) is dropped from the listing at debug level and the copy still exits 0, a
+  load that "succeeds" without it. Without them a file that cannot be read fails the copy.
 
 An empty value from an optional secretKeyRef means "not set", not "set to empty".
 """
@@ -44,6 +47,8 @@ def rclone_env(source: DataSource, environ: Mapping[str, str]) -> dict[str, str]
         env = _azure(source, env)
     elif source.is_web:
         env.setdefault(PREFIX + "URL", source.web_base)
+        if source.directory:
+            env.setdefault(PREFIX + "NO_HEAD", "true")
     return env
 
 

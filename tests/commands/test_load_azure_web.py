@@ -233,6 +233,20 @@ def test_a_sharded_https_directory(web: WebFiles, tmp_path: Path) -> None:
     assert copied == len(FILES) and tree(dest) == FILES
 
 
+def test_a_file_the_server_will_not_serve_fails_the_directory_load(
+    web: WebFiles, tmp_path: Path
+) -> None:
+    # rclone's default per-file HEAD would drop this file from the listing and exit 0.
+    web.put(FILES, prefix="sets/partly/")
+    broken = "part-1/shard-1/file-0001.bin"
+    web.fail(f"/sets/partly/{broken}", 503)
+    dest = tmp_path / "data"
+    code, summary, _ = load(web.url("sets/partly/"), dest, web_env(web))
+    assert code not in (0, PERMANENT_EXIT_CODE), summary
+    assert summary["phase"] == "Failed" and summary["permanent"] is False
+    assert not (dest / broken).exists()
+
+
 def test_an_untrusted_certificate_fails(web: WebFiles, tmp_path: Path) -> None:
     env = web_env(web)
     del env["SSL_CERT_FILE"]

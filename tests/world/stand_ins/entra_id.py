@@ -26,13 +26,14 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from certs.issue import ServingSpec, issue_bundle
 from certs.reloader import CertReloader
 from tests.world.stand_ins.jwt_check import TokenRejected, fetch_jwks, verify
+from tests.world.stand_ins.tls_server import TlsThreadingHTTPServer
 
 AUDIENCE = "api://AzureADTokenExchange"
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
@@ -85,12 +86,10 @@ class EntraId:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
         bundle = issue_bundle(ServingSpec("entra", "test", ips=["127.0.0.1"]))
         reloader = CertReloader()
         reloader.reload(bundle)
-        self._server.socket = reloader.context.wrap_socket(self._server.socket, server_side=True)
+        self._server = TlsThreadingHTTPServer(("127.0.0.1", 0), Handler, reloader.context)
         self.ca_path = self.workdir / "entra-ca.crt"
         self.ca_path.write_bytes(bundle.ca_bundle_pem)
         self.authority_host = f"https://127.0.0.1:{self._server.server_address[1]}/"

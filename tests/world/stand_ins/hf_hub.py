@@ -25,6 +25,7 @@ listing, no uploads, no rate-limit headers, tokens are opaque strings (no fine-g
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import http.server
 import json
@@ -39,6 +40,7 @@ from typing import Any
 
 from certs.issue import ServingSpec, issue_bundle
 from certs.reloader import CertReloader
+from tests.world.stand_ins.tls_server import TlsThreadingHTTPServer
 
 LFS_THRESHOLD = 10 * 1024 * 1024  # larger files are LFS files, as the Hub stores them
 INVALID_TOKEN = "Invalid credentials in Authorization header"
@@ -70,9 +72,22 @@ class Repo:
         return self.refs.get(revision)
 
 
+@functools.lru_cache(maxsize=4096)
+def _digests(data: bytes) -> tuple[str, str]:
+    """(git blob id, sha256) of a file's bytes, computed once per distinct content: the Hub
+    answers listings and HEADs from stored metadata, not by hashing the files each time."""
+    git = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return git, hashlib.sha256(data).hexdigest()
+
+
 def blob_id(data: bytes) -> str:
     """Git's blob id, what the Hub gives as a regular file's oid and ETag."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return _digests(data)[0]
+
+
+def lfs_oid(data: bytes) -> str:
+    """An LFS file's oid and ETag: its sha256."""
+    return _digests(data)[1]
 
 
 @dataclass
@@ -104,12 +119,10 @@ class HubStandIn:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
         bundle = issue_bundle(ServingSpec("hub", "test", ips=["127.0.0.1"]))
         reloader = CertReloader()
         reloader.reload(bundle)
-        self._server.socket = reloader.context.wrap_socket(self._server.socket, server_side=True)
+        self._server = TlsThreadingHTTPServer(("127.0.0.1", 0), Handler, reloader.context)
         self.ca_path = Path(self._dir.name) / "hub-ca.crt"
         self.ca_path.write_bytes(bundle.ca_cert_pem)
         self.endpoint = f"https://127.0.0.1:{self._server.server_address[1]}"
@@ -246,7 +259,7 @@ class HubStandIn:
         data = repo.commits[commit].get(path)
         if data is None:
             return self._error(handler, 404, "EntryNotFound", body, {"X-Repo-Commit": commit})
-        etag = hashlib.sha256(data).hexdigest() if len(data) > LFS_THRESHOLD else blob_id(data)
+        etag = lfs_oid(data) if len(data) > LFS_THRESHOLD else blob_id(data)
         headers = {"X-Repo-Commit": commit, "ETag": f'"{etag}"', "Accept-Ranges": "bytes"}
         wanted = handler.headers.get("Range", "")
         if wanted.startswith("bytes=") and body:
@@ -324,8 +337,7 @@ def tree_entries(files: Mapping[str, bytes], path: str, recursive: bool) -> list
         entry: dict[str, Any] = {"type": "file", "oid": blob_id(data), "size": len(data)}
         entry["path"] = name
         if len(data) > LFS_THRESHOLD:
-            lfs_oid = hashlib.sha256(data).hexdigest()
-            entry["lfs"] = {"oid": lfs_oid, "size": len(data), "pointerSize": 134}
+            entry["lfs"] = {"oid": lfs_oid(data), "size": len(data), "pointerSize": 134}
         entries.append(entry)
     dirs = [
         {"type": "directory", "oid": hashlib.sha1(f.encode()).hexdigest(), "size": 0, "path": f}

@@ -17,6 +17,7 @@ from typing import Any
 
 from certs.issue import ServingSpec, issue_bundle
 from certs.reloader import CertReloader
+from tests.world.stand_ins.tls_server import TlsThreadingHTTPServer
 
 
 @dataclass
@@ -48,19 +49,20 @@ class WebFiles:
                 pass
 
         handler = partial(Handler, directory=str(self.root))
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
         self.ca_path = Path(self._dir.name) / "ca.crt"
         scheme = "http"
         if tls:
             bundle = issue_bundle(ServingSpec("files", "test", ips=["127.0.0.1"]))
             reloader = CertReloader()
             reloader.reload(bundle)
-            self._server.socket = reloader.context.wrap_socket(
-                self._server.socket, server_side=True
+            self._server: http.server.ThreadingHTTPServer = TlsThreadingHTTPServer(
+                ("127.0.0.1", 0), handler, reloader.context
             )
             self.ca_path.write_bytes(bundle.ca_cert_pem)
             scheme = "https"
+        else:
+            self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            self._server.daemon_threads = True
         self.base = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
