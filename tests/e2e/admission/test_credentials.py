@@ -238,7 +238,7 @@ async def test_pod_receives_credentials_from_its_annotation_and_service_account(
     # The service edge resolves cache misses for the objects the policy names up front: the
     # ServiceAccount and the pod's own Secrets. A Secret named only by the ServiceAccount must
     # already be in the informer cache, so wait for it as a cluster would have by then.
-    (gcp_informer, _) = cluster.view.secret_informers
+    gcp_informer = cluster.view.secret_informers[0]  # type=gcp-credential
     assert await gcp_informer.wait_for(f"{NS}/gcs-reader", WAIT_SECONDS) is not None
 
     script = (
