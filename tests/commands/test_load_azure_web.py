@@ -17,7 +17,7 @@ from commands.load import PERMANENT_EXIT_CODE, rclone_env
 from commands.load_report import classify
 from gpu_admission.datasource import parse_data_source
 from tests.commands.test_load import BIN, load
-from tests.world.stand_ins.azurite import ACCOUNT, KEY, Azurite, AzuriteMissing, azurite
+from tests.world.stand_ins.azurite import ACCOUNT, KEY, Azurite, azurite_or_skip
 from tests.world.stand_ins.objectstores import dataset_files, tree
 from tests.world.stand_ins.web_files import WebFiles, web_files
 
@@ -30,18 +30,9 @@ WEIGHTS_SHA256 = hashlib.sha256(WEIGHTS).hexdigest()
 
 @pytest.fixture(scope="module")
 def az() -> Iterator[Azurite]:
-    try:
-        store_context = azurite()
-        store = store_context.__enter__()
-    except AzuriteMissing as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(exc))
-    try:
+    with azurite_or_skip() as store:
         store.put("models", FILES, prefix="llama/7b/")
         yield store
-    finally:
-        store_context.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")

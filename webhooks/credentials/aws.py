@@ -31,6 +31,7 @@ from gpu_admission.names import (
 )
 from webhooks.credentials.checks import is_url
 from webhooks.credentials.problems import Problem
+from webhooks.credentials.secret_data import text_values
 
 ALLOWED_KEYS = (*AWS_REQUIRED_KEYS, *AWS_OPTIONAL_KEYS, AWS_ROLE_ARN, AWS_ROLE_SESSION_NAME)
 KEY_FORM = (*AWS_REQUIRED_KEYS, AWS_SESSION_TOKEN)
@@ -72,28 +73,8 @@ def validate_aws(data: Mapping[str, bytes]) -> list[Problem]:
     """Problems with an aws-credential Secret's decoded data; empty when it is well formed."""
     problems = [_unknown_key(key) for key in sorted(data) if key not in ALLOWED_KEYS]
     problems += _form_problems(set(data))
-    text: dict[str, str] = {}
-    for key in ALLOWED_KEYS:
-        if key not in data:
-            continue
-        try:
-            value = data[key].decode("utf-8")
-        except UnicodeDecodeError:
-            problems.append(Problem(key, "", "must be text; this is binary data"))
-            continue
-        if not value.strip():
-            problems.append(Problem(key, "", "is empty; give it a value or remove the key"))
-        elif value != value.strip():
-            problems.append(
-                Problem(
-                    key,
-                    "",
-                    "has leading or trailing whitespace (often a newline from a file); "
-                    "use --from-literal or strip the file",
-                )
-            )
-        else:
-            text[key] = value
+    text, unreadable = text_values(data, ALLOWED_KEYS)
+    problems += unreadable
     if AWS_ENDPOINT_URL in text:
         if not is_url(text[AWS_ENDPOINT_URL], ("http", "https")):
             problems.append(

@@ -29,6 +29,7 @@ from gpu_admission.names import (
     AZURE_TENANT_ID,
 )
 from webhooks.credentials.problems import Problem
+from webhooks.credentials.secret_data import text_values
 
 KEYLESS_FORM = (AZURE_CLIENT_ID, AZURE_TENANT_ID)
 # Storage account names: 3 to 24 lowercase letters and digits (Azure's naming rules).
@@ -59,29 +60,8 @@ def validate_azure(data: Mapping[str, bytes]) -> list[Problem]:
     """Problems with an azure-credential Secret's decoded data; empty when it is well formed."""
     problems = [_unknown_key(key) for key in sorted(data) if key not in AZURE_KEYS]
     problems += _form_problems(set(data))
-    text: dict[str, str] = {}
-    for key in AZURE_KEYS:
-        if key not in data:
-            continue
-        try:
-            value = data[key].decode("utf-8")
-        except UnicodeDecodeError:
-            problems.append(Problem(key, "", "must be text; this is binary data"))
-            continue
-        if not value.strip():
-            problems.append(Problem(key, "", "is empty; give it a value or remove the key"))
-        elif value != value.strip():
-            problems.append(
-                Problem(
-                    key,
-                    "",
-                    "has leading or trailing whitespace (often a newline from a file); "
-                    "use --from-literal or strip the file",
-                )
-            )
-        else:
-            text[key] = value
-    return problems + _format_problems(text)
+    text, unreadable = text_values(data, AZURE_KEYS)
+    return problems + unreadable + _format_problems(text)
 
 
 def _form_problems(keys: set[str]) -> list[Problem]:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from gpu_admission.names import HF_TOKEN
 from webhooks.credentials.problems import Problem
+from webhooks.credentials.secret_data import text_values
 
 _TOKEN = re.compile(r"(hf_|api_)[A-Za-z0-9]{20,200}")
 
@@ -27,20 +28,10 @@ def validate_huggingface(data: Mapping[str, bytes]) -> list[Problem]:
             *problems,
             Problem(HF_TOKEN, "", "is required: a Hugging Face access token (hf_...)"),
         ]
-    try:
-        token = data[HF_TOKEN].decode("utf-8")
-    except UnicodeDecodeError:
-        return [*problems, Problem(HF_TOKEN, "", "must be text; this is binary data")]
-    if token != token.strip():
-        problems.append(
-            Problem(
-                HF_TOKEN,
-                "",
-                "has leading or trailing whitespace (often a newline from a file); use "
-                "--from-literal or strip the file",
-            )
-        )
-    elif not _TOKEN.fullmatch(token):
+    text, unreadable = text_values(data, (HF_TOKEN,))
+    problems += unreadable
+    token = text.get(HF_TOKEN)
+    if token is not None and not _TOKEN.fullmatch(token):
         problems.append(
             Problem(
                 HF_TOKEN,

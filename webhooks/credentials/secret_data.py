@@ -58,3 +58,33 @@ def decode_secret_data(
     values = {k: v for k, v in decoded.items() if isinstance(v, bytes)}
     problems = [v for v in decoded.values() if isinstance(v, Problem)]
     return values, problems
+
+
+WHITESPACE = (
+    "has leading or trailing whitespace (often a newline from a file); use --from-literal or "
+    "strip the file"
+)
+
+
+def text_values(
+    data: Mapping[str, bytes], keys: tuple[str, ...]
+) -> tuple[dict[str, str], list[Problem]]:
+    """The values of `keys` present in `data` as text, and a problem for each that is binary,
+    empty or padded with whitespace (those are left out of the text)."""
+    text: dict[str, str] = {}
+    problems: list[Problem] = []
+    for key in keys:
+        if key not in data:
+            continue
+        try:
+            value = data[key].decode("utf-8")
+        except UnicodeDecodeError:
+            problems.append(Problem(key, "", "must be text; this is binary data"))
+            continue
+        if not value.strip():
+            problems.append(Problem(key, "", "is empty; give it a value or remove the key"))
+        elif value != value.strip():
+            problems.append(Problem(key, "", WHITESPACE))
+        else:
+            text[key] = value
+    return text, problems

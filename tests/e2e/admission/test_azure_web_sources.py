@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -19,7 +18,7 @@ from controllers.dataset import DatasetController
 from tests.e2e.datasets import eventually, make_config, wait_phase
 from tests.world.harness import AdmissionCluster
 from tests.world.kubelet.node import FakeKubelet
-from tests.world.stand_ins.azurite import ACCOUNT, KEY, Azurite, AzuriteMissing, azurite
+from tests.world.stand_ins.azurite import ACCOUNT, KEY, Azurite, azurite_or_skip
 from tests.world.stand_ins.objectstores import dataset_files, tree
 from tests.world.stand_ins.web_files import WebFiles, web_files
 
@@ -32,18 +31,9 @@ WEIGHTS_SHA256 = hashlib.sha256(WEIGHTS).hexdigest()
 
 @pytest.fixture(scope="module")
 def az() -> Iterator[Azurite]:
-    try:
-        context = azurite()
-        store = context.__enter__()
-    except AzuriteMissing as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(exc))
-    try:
+    with azurite_or_skip() as store:
         store.put("models", FILES, prefix="llama/")
         yield store
-    finally:
-        context.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")

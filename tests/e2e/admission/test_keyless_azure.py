@@ -6,7 +6,6 @@ credential does, then reads Azurite over HTTPS with the bearer token."""
 from __future__ import annotations
 
 import base64
-import os
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from controllers.dataset import DatasetController
 from tests.e2e.datasets import eventually, make_config, wait_phase
 from tests.world.harness import AdmissionCluster
 from tests.world.kubelet.node import FakeKubelet
-from tests.world.stand_ins.azurite import ACCOUNT, Azurite, AzuriteMissing, azurite
+from tests.world.stand_ins.azurite import ACCOUNT, Azurite, azurite_or_skip
 from tests.world.stand_ins.entra_id import EntraId
 from tests.world.stand_ins.objectstores import dataset_files, tree
 
@@ -33,18 +32,9 @@ FILES = dataset_files(files=12, large_bytes=0)
 
 @pytest.fixture
 def az() -> Iterator[Azurite]:
-    try:
-        context = azurite(oauth=True)
-        store = context.__enter__()
-    except AzuriteMissing as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(exc))
-    try:
+    with azurite_or_skip(oauth=True) as store:
         store.put("models", FILES, prefix="llama/")
         yield store
-    finally:
-        context.__exit__(None, None, None)
 
 
 @pytest.fixture
