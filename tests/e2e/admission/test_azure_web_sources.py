@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.e2e.datasets import eventually, make_config, wait_phase
 from tests.world.harness import AdmissionCluster
 from tests.world.kubelet.node import FakeKubelet
 from tests.world.stand_ins.azurite import ACCOUNT, KEY, Azurite, azurite_or_skip
+from tests.world.stand_ins.flaky_proxy import flaky_proxy
 from tests.world.stand_ins.objectstores import dataset_files, tree
 from tests.world.stand_ins.web_files import WebFiles, web_files
 
@@ -234,3 +236,38 @@ async def test_an_https_outage_is_retried_by_the_job_and_then_loads(
         if j.metadata.owner_references[0].name == "flaky"
     ]
     assert job.status.failed == 1  # the transient failure used one retry, not the whole Job
+
+
+async def test_a_busy_blob_service_is_retried_by_the_job_and_then_loads(
+    cluster: AdmissionCluster, kubelet: FakeKubelet, az: Azurite
+) -> None:
+    core = cluster.core
+    with flaky_proxy(az.endpoint) as proxy:
+        proxy.failing.set()  # ServerBusy until the first loader pod has failed
+        config = make_config(backoff_limit=1)
+        account_path = urllib.parse.urlsplit(az.endpoint).path
+        config.dataset.loader_env["RCLONE_AZUREBLOB_ENDPOINT"] = proxy.base + account_path
+        config.dataset.loader_env["RCLONE_LOW_LEVEL_RETRIES"] = "1"
+        config.dataset.loader_env["RCLONE_RETRIES"] = "1"
+        controller = DatasetController(cluster.api, config, identity="busy")
+        await controller.start()
+        try:
+            create_secret(
+                core, "blob-busy", {"AZURE_STORAGE_ACCOUNT": ACCOUNT, "AZURE_STORAGE_KEY": KEY}
+            )
+            await eventually(lambda: cluster.view.secret(NS, "blob-busy"), what="the Secret")
+            core.create_namespaced_persistent_volume_claim(
+                NS, pvc("busy", data_source="az://models/llama", data_credentials="blob-busy")
+            )
+            batch = client.BatchV1Api(cluster.api)
+
+            def first_pod_failed() -> bool:
+                return any((j.status.failed or 0) >= 1 for j in batch.list_namespaced_job(NS).items)
+
+            await eventually(first_pod_failed, what="the first loader pod to fail")
+            assert proxy.refused > 0
+            proxy.failing.clear()
+            await wait_phase(core, "busy", "Succeeded")
+            assert tree(kubelet.pvc_dir(NS, "busy")) == FILES
+        finally:
+            await controller.stop()
