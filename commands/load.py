@@ -332,6 +332,7 @@ def run_hub(source: DataSource, args: argparse.Namespace, index: int, count: int
             shard_index=index,
             shard_count=count,
             transfers=args.transfers,
+            sync=args.sync,
             environ=dict(os.environ),
             out=sys.stdout,
             termination_log=args.termination_log,

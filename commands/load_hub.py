@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -201,6 +202,20 @@ def on_volume(dest: Path, objects: Sequence[SourceObject]) -> tuple[int, int]:
     return files, done
 
 
+def prune_outside(dest: Path, keep: Iterable[str]) -> int:
+    """Delete files under `dest` that the commit does not have, but for huggingface_hub's
+    bookkeeping (`.cache/huggingface`); how many were deleted."""
+    wanted = set(keep)
+    removed = 0
+    for path in sorted(dest.rglob("*")):
+        relative = path.relative_to(dest).as_posix()
+        if not path.is_file() or relative in wanted or relative.startswith(BOOKKEEPING + "/"):
+            continue
+        path.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
 def run_hub_load(
     source: DataSource,
     dest: str,
@@ -209,6 +224,7 @@ def run_hub_load(
     shard_index: int,
     shard_count: int,
     transfers: int,
+    sync: bool = False,
     environ: dict[str, str],
     out: IO[str],
     termination_log: str,
@@ -235,6 +251,12 @@ def run_hub_load(
                 listedBytes=plan.listed_bytes,
                 listing=plan.fingerprint,
             )
+        if sync and plan.index == 0 and Path(dest).is_dir():
+            # Mirror the commit: one shard deletes what it does not hold (huggingface_hub never
+            # deletes), keeping huggingface_hub's own bookkeeping.
+            removed = prune_outside(Path(dest), (o.path for o in listing.objects))
+            with lock:
+                out.write(json.dumps({"level": "notice", "msg": f"pruned {removed} files"}) + "\n")
         present, _ = on_volume(Path(dest), plan.objects)  # a refresh or a clone's files
         with ProgressTicker(Path(dest), plan, out, stats_seconds, lock):
             fetch(

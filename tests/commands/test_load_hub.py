@@ -132,6 +132,24 @@ def test_a_moved_branch_loads_the_new_commit_and_only_what_changed(
     assert summary["files"] == 1 and summary["checks"] == len(MODEL) - 1
 
 
+def test_sync_mirrors_the_commit_and_keeps_the_bookkeeping(hub: HubStandIn, tmp_path: Path) -> None:
+    repo = hub.repo("acme/shrinking")
+    repo.commit(MODEL)
+    dest = tmp_path / "data"
+    assert load(hub, "hf://acme/shrinking", dest)[0] == 0
+    smaller = {k: v for k, v in MODEL.items() if k != "README.md"}
+    repo.commit(smaller)
+    (dest / "notes.txt").write_text("mine")
+    code, _, log = load(hub, "hf://acme/shrinking", dest, "--sync")
+    assert code == 0, log
+    assert {k: v for k, v in tree(dest).items() if not k.startswith(".cache/")} == smaller
+    assert (dest / ".cache" / "huggingface").is_dir()  # what makes the next load incremental
+    # Without --sync, files the commit dropped stay, as an rclone copy leaves them.
+    (dest / "notes.txt").write_text("mine")
+    assert load(hub, "hf://acme/shrinking", dest)[0] == 0
+    assert (dest / "notes.txt").exists()
+
+
 def test_a_private_repository_needs_a_token_that_never_shows(
     hub: HubStandIn, tmp_path: Path
 ) -> None:
