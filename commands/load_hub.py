@@ -31,11 +31,10 @@ from typing import IO, Any
 from commands.load_hub_errors import HubFailure, classified
 from commands.load_report import write_summary
 from commands.load_shards import ShardPlan, SourceObject, plan_shard
-from gpu_admission.datasource import DataSource, include_patterns
+from gpu_admission.datasource import DEFAULT_REVISION, DataSource, include_patterns
 from gpu_admission.load_progress import Progress
-from gpu_admission.names import HF_ENDPOINT, HF_TOKEN
+from gpu_admission.names import HF_DEFAULT_ENDPOINT, HF_ENDPOINT, HF_TOKEN
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
 PARTIAL_SUFFIX = ".incomplete"  # what huggingface_hub writes while a file downloads
 BOOKKEEPING = ".cache/huggingface"  # huggingface_hub's metadata inside local_dir
 
@@ -48,7 +47,7 @@ class HubListing:
 
 def hub_settings(environ: Mapping[str, str]) -> tuple[str, str | None]:
     """(endpoint, token) from the loader's environment; an empty optional token is none."""
-    endpoint = (environ.get(HF_ENDPOINT) or DEFAULT_ENDPOINT).rstrip("/")
+    endpoint = (environ.get(HF_ENDPOINT) or HF_DEFAULT_ENDPOINT).rstrip("/")
     return endpoint, environ.get(HF_TOKEN) or None
 
 
@@ -66,7 +65,8 @@ def list_hub(
         if source.pinned:
             commit = source.revision
         else:
-            info = api.repo_info(repo, repo_type=kind, revision=source.revision or "main")
+            revision = source.revision or DEFAULT_REVISION
+            info = api.repo_info(repo, repo_type=kind, revision=revision)
             commit = str(info.sha)
         files = [
             f
@@ -242,15 +242,7 @@ def run_hub_load(
         plan = shard_listing(listing, shard_index, shard_count)
         result["commit"] = listing.commit
         if shard_count > 1:
-            result.update(
-                shard=plan.index,
-                shards=plan.count,
-                plannedFiles=len(plan.objects),
-                plannedBytes=plan.bytes,
-                listedFiles=plan.listed_objects,
-                listedBytes=plan.listed_bytes,
-                listing=plan.fingerprint,
-            )
+            result.update(plan.summary_fields())
         if sync and plan.index == 0 and Path(dest).is_dir():
             # Mirror the commit: one shard deletes what it does not hold (huggingface_hub never
             # deletes), keeping huggingface_hub's own bookkeeping.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from gpu_admission.datasource import DataSource
+from gpu_admission.datasource import DEFAULT_REVISION, DataSource
 
 
 class HubFailure(Exception):
@@ -71,8 +71,8 @@ def describe_hub_error(
         ),
         (
             lambda e: isinstance(e, RevisionNotFoundError),
-            f"{repo} has no revision {source.revision or 'main'!r}: name an existing branch, tag "
-            "or commit",
+            f"{repo} has no revision {source.revision or DEFAULT_REVISION!r}: name an existing "
+            "branch, tag or commit",
             True,
         ),
         (

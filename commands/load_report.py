@@ -234,15 +234,7 @@ def summary(
         "exitCode": exit_code,
     }
     if shard is not None:
-        result.update(
-            shard=shard.index,
-            shards=shard.count,
-            plannedFiles=len(shard.objects),
-            plannedBytes=shard.bytes,
-            listedFiles=shard.listed_objects,
-            listedBytes=shard.listed_bytes,
-            listing=shard.fingerprint,
-        )
+        result.update(shard.summary_fields())
     if exit_code != 0:
         cause, permanent = failure or classify(log.errors, exit_code, identity)
         if interrupted:

@@ -53,6 +53,18 @@ class ShardPlan:
     def bytes(self) -> int:
         return sum(o.size for o in self.objects)
 
+    def summary_fields(self) -> dict[str, int | str]:
+        """What a shard's summary says of its part and of the listing it split."""
+        return {
+            "shard": self.index,
+            "shards": self.count,
+            "plannedFiles": len(self.objects),
+            "plannedBytes": self.bytes,
+            "listedFiles": self.listed_objects,
+            "listedBytes": self.listed_bytes,
+            "listing": self.fingerprint,
+        }
+
 
 def parse_listing(text: str) -> list[SourceObject]:
     """`rclone lsjson -R --files-only` output -> objects (directories and markers skipped)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpu_admission.datasource import DataSource
+from gpu_admission.datasource import RCLONE_BACKEND, DataSource
 from gpu_admission.names import (
     AZURE_CLIENT_ID,
     AZURE_FEDERATED_TOKEN_FILE,
@@ -30,7 +30,6 @@ from gpu_admission.names import (
 
 REMOTE = "src"  # the rclone remote the Job's environment defines (RCLONE_CONFIG_SRC_*)
 PREFIX = f"RCLONE_CONFIG_{REMOTE.upper()}_"
-RCLONE_TYPE = {"s3": "s3", "gs": "gcs", "az": "azureblob", "https": "http", "http": "http"}
 AZURE_OPTIONAL = (AZURE_STORAGE_SAS_TOKEN, AZURE_CLIENT_ID, AZURE_TENANT_ID)
 AZURE_BLOB_HOST = "blob.core.windows.net"
 
@@ -38,7 +37,7 @@ AZURE_BLOB_HOST = "blob.core.windows.net"
 def rclone_env(source: DataSource, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment rclone runs with: the Job's, plus what the source's backend needs."""
     env = dict(environ)
-    env.setdefault(PREFIX + "TYPE", RCLONE_TYPE[source.scheme])
+    env.setdefault(PREFIX + "TYPE", RCLONE_BACKEND[source.scheme])
     if source.scheme == "s3" and not env.get(PREFIX + "PROVIDER"):
         endpoint = env.get(PREFIX + "ENDPOINT") or env.get("RCLONE_S3_ENDPOINT")
         env[PREFIX + "PROVIDER"] = "Other" if endpoint else "AWS"

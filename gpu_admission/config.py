@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gpu_admission.names import DEFAULT_PREFIX, Names
+from gpu_admission.names import DEFAULT_PREFIX, HF_DEFAULT_ENDPOINT, Names
 
 ENV_PREFIX = "GPU_ADMISSION_"
 _TEMPLATE_FIELDS = ("fraction", "replicas", "limit_mib")
@@ -289,7 +289,7 @@ class DatasetConfig(_Model):
     Null: the image's bundle."""
     trusted_ca_key: str = "ca.crt"
     """The key of trusted_ca_config_map that holds the PEM bundle."""
-    huggingface_endpoint: str = "https://huggingface.co"
+    huggingface_endpoint: str = HF_DEFAULT_ENDPOINT
     """The Hugging Face Hub that hf:// sources are read from: a mirror or an on-premises hub
     (given to loaders as HF_ENDPOINT); its CA, if private, goes in trusted_ca_config_map."""
     allow_http: bool = False

@@ -56,6 +56,14 @@ CLOUD_NAME: dict[Scheme, str] = {
     "http": "HTTP",
     "hf": "the Hugging Face Hub",
 }
+# The rclone backend each rclone-copied scheme uses (hf:// is fetched with huggingface_hub).
+RCLONE_BACKEND: dict[Scheme, str] = {
+    "s3": "s3",
+    "gs": "gcs",
+    "az": "azureblob",
+    "https": "http",
+    "http": "http",
+}
 BUCKET_WORD: dict[Scheme, str] = {"s3": "bucket", "gs": "bucket", "az": "container"}
 SUPPORTED = (
     "s3://bucket/prefix, gs://bucket/prefix, az://container/prefix, https://host/path/file, "

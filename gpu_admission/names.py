@@ -93,6 +93,7 @@ AZURE_TOKEN_AUDIENCE = "api://AzureADTokenExchange"
 # huggingface-credential: the access token huggingface_hub reads (constants.HF_TOKEN).
 HF_TOKEN = "HF_TOKEN"
 HF_ENDPOINT = "HF_ENDPOINT"
+HF_DEFAULT_ENDPOINT = "https://huggingface.co"  # huggingface_hub's own default
 
 # Dataset loading.
 LOADING_CONDITION = "Loading"

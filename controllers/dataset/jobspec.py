@@ -29,7 +29,7 @@ from typing import Any
 
 from controllers.dataset.trusted_ca import trusted_ca
 from gpu_admission.config import Config
-from gpu_admission.datasource import DataSource
+from gpu_admission.datasource import RCLONE_BACKEND, DataSource
 from gpu_admission.keyless import TokenRequest, aws_web_identity, azure_workload_identity
 from gpu_admission.names import (
     AWS_ACCESS_KEY_ID,
@@ -101,7 +101,6 @@ AZURE_SECRET_ENV = (
     (AZURE_CLIENT_ID, AZURE_CLIENT_ID),
     (AZURE_TENANT_ID, AZURE_TENANT_ID),
 )
-RCLONE_TYPE = {"s3": "s3", "gs": "gcs", "az": "azureblob", "https": "http", "http": "http"}
 # huggingface_hub, in a read-only root: its home in scratch, no progress bars, no telemetry.
 HUB_ENV = (
     ("HF_HOME", f"{SCRATCH_PATH}/huggingface"),
@@ -135,7 +134,7 @@ def _env(
         if secret:
             env.append(_secret_env(HF_TOKEN, secret, HF_TOKEN, True))
         return env
-    env.append({"name": REMOTE_ENV + "TYPE", "value": RCLONE_TYPE[source.scheme]})
+    env.append({"name": REMOTE_ENV + "TYPE", "value": RCLONE_BACKEND[source.scheme]})
     if source.is_web:
         return env  # read without credentials; the loader sets the http backend's url
     if source.scheme == "az":
