@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -30,10 +29,8 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from certs.issue import ServingSpec, issue_bundle
-from certs.reloader import CertReloader
 from tests.world.stand_ins.jwt_check import TokenRejected, fetch_jwks, verify
-from tests.world.stand_ins.tls_server import TlsThreadingHTTPServer
+from tests.world.stand_ins.tls_server import send_json, start_https
 
 AUDIENCE = "api://AzureADTokenExchange"
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
@@ -62,38 +59,26 @@ class EntraId:
                 # MSAL adds query parameters (client info); the path alone routes.
                 parts = urllib.parse.urlsplit(self.path).path.strip("/").split("/")
                 if len(parts) == 4 and parts[1:] == ["v2.0", ".well-known", "openid-configuration"]:
-                    self._send(200, entra.discovery(parts[0]))
+                    send_json(self, 200, entra.discovery(parts[0]))
                 else:
-                    self._send(404, {"error": "not_found"})
+                    send_json(self, 404, {"error": "not_found"})
 
             def do_POST(self) -> None:
                 parts = urllib.parse.urlsplit(self.path).path.strip("/").split("/")
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if len(parts) == 4 and parts[1:] == ["oauth2", "v2.0", "token"]:
                     form = urllib.parse.parse_qs(body.decode())
-                    self._send(*entra.token(parts[0], form))
+                    send_json(self, *entra.token(parts[0], form))
                 else:
-                    self._send(404, {"error": "not_found"})
-
-            def _send(self, status: int, value: dict[str, Any]) -> None:
-                data = json.dumps(value).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                    send_json(self, 404, {"error": "not_found"})
 
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        bundle = issue_bundle(ServingSpec("entra", "test", ips=["127.0.0.1"]))
-        reloader = CertReloader()
-        reloader.reload(bundle)
-        self._server = TlsThreadingHTTPServer(("127.0.0.1", 0), Handler, reloader.context)
+        self._server, ca_pem = start_https("entra", Handler)
         self.ca_path = self.workdir / "entra-ca.crt"
-        self.ca_path.write_bytes(bundle.ca_bundle_pem)
+        self.ca_path.write_bytes(ca_pem)
         self.authority_host = f"https://127.0.0.1:{self._server.server_address[1]}/"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
         self._server.shutdown()

@@ -8,18 +8,15 @@ Then it answers with an access token (fake-gcs-server accepts any), or with Goog
 
 from __future__ import annotations
 
-import json
 import ssl
-import threading
 import urllib.parse
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from certs.issue import ServingSpec, issue_bundle
-from certs.reloader import CertReloader
 from tests.world.stand_ins.jwt_check import TokenRejected, fetch_jwks, verify
+from tests.world.stand_ins.tls_server import send_json, start_https
 
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 
@@ -39,28 +36,16 @@ class GoogleSts:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                status, answer = sts.exchange(urllib.parse.parse_qs(body.decode()))
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, *sts.exchange(urllib.parse.parse_qs(body.decode())))
 
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
         # HTTPS, as the real one (the gcp-credential validation wants an https token_url).
-        bundle = issue_bundle(ServingSpec("sts", "test", ips=["127.0.0.1"]))
-        reloader = CertReloader()
-        reloader.reload(bundle)
-        self._server.socket = reloader.context.wrap_socket(self._server.socket, server_side=True)
+        self._server, ca_pem = start_https("sts", Handler)
         self.ca_path = self.workdir / "google-sts-ca.crt"
-        self.ca_path.write_bytes(bundle.ca_bundle_pem)
+        self.ca_path.write_bytes(ca_pem)
         self.token_url = f"https://127.0.0.1:{self._server.server_address[1]}/v1/token"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
         self._server.shutdown()

@@ -38,9 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from certs.issue import ServingSpec, issue_bundle
-from certs.reloader import CertReloader
-from tests.world.stand_ins.tls_server import TlsThreadingHTTPServer
+from tests.world.stand_ins.tls_server import start_https
 
 LFS_THRESHOLD = 10 * 1024 * 1024  # larger files are LFS files, as the Hub stores them
 INVALID_TOKEN = "Invalid credentials in Authorization header"
@@ -119,14 +117,10 @@ class HubStandIn:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        bundle = issue_bundle(ServingSpec("hub", "test", ips=["127.0.0.1"]))
-        reloader = CertReloader()
-        reloader.reload(bundle)
-        self._server = TlsThreadingHTTPServer(("127.0.0.1", 0), Handler, reloader.context)
+        self._server, ca_pem = start_https("hub", Handler)
         self.ca_path = Path(self._dir.name) / "hub-ca.crt"
-        self.ca_path.write_bytes(bundle.ca_cert_pem)
+        self.ca_path.write_bytes(ca_pem)
         self.endpoint = f"https://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     # -- set-up ---------------------------------------------------------------------------------
 

@@ -8,10 +8,16 @@ under test."""
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import ssl
+import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from certs.issue import ServingSpec, issue_bundle
+from certs.reloader import CertReloader
 
 
 class TlsThreadingHTTPServer(ThreadingHTTPServer):
@@ -21,7 +27,7 @@ class TlsThreadingHTTPServer(ThreadingHTTPServer):
     def __init__(
         self,
         address: tuple[str, int],
-        handler: type[BaseHTTPRequestHandler],
+        handler: Callable[..., BaseHTTPRequestHandler],
         context: ssl.SSLContext,
     ) -> None:
         super().__init__(address, handler)
@@ -43,3 +49,25 @@ class TlsThreadingHTTPServer(ThreadingHTTPServer):
         with contextlib.suppress(OSError):
             request.shutdown(socket.SHUT_WR)
         request.close()
+
+
+def start_https(
+    name: str, handler: Callable[..., BaseHTTPRequestHandler]
+) -> tuple[TlsThreadingHTTPServer, bytes]:
+    """A server on 127.0.0.1 (a free port) with a certificate for 127.0.0.1 from a fresh private
+    CA, already serving in a daemon thread; (server, the CA bundle clients must trust)."""
+    bundle = issue_bundle(ServingSpec(name, "test", ips=["127.0.0.1"]))
+    reloader = CertReloader()
+    reloader.reload(bundle)
+    server = TlsThreadingHTTPServer(("127.0.0.1", 0), handler, reloader.context)
+    threading.Thread(target=server.serve_forever, daemon=True, name=f"{name}-https").start()
+    return server, bundle.ca_bundle_pem
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, value: Any) -> None:
+    data = json.dumps(value).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

@@ -15,9 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from certs.issue import ServingSpec, issue_bundle
-from certs.reloader import CertReloader
-from tests.world.stand_ins.tls_server import TlsThreadingHTTPServer
+from tests.world.stand_ins.tls_server import start_https
 
 
 @dataclass
@@ -34,6 +32,7 @@ class WebFiles:
         self.root.mkdir()
         self.faults: dict[str, Fault] = {}  # path prefix -> fault
         self.requests: list[str] = []
+        self._lock = threading.Lock()
         server = self
 
         class Handler(http.server.SimpleHTTPRequestHandler):
@@ -52,21 +51,15 @@ class WebFiles:
         self.ca_path = Path(self._dir.name) / "ca.crt"
         scheme = "http"
         if tls:
-            bundle = issue_bundle(ServingSpec("files", "test", ips=["127.0.0.1"]))
-            reloader = CertReloader()
-            reloader.reload(bundle)
-            self._server: http.server.ThreadingHTTPServer = TlsThreadingHTTPServer(
-                ("127.0.0.1", 0), handler, reloader.context
-            )
-            self.ca_path.write_bytes(bundle.ca_cert_pem)
+            tls_server, ca_pem = start_https("files", handler)
+            self._server: http.server.ThreadingHTTPServer = tls_server
+            self.ca_path.write_bytes(ca_pem)
             scheme = "https"
         else:
             self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
             self._server.daemon_threads = True
+            threading.Thread(target=self._server.serve_forever, daemon=True).start()
         self.base = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
 
     def _fault(self, handler: http.server.BaseHTTPRequestHandler) -> bool:
         """Answer with a planned error instead of the file, if one is due; True when it did."""
