@@ -90,7 +90,7 @@ AZURE_TOKEN_DIR = "/var/run/secrets/azure/tokens"
 AZURE_TOKEN_PATH = f"{AZURE_TOKEN_DIR}/azure-identity-token"
 AZURE_TOKEN_AUDIENCE = "api://AzureADTokenExchange"
 
-# huggingface-credential: the access token huggingface_hub reads (constants.HF_TOKEN).
+# huggingface-credential: the access token huggingface_hub reads (utils/_auth.py, from the env).
 HF_TOKEN = "HF_TOKEN"
 HF_ENDPOINT = "HF_ENDPOINT"
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"  # huggingface_hub's own default
