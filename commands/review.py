@@ -36,6 +36,7 @@ from gpu_admission.cluster.view import ClusterView, StaticClusterView
 from gpu_admission.config import Config, ConfigError, load_config
 from webhooks import chain
 from webhooks.admission_policy import denial_text, has_resource_claims, policy_denial
+from webhooks.pod_defaults import default_pod
 from webhooks.policy import PolicySet
 from webhooks.registry import build_policy_set, webhook_for
 from webhooks.review import AdmissionRequest
@@ -116,6 +117,8 @@ async def _admit(
     pod_checks: str,
 ) -> dict[str, Any]:
     """Mutating then validating, as the API server runs them; returns the admitted object."""
+    if kind == "Pod":
+        obj = default_pod(obj)
     original = copy.deepcopy(obj)
     for mutating in (True, False):
         webhook = webhook_for(kind, mutating)

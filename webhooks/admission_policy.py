@@ -142,12 +142,14 @@ def _added(lst: str) -> str:
     return f"!{present} ? [] : request.operation == 'CREATE' ? object.spec.{lst} : {new}"
 
 
-def _env_guard(gpu: GpuConfig) -> str:
+def _env_guard_problems(gpu: GpuConfig) -> str:
+    """One line per GPU container that sets a guarded env name (a list of strings)."""
     guarded = sorted(set(gpu.guarded_env))
     names = "[" + ", ".join(cel_string(g) for g in guarded) + "]"
+    # The last entry of a name is the one the container gets, as the kubelet builds env.
     how = (
-        "cel.bind(set, c.env.filter(e, e.name == g), g + "
-        "(has(set[size(set) - 1].valueFrom) ? ' (from valueFrom)' : ' (by value)'))"
+        "g + (has(c.env.filter(e, e.name == g).reverse()[0].valueFrom) ? "
+        "' (from valueFrom)' : ' (by value)')"
     )
     parts = []
     for lst, word in _LISTS:
@@ -157,11 +159,13 @@ def _env_guard(gpu: GpuConfig) -> str:
             f"'\" requests a GPU and sets ' + "
             f"{names}.filter(g, c.env.exists(e, e.name == g)).map(g, {how}).join(', '))"
         )
-    problems = " + ".join(parts)
-    return (
-        f"cel.bind(problems, {problems}, size(problems) == 0 ? '' : "
-        f"problems.join('; ') + {cel_string(TAMPERING_ADVICE)})"
-    )
+    return " + ".join(parts)
+
+
+_ENV_GUARD = (
+    "size(variables.envGuardProblems) == 0 ? '' : "
+    f"variables.envGuardProblems.join('; ') + {cel_string(TAMPERING_ADVICE)}"
+)
 
 
 def _shared_problem(word: str, value: str, where: str, gpu: GpuConfig) -> str:
@@ -188,24 +192,35 @@ def _shared_problem(word: str, value: str, where: str, gpu: GpuConfig) -> str:
     )
 
 
+# A container's limits and requests, each read only where present (Kubernetes' CEL has no
+# bindings extension, so they are spelled out where used).
+_HAS_LIMITS = "has(c.resources) && has(c.resources.limits)"
+_HAS_REQUESTS = "has(c.resources) && has(c.resources.requests)"
+_IN_LIMITS = f"({_HAS_LIMITS} && n in c.resources.limits)"
+_IN_REQUESTS = f"({_HAS_REQUESTS} && n in c.resources.requests)"
+_LIMIT = "c.resources.limits[n]"
+_REQUEST = "c.resources.requests[n]"
+
+
 def _shared_limit(gpu: GpuConfig) -> str:
     shared = is_shared_test("n", gpu)
+    # The shared names a container names, sorted as the Python policy sorts them (a Go map
+    # iterates in random order, so the CEL must not rely on the map's order).
+    names = (
+        f"(({_HAS_LIMITS} ? c.resources.limits.filter(n, {shared}) : []) + "
+        f"({_HAS_REQUESTS} ? c.resources.requests.filter(n, {shared} && !{_IN_LIMITS}) : []))"
+        ".sort()"
+    )
     parts = []
     for lst, word in _LISTS:
         per_name = (
-            "(n in lim && n in req && lim[n] == req[n] ? "
-            f"{_shared_problem(word, 'lim[n]', 'limits and requests', gpu)} : "
-            f"[n in lim ? {_shared_problem(word, 'lim[n]', 'limits', gpu)} : '', "
-            f"n in req ? {_shared_problem(word, 'req[n]', 'requests', gpu)} : '']"
+            f"({_IN_LIMITS} && {_IN_REQUESTS} && {_LIMIT} == {_REQUEST} ? "
+            f"{_shared_problem(word, _LIMIT, 'limits and requests', gpu)} : "
+            f"[{_IN_LIMITS} ? {_shared_problem(word, _LIMIT, 'limits', gpu)} : '', "
+            f"{_IN_REQUESTS} ? {_shared_problem(word, _REQUEST, 'requests', gpu)} : '']"
             ".filter(s, s != '').join('; '))"
         )
-        per_container = (
-            "cel.bind(lim, has(c.resources) && has(c.resources.limits) ? c.resources.limits : {}, "
-            "cel.bind(req, has(c.resources) && has(c.resources.requests) ? "
-            "c.resources.requests : {}, "
-            f"(lim.filter(n, {shared}) + req.filter(n, {shared} && !(n in lim)))"
-            f".map(n, {per_name}).filter(s, s != '').join('; ')))"
-        )
+        per_container = f"{names}.map(n, {per_name}).filter(s, s != '').join('; ')"
         parts.append(f"variables.{lst}.map(c, {per_container})")
     joined = " + ".join(parts)
     return f"request.operation != 'CREATE' ? '' : ({joined}).filter(s, s != '').join('; ')"
@@ -249,7 +264,8 @@ def admission_policy(config: Config) -> dict[str, Any]:
             },
             "variables": [
                 *({"name": lst, "expression": _added(lst)} for lst, _ in _LISTS),
-                {"name": "envGuard", "expression": _env_guard(gpu)},
+                {"name": "envGuardProblems", "expression": _env_guard_problems(gpu)},
+                {"name": "envGuard", "expression": _ENV_GUARD},
                 {"name": "sharedGpuLimit", "expression": _shared_limit(gpu)},
             ],
             "validations": [
