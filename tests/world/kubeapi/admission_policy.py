@@ -166,7 +166,6 @@ def _inputs(attrs: AdmissionAttributes, namespace: Mapping[str, Any] | None) -> 
         "object": attrs.object,
         "oldObject": attrs.old_object,
         "request": request,
-        "params": None,
         "namespaceObject": namespace_object,
     }
 
@@ -266,17 +265,19 @@ def _denial(
 # -- validation when written ---------------------------------------------------------------
 
 
-def _compiles(expression: Any, path: str) -> list[dict[str, str]]:
+def _compiles(expression: Any, path: str, message: bool = False) -> list[dict[str, str]]:
     if not isinstance(expression, str) or not expression.strip():
         return [cause("FieldValueRequired", path, "Required value: expression is not specified")]
     try:
-        compile_expression(expression)
+        compile_expression(expression, want_string=message)
     except CelError as error:
+        # A messageExpression of another type is worded without "compilation failed".
+        how = "" if str(error).startswith("must evaluate") else "compilation failed: "
         return [
             cause(
                 "FieldValueInvalid",
                 path,
-                f"Invalid value: {json.dumps(expression)}: compilation failed: {error}",
+                f"Invalid value: {json.dumps(expression)}: {how}{error}",
             )
         ]
     return []
@@ -300,7 +301,9 @@ def policy_causes(policy: Mapping[str, Any]) -> list[dict[str, str]]:
         where = f"spec.validations[{i}]"
         causes += _compiles(validation.get("expression"), f"{where}.expression")
         if validation.get("messageExpression"):
-            causes += _compiles(validation["messageExpression"], f"{where}.messageExpression")
+            causes += _compiles(
+                validation["messageExpression"], f"{where}.messageExpression", message=True
+            )
         message = str(validation.get("message") or "").strip()
         if "\n" in message or "\r" in message:
             causes.append(

@@ -1,121 +1,114 @@
 """kube-apiserver's CEL environment for admission, on a real CEL runtime (cel-expr-python).
 
-The runtime is Google's C++ CEL through its Python bindings, with the strings and bindings
-extensions (``join``, ``substring``, ``cel.bind``) Kubernetes enables. The Kubernetes quantity
-library (``staging/src/k8s.io/apiserver/pkg/cel/library/quantity.go``) is added here: quantity(),
-isQuantity(), sign(), isInteger(), asInteger(), compareTo(), isGreaterThan() and isLessThan(),
-with apimachinery's parser (``quantity.py``). The runtime cannot hold an opaque type from Python,
-so a quantity travels as a one-key map ``{"@quantity": "<text>"}``; expressions only ever see it
-through those functions.
+The environment is the one kube-apiserver 1.36 declares in
+``staging/src/k8s.io/apiserver/pkg/cel/environment/base.go``, and nothing more:
+- cel-go's extensions at Kubernetes' versions: strings version 2, sets, lists (the runtime's
+  version 2, which holds everything of version 3 that 1.36 accepts: slice, flatten, distinct,
+  sort, sortBy, range, reverse), optional types, two-variable comprehensions;
+- cross-type numeric comparisons (``size() < 1.5e3``);
+- Kubernetes' own libraries (``cel_library.py``);
+- the literal checks (homogeneous aggregate literals; regex, duration and timestamp literals)
+  that the real server runs when a policy is written (``cel_checks.py``).
+No bindings (``cel.bind``), math or encoders extension: the real server refuses them.
+``tests/world/fixtures/cel/compile.json`` records what 1.36.2 accepts and refuses; a test holds
+this environment to every verdict in it.
 
-Variables are the admission ones: ``object``, ``oldObject``, ``request``, ``params``,
-``namespaceObject`` and ``variables`` (a policy's own, evaluated lazily, each at most once per
-request, as kube-apiserver does). Gaps: no type checking against the OpenAPI schema (every
-variable is dyn), no cost budget, no authorizer library.
+Variables are the admission ones: ``object``, ``oldObject``, ``request``, ``namespaceObject``,
+``authorizer`` and ``variables`` (a policy's own, evaluated lazily, each at most once per
+request, as kube-apiserver does); ``params`` is not declared, as for a policy without
+``paramKind``. Gaps: no type checking against the OpenAPI schema (objects are dyn), no cost
+budget.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 from cel_expr_python import cel
-from cel_expr_python.ext import ext_bindings, ext_strings
 
-from tests.world.kubeapi import quantity as q
+from tests.world.kubeapi import cel_checks
+from tests.world.kubeapi.cel_library import AUTHORIZER, KUBERNETES_LIBRARY
 
-QUANTITY_KEY = "@quantity"
-ADMISSION_VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject", "variables")
+ADMISSION_VARIABLES = ("object", "oldObject", "request", "namespaceObject", "authorizer")
 _VARIABLE_USE = re.compile(r"\bvariables\.([A-Za-z_][A-Za-z0-9_]*)")
+
+# cel-go's extensions as base.go enables them, in the runtime's own configuration language.
+_EXTENSIONS = """
+name: kubernetes
+extensions:
+  - name: strings
+    version: 2
+  - name: sets
+  - name: lists
+    version: 2
+  - name: optional
+  - name: two-var-comprehensions
+"""
+# cel.CrossTypeNumericComparisons: the runtime compares int, uint and double already; its
+# checker lacks the declarations, and it refuses to have them declared twice.
+_CROSS_TYPE = re.compile(
+    r"found no matching overload for '_(?:<|<=|>|>=)_' applied to "
+    r"'\((?:int|uint|double), (?:int|uint|double)\)'"
+)
 
 
 class CelError(Exception):
     """A compile or evaluation error, worded as the runtime words it."""
 
 
-def _value(arg: Any) -> Fraction:
-    if isinstance(arg, Mapping) and QUANTITY_KEY in arg:
-        return q.parse(str(arg[QUANTITY_KEY]))
-    raise CelError("no such overload")
-
-
-def _quantity(text: str) -> dict[str, str]:
-    q.parse(text)  # raises on a bad quantity, as quantity() does
-    return {QUANTITY_KEY: text}
-
-
-def _as_integer(arg: Any) -> int:
-    value = q.as_int64(_value(arg))
-    if value is None:
-        raise CelError("cannot convert value to integer")
-    return value
-
-
-def _cmp(a: Any, b: Any) -> int:
-    left, right = _value(a), _value(b)
-    return (left > right) - (left < right)
-
-
-def _function(
-    name: str,
-    overload: str,
-    result: Any,
-    params: list[Any],
-    member: bool,
-    impl: Callable[..., Any],
-) -> cel.FunctionDecl:
-    return cel.FunctionDecl(
-        name, [cel.Overload(overload, result, params, is_member=member, impl=impl)]
-    )
-
-
-D, B, I, S = cel.Type.DYN, cel.Type.BOOL, cel.Type.INT, cel.Type.STRING  # noqa: E741
-_QUANTITY_LIBRARY = cel.CelExtension(
-    "kubernetes.quantity",
-    [
-        _function("quantity", "string_to_quantity", D, [S], False, _quantity),
-        _function("isQuantity", "is_quantity_string", B, [S], False, q.is_quantity),
-        _function(
-            "sign", "quantity_sign", I, [D], True, lambda a: (_value(a) > 0) - (_value(a) < 0)
-        ),
-        _function(
-            "isInteger",
-            "quantity_is_integer",
-            B,
-            [D],
-            True,
-            lambda a: q.as_int64(_value(a)) is not None,
-        ),
-        _function("asInteger", "quantity_get_int", I, [D], True, _as_integer),
-        _function("compareTo", "quantity_compare_to", I, [D, D], True, _cmp),
-        _function(
-            "isGreaterThan",
-            "quantity_is_greater_than",
-            B,
-            [D, D],
-            True,
-            lambda a, b: _cmp(a, b) == 1,
-        ),
-        _function(
-            "isLessThan", "quantity_is_less_than", B, [D, D], True, lambda a, b: _cmp(a, b) == -1
-        ),
-    ],
-)
-
 _ENV = cel.NewEnv(
-    variables={name: D for name in ADMISSION_VARIABLES},
-    extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings(), _QUANTITY_LIBRARY],
+    config=cel.NewEnvConfigFromYaml(_EXTENSIONS),
+    variables={**{name: cel.Type.DYN for name in ADMISSION_VARIABLES}, "variables": cel.Type.DYN},
+    extensions=[KUBERNETES_LIBRARY],
+)
+_LITERAL_PROBES = {
+    "matches": "''.matches(x)",
+    "find": "''.find(x)",
+    "findAll": "''.findAll(x)",
+    "duration": "duration(x)",
+    "timestamp": "timestamp(x)",
+}
+_PROBE_ENV = cel.NewEnv(
+    config=cel.NewEnvConfigFromYaml(_EXTENSIONS),
+    variables={"x": cel.Type.STRING},
+    extensions=[KUBERNETES_LIBRARY],
 )
 
 
-def compile_expression(expression: str) -> Any:
+def _literal_ok(function: str, text: str) -> bool:
     try:
-        return _ENV.compile(expression)
+        result = _PROBE_ENV.compile(_LITERAL_PROBES[function]).eval(data={"x": text})
+    except Exception:
+        return False
+    return result.type() != cel.Type.ERROR
+
+
+def _errors(message: str) -> list[str]:
+    return [line for line in message.splitlines() if "ERROR:" in line]
+
+
+def compile_expression(expression: str, want_string: bool = False) -> Any:
+    """The expression compiled as kube-apiserver compiles it, or CelError with its words.
+    ``want_string``: a messageExpression, which must evaluate to a string."""
+    try:
+        program = _ENV.compile(expression)
     except Exception as error:  # the runtime raises plain exceptions with its message
-        raise CelError(str(error)) from None
+        message = str(error)
+        errors = _errors(message)
+        if not errors or not all(_CROSS_TYPE.search(line) for line in errors):
+            raise CelError(message) from None
+        program = _ENV.compile(expression, disable_check=True)
+        return program
+    found = cel_checks.problems(program.serialize(), _literal_ok)
+    if found:
+        raise CelError("\n".join(found))
+    returned = program.return_type()
+    if want_string and returned not in (cel.Type.STRING, cel.Type.DYN):
+        raise CelError(f"must evaluate to string but got {returned.name().lower()}")
+    return program
 
 
 @dataclass
@@ -132,7 +125,9 @@ class Activation:
             self._variable(name)
         program = compile_expression(expression)
         try:
-            result = program.eval(data={**self.inputs, "variables": dict(self._done)})
+            result = program.eval(
+                data={"authorizer": AUTHORIZER, **self.inputs, "variables": dict(self._done)}
+            )
         except Exception as error:
             raise CelError(str(error)) from None
         if result.type() == cel.Type.ERROR:  # an error value, e.g. "no such key"
