@@ -3,7 +3,7 @@
 A moto S3 server (in this process) holds a dataset: by default 300 small files under nested
 prefixes and 4 files of 45 MiB (~181 MiB). Then, alternately and each into a fresh directory:
 - `rclone copy` with exactly the command line and environment the loader gives rclone
-  (`commands.load.rclone_command` / `rclone_env`), its JSON log read and dropped;
+  (`loaders.rclone.rclone_command` / `rclone_env`), its JSON log read and dropped;
 - `python -m commands load --source s3://...` (what loader Jobs run) with the environment
   a loader Job has (anonymous S3, the endpoint from `RCLONE_S3_ENDPOINT`), its output dropped;
 - `python -m commands.load --source s3://...`: the same wrapper without the CLI's
@@ -32,9 +32,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from commands.load import REMOTE, rclone_command, rclone_env
 from gpu_admission.config import DatasetConfig
 from gpu_admission.datasource import DataSource, parse_data_source
+from loaders.rclone import rclone_command
+from loaders.sources import REMOTE, rclone_env
 from tests.world.stand_ins.objectstores import S3Store, dataset_files, s3_store
 
 BUCKET = "bench-dataset"

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.loader import MIB, timed, tree_size
-from commands.load import rclone_command
-from commands.load_sources import rclone_env
 from gpu_admission.config import DatasetConfig
 from gpu_admission.datasource import parse_data_source
+from loaders.rclone import rclone_command
+from loaders.sources import rclone_env
 from tests.world.stand_ins.azurite import ACCOUNT, KEY, azurite
 from tests.world.stand_ins.hf_hub import hub_stand_in
 from tests.world.stand_ins.objectstores import dataset_files

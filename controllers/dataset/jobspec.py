@@ -16,7 +16,7 @@ and the cloud grants only what the role's trust policy gives that ServiceAccount
 
 Azure Blob works the same way: every azure-credential key comes as an optional reference, with a
 projected token (audience api://AzureADTokenExchange, where Azure's webhook puts it) for the
-keyless form; the loader uses whichever the Secret holds (commands.load_sources). A web source
+keyless form; the loader uses whichever the Secret holds (loaders.sources). A web source
 (https://) takes no credentials; a private CA is trusted through `trusted_ca_config_map`.
 A Hugging Face Hub source (hf://) gets HF_TOKEN by reference and the configured hub as
 HF_ENDPOINT; huggingface_hub keeps its home in the scratch volume.

@@ -3,7 +3,6 @@ from moto, as the indexes of an Indexed loader Job do."""
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -15,8 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from commands.load import run_load, shard_of
-from commands.load_shards import (
+from gpu_admission.datasource import parse_data_source
+from gpu_admission.load_progress import last_progress
+from loaders.rclone import run_load
+from loaders.shards import (
     PER_OBJECT_COST,
     SourceObject,
     fingerprint,
@@ -25,8 +26,6 @@ from commands.load_shards import (
     plan_shard,
     prune,
 )
-from gpu_admission.datasource import parse_data_source
-from gpu_admission.load_progress import last_progress
 from tests.world.stand_ins.objectstores import S3Store, dataset_files, s3_store, tree
 
 BIN = Path(sys.executable).parent
@@ -101,22 +100,6 @@ def test_prune_keeps_the_listing_and_other_shards_partial_files(tmp_path: Path) 
         (tmp_path / name).write_bytes(b"x")
     assert prune(tmp_path, ["keep/a.bin"]) == 1
     assert sorted(tree(tmp_path)) == ["keep/a.bin", "keep/c.bin.3f2a9c1d.partial"]
-
-
-def args(count: int, index: int | None = None) -> argparse.Namespace:
-    return argparse.Namespace(shard_count=count, shard_index=index)
-
-
-def test_shard_index_comes_from_the_indexed_job_environment() -> None:
-    assert shard_of(args(4), {"JOB_COMPLETION_INDEX": "2"}) == (2, 4)
-    assert shard_of(args(4, 1), {"JOB_COMPLETION_INDEX": "2"}) == (1, 4)
-    assert shard_of(args(1), {}) == (0, 1)
-    with pytest.raises(ValueError, match="needs --shard-index or \\$JOB_COMPLETION_INDEX"):
-        shard_of(args(4), {})
-    with pytest.raises(ValueError, match=r"outside 0\.\.3"):
-        shard_of(args(4), {"JOB_COMPLETION_INDEX": "4"})
-    with pytest.raises(ValueError, match="at least 1"):
-        shard_of(args(0), {})
 
 
 # -- real rclone against moto ---------------------------------------------------------------

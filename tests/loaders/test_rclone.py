@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from commands.load import PERMANENT_EXIT_CODE, rclone_env, run_load
-from commands.load_report import MAX_SUMMARY_BYTES, RunLog, encode_summary, plain_cause
 from gpu_admission.datasource import parse_data_source
+from loaders.rclone import PERMANENT_EXIT_CODE, run_load
+from loaders.report import MAX_SUMMARY_BYTES, RunLog, encode_summary, plain_cause
+from loaders.sources import rclone_env
 from tests.world.stand_ins.objectstores import (
     GcsStore,
     S3Store,

@@ -6,7 +6,7 @@ that commit, so the files all come from one commit even if the branch moves duri
 commit goes into the summary and the controller records it on the PVC (and in the cache key).
 `data-include` narrows the files with the same glob matching snapshot_download uses. A sharded
 load lists the commit's tree (every shard lists the same immutable commit) and fetches its part
-of the files, split as rclone listings are (commands.load_shards); the listing fingerprint names
+of the files, split as rclone listings are (loaders.shards); the listing fingerprint names
 the commit, so shards that resolved a moving branch to different commits fail the load.
 
 huggingface_hub is imported here only, when a loader runs: the webhook service never loads it.
@@ -28,12 +28,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from commands.load_hub_errors import HubFailure, classified
-from commands.load_report import write_summary
-from commands.load_shards import ShardPlan, SourceObject, plan_shard
 from gpu_admission.datasource import DEFAULT_REVISION, DataSource, include_patterns
 from gpu_admission.load_progress import Progress
 from gpu_admission.names import HF_DEFAULT_ENDPOINT, HF_ENDPOINT, HF_TOKEN
+from loaders.hub_errors import HubFailure, classified
+from loaders.report import write_summary
+from loaders.shards import ShardPlan, SourceObject, plan_shard
 
 PARTIAL_SUFFIX = ".incomplete"  # what huggingface_hub writes while a file downloads
 BOOKKEEPING = ".cache/huggingface"  # huggingface_hub's metadata inside local_dir

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from certs.issue import ServingSpec, issue_bundle
-from commands.load import PERMANENT_EXIT_CODE
-from commands.load_hub import ProgressTicker, on_volume
-from commands.load_shards import SourceObject, plan_shard
+from loaders.hub import ProgressTicker, on_volume
+from loaders.rclone import PERMANENT_EXIT_CODE
+from loaders.shards import SourceObject, plan_shard
 from tests.world.stand_ins.hf_hub import HubStandIn, hub_stand_in
 from tests.world.stand_ins.objectstores import tree
 

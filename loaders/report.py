@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from commands.load_shards import ShardPlan
+from loaders.shards import ShardPlan
 
 MAX_SUMMARY_BYTES = 4096  # the kubelet's termination-message limit
 MAX_ERRORS_KEPT = 20

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from commands.load import PERMANENT_EXIT_CODE, rclone_env
-from commands.load_report import classify
 from gpu_admission.datasource import parse_data_source
-from tests.commands.test_load import BIN, load
+from loaders.rclone import PERMANENT_EXIT_CODE
+from loaders.report import classify
+from loaders.sources import rclone_env
+from tests.loaders.test_rclone import BIN, load
 from tests.world.stand_ins.azurite import ACCOUNT, KEY, Azurite, azurite_or_skip
 from tests.world.stand_ins.objectstores import dataset_files, tree
 from tests.world.stand_ins.web_files import WebFiles, web_files

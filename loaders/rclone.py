@@ -1,0 +1,209 @@
+"""Loads through rclone: `rclone copy` (or `sync`) of the source, configured only by environment
+(`RCLONE_CONFIG_SRC_*`, set by the Job from the PVC's credentials Secret by reference).
+
+Around rclone this adds what a Job needs: rclone's JSON log streamed to stdout with a progress
+line after each stats tick (gpu_admission.load_progress), and on exit a compact JSON summary
+(bytes, files, duration and, on failure, the cause in plain words) written to the
+termination-message file, so the controller can report it on the PVC without reading logs.
+rclone's exit code is the Job's exit code, except for failures that trying again cannot fix
+(PERMANENT_EXIT_CODE), which the Job's podFailurePolicy turns into an immediate failure.
+
+A sharded load lists the source, copies only its own part of the listing (loaders.shards) and
+reports the listing's fingerprint so the controller can check that every shard split the same
+listing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import IO, Any
+
+from gpu_admission.datasource import DataSource
+from gpu_admission.load_progress import from_stats
+from gpu_admission.names import (
+    AWS_WEB_IDENTITY_TOKEN_FILE,
+    AZURE_FEDERATED_TOKEN_FILE,
+    LOADER_PERMANENT_EXIT_CODE,
+)
+from loaders.report import RunLog, summary, token_identity, write_summary
+from loaders.shards import (
+    ListingError,
+    ShardPlan,
+    list_source,
+    plan_shard,
+    prune,
+    write_file_list,
+)
+from loaders.sources import REMOTE, rclone_env
+from loaders.verify import verify_sha256
+
+TERMINATION_LOG = "/dev/termination-log"
+LISTING_FAILED_EXIT_CODE = 1
+PERMANENT_EXIT_CODE = LOADER_PERMANENT_EXIT_CODE
+
+
+def rclone_command(
+    rclone: str,
+    source: DataSource,
+    dest: str,
+    *,
+    sync: bool,
+    transfers: int,
+    checkers: int,
+    stats_seconds: float = 5.0,
+    files_from: str | None = None,
+) -> list[str]:
+    """`rclone copy` (or `sync`) of the source; with `files_from`, only the listed objects (a
+    shard's part: always `copy`, since a filtered `sync` deletes nothing outside its filter)."""
+    verb = "sync" if sync and files_from is None else "copy"
+    command = [
+        rclone,
+        verb,
+        f"{REMOTE}:{source.remote_path}",
+        dest,
+        "--checksum",
+        "--transfers",
+        str(transfers),
+        "--checkers",
+        str(checkers),
+        "--use-json-log",
+        "--stats",
+        f"{stats_seconds:g}s",
+        "--stats-log-level",
+        "NOTICE",
+    ]
+    if files_from is not None:
+        command += ["--files-from-raw", files_from]
+    return command
+
+
+def _pump(stream: IO[str], log: RunLog, out: IO[str], shard: ShardPlan | None, shards: int) -> None:
+    for line in stream:
+        out.write(line)
+        before = log.stats
+        log.take(line)
+        if log.stats is not before:  # a stats tick: say how far the load has got
+            if shard is None:
+                progress = from_stats(log.stats)
+            else:
+                listed = (shard.listed_bytes, shard.listed_objects)
+                planned = (len(shard.objects), shard.bytes)
+                progress = from_stats(log.stats, shard.index, shards, *planned, listed=listed)
+            out.write(progress.line() + "\n")
+        out.flush()
+
+
+def run_load(
+    source: DataSource,
+    dest: str,
+    *,
+    sync: bool = False,
+    transfers: int = 8,
+    checkers: int = 16,
+    rclone: str = "rclone",
+    termination_log: str = TERMINATION_LOG,
+    environ: MutableMapping[str, str] | None = None,
+    out: IO[str] | None = None,
+    shard_index: int = 0,
+    shard_count: int = 1,
+    stats_seconds: float = 5.0,
+    sha256: str | None = None,
+) -> int:
+    """Run rclone, stream its log to `out`, write the summary; return rclone's exit code (or
+    PERMANENT_EXIT_CODE). `sha256`: a single file's expected digest, checked after the copy."""
+    out = out or sys.stdout
+    env = rclone_env(source, os.environ if environ is None else environ)
+    log = RunLog()
+    started = time.monotonic()
+    interrupted = False
+    shard: ShardPlan | None = None
+    exit_code: int | None = None
+    with contextlib.ExitStack() as stack:  # a scratch directory only for a shard's file list
+        files_from = None
+        if shard_count > 1:
+            try:
+                objects = list_source(rclone, f"{REMOTE}:{source.remote_path}", env)
+            except ListingError as exc:
+                log.errors.append(f"listing the source failed: {exc}")
+                exit_code = LISTING_FAILED_EXIT_CODE
+            else:
+                shard = plan_shard(objects, shard_index, shard_count)
+                scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="load-"))
+                files_from = str(Path(scratch) / "files")
+                write_file_list(shard, Path(files_from))
+                if sync and shard.index == 0 and Path(dest).is_dir():
+                    # A filtered sync deletes nothing outside its part: one shard prunes.
+                    removed = prune(Path(dest), (o.path for o in objects))
+                    out.write(json.dumps({"level": "notice", "msg": f"pruned {removed} files"}))
+                    out.write("\n")
+        if exit_code is None:
+            command = rclone_command(
+                rclone,
+                source,
+                dest,
+                sync=sync,
+                transfers=transfers,
+                checkers=checkers,
+                stats_seconds=stats_seconds,
+                files_from=files_from,
+            )
+            exit_code, interrupted = _run_rclone(command, env, log, out, shard, shard_count)
+    # Who a web identity token says the loader is, to name it if the role refused it.
+    token_file = env.get(AWS_WEB_IDENTITY_TOKEN_FILE) or env.get(AZURE_FEDERATED_TOKEN_FILE)
+    identity = token_identity(token_file) if exit_code else {}
+    failure = None
+    if exit_code == 0 and sha256 and source.single_file:
+        problem = verify_sha256(Path(dest) / source.remote_path, sha256)
+        if problem:
+            exit_code, failure = PERMANENT_EXIT_CODE, (problem, True)
+    duration = time.monotonic() - started
+    result = summary(log, exit_code, duration, source.url, interrupted, shard, identity, failure)
+    write_summary(result, out, termination_log)
+    return PERMANENT_EXIT_CODE if result.get("permanent") else exit_code
+
+
+def _run_rclone(
+    command: list[str],
+    env: Mapping[str, str],
+    log: RunLog,
+    out: IO[str],
+    shard: ShardPlan | None,
+    shards: int,
+) -> tuple[int, bool]:
+    """Run rclone to the end, forwarding SIGTERM; (exit code, whether it was interrupted)."""
+    interrupted = False
+    try:
+        process = subprocess.Popen(
+            command,
+            env=dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,  # rclone logs to stderr; one ordered stream
+            text=True,
+            errors="replace",
+        )
+    except OSError as exc:
+        log.errors.append(f"cannot start {command[0]}: {exc.strerror}")
+        return 127, False
+
+    def forward(signum: int, _frame: Any) -> None:
+        nonlocal interrupted
+        interrupted = True
+        process.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        assert process.stdout is not None
+        _pump(process.stdout, log, out, shard, shards)
+        exit_code = process.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return exit_code, interrupted
