@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,7 +19,6 @@ from gpu_admission.cluster.dra import (
 )
 from gpu_admission.cluster.view import (
     ClusterView,
-    MissResolver,
     StaticClusterView,
     node_info,
     pvc_info,
@@ -28,6 +26,7 @@ from gpu_admission.cluster.view import (
     service_account_info,
 )
 from gpu_admission.config import Config
+from webhooks.offline_review import ClusterState, Document
 
 LIVE_SYNC_TIMEOUT_SECONDS = 30.0
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -51,12 +50,6 @@ CLUSTER_STATE_KINDS = {
 
 class UsageError(Exception):
     """Bad input from the user of the command; exit status 2."""
-
-
-@dataclass
-class Document:
-    source: str
-    obj: dict[str, Any]
 
 
 def _parse_stream(text: str, source: str) -> Iterator[Document]:
@@ -96,13 +89,6 @@ def load_documents(paths: Iterable[str], stdin: TextIO) -> list[Document]:
         for file in files:
             documents.extend(_parse_stream(file.read_text(), str(file)))
     return documents
-
-
-@dataclass
-class ClusterState:
-    view: ClusterView
-    exempt_namespaces: set[str]
-    resolver: MissResolver | None = None
 
 
 def load_cluster_state(path: Path, config: Config) -> ClusterState:

@@ -1,0 +1,211 @@
+"""Admission offline: the chain of mutating and validating policies run over one manifest as
+the API server would run it on CREATE, with no cluster call. What `gpu-admission review` runs.
+
+A Pod is first defaulted as the API server defaults it (`pod_defaults`); the stateless pod checks
+run as the default manifests install them (the ValidatingAdmissionPolicy, then the validating
+webhook for pods with DRA claims) or as the webhook-for-every-pod overlay does; workload kinds
+are reviewed through their pod template; Secrets have `stringData` merged into `data` first.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_admission.cluster.view import ClusterView, MissResolver
+from gpu_admission.config import Config
+from webhooks import chain
+from webhooks.admission_policy import denial_text, has_resource_claims, policy_denial
+from webhooks.pod_defaults import default_pod
+from webhooks.policy import PolicySet
+from webhooks.registry import webhook_for
+from webhooks.review import AdmissionRequest
+
+# Dynamic Resource Allocation objects: read as cluster state by the pods that name them.
+CLAIM_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
+
+
+@dataclass
+class Document:
+    source: str
+    obj: dict[str, Any]
+
+
+@dataclass
+class ClusterState:
+    view: ClusterView
+    exempt_namespaces: set[str]
+    resolver: MissResolver | None = None
+
+
+# Where the stateless pod checks run: the ValidatingAdmissionPolicy of the default manifests
+# (Kubernetes 1.30+), or the validating webhook for every pod (the webhook-pod-checks overlay).
+POD_CHECKS_POLICY, POD_CHECKS_WEBHOOK = "policy", "webhook"
+
+# Where each workload kind keeps its pod template.
+POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "ReplicationController": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+REVIEWED_KINDS = {"Pod", "Secret", "PersistentVolumeClaim", *POD_TEMPLATE_PATHS}
+
+
+@dataclass
+class Result:
+    document: Document
+    allowed: bool = True
+    changes: int = 0
+    warnings: list[str] = field(default_factory=list)
+    denials: list[str] = field(default_factory=list)
+    skipped: str = ""
+
+    @property
+    def identity(self) -> str:
+        meta = self.document.obj.get("metadata") or {}
+        namespace = meta.get("namespace")
+        name = meta.get("name") or f"{meta.get('generateName', '')}<generated>"
+        where = f"{namespace}/{name}" if namespace else name
+        return f"{self.document.obj.get('kind')} {where} ({self.document.source})"
+
+
+# -- running the chain -----------------------------------------------------------------------
+
+
+def _merge_string_data(secret: dict[str, Any]) -> None:
+    """The API server turns stringData into base64 data before any webhook sees it."""
+    string_data = secret.pop("stringData", None) or {}
+    if string_data:
+        data = secret.setdefault("data", {}) or {}
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        secret["data"] = data
+
+
+def _request(obj: dict[str, Any], kind: str, namespace: str) -> AdmissionRequest:
+    meta = obj.get("metadata") or {}
+    return AdmissionRequest(
+        uid=str(uuid.uuid4()),
+        kind=kind,
+        resource={"Pod": "pods", "Secret": "secrets"}.get(kind, "persistentvolumeclaims"),
+        sub_resource="",
+        operation="CREATE",
+        namespace=namespace,
+        name=meta.get("name", ""),
+        object=obj,
+        old_object=None,
+        dry_run=True,
+    )
+
+
+async def _admit(
+    obj: dict[str, Any],
+    kind: str,
+    namespace: str,
+    policies: PolicySet,
+    state: ClusterState,
+    config: Config,
+    result: Result,
+    pod_checks: str,
+) -> dict[str, Any]:
+    """Mutating then validating, as the API server runs them; returns the admitted object."""
+    if kind == "Pod":
+        obj = default_pod(obj)
+    original = copy.deepcopy(obj)
+    for mutating in (True, False):
+        webhook = webhook_for(kind, mutating)
+        if webhook is None:
+            continue
+        if kind == "Pod" and not mutating and pod_checks == POD_CHECKS_POLICY:
+            # As installed on 1.30+: the ValidatingAdmissionPolicy first, then the validating
+            # webhook for pods with DRA claims only.
+            message = policy_denial(obj, config)
+            if message is not None:
+                result.allowed = False
+                result.denials.append(denial_text(message))
+                return obj
+            if not has_resource_claims(obj):
+                continue
+        request = _request(obj, kind, namespace)
+        selected = policies.mutating_for(kind) if mutating else policies.validating_for(kind)
+        if state.resolver is not None:
+            await chain.resolve_references(request, selected, state.view, state.resolver)
+        if mutating:
+            outcome = chain.run_mutating(
+                request,
+                selected,  # type: ignore[arg-type]
+                state.view,
+                config.failure_mode(webhook.path),
+                lambda: copy.deepcopy(original),
+            )
+            obj = request.object
+            result.changes += len(outcome.ops)
+        else:
+            outcome = chain.run_validating(
+                request,
+                selected,  # type: ignore[arg-type]
+                state.view,
+                config.failure_mode(webhook.path),
+            )
+        result.warnings.extend(outcome.warnings)
+        if not outcome.allowed:
+            result.allowed = False
+            result.denials.append(outcome.message)
+            return obj
+    return obj
+
+
+async def review_document(
+    document: Document,
+    policies: PolicySet,
+    state: ClusterState,
+    config: Config,
+    pod_checks: str = POD_CHECKS_POLICY,
+) -> Result:
+    obj = copy.deepcopy(document.obj)
+    result = Result(Document(document.source, obj))
+    kind = obj.get("kind")
+    meta = obj.setdefault("metadata", {}) or {}
+    namespace = meta.get("namespace") or "default"
+    if kind in CLAIM_KINDS:
+        result.skipped = "not reviewed; read as cluster state by the pods that use it"
+        return result
+    if kind not in REVIEWED_KINDS:
+        result.skipped = "no gpu-admission webhook reviews this kind"
+        return result
+    if namespace in state.exempt_namespaces:
+        result.skipped = f"namespace {namespace} is exempt"
+        return result
+    if kind == "Secret":
+        _merge_string_data(obj)
+    if kind in POD_TEMPLATE_PATHS:
+        *parents, last = POD_TEMPLATE_PATHS[kind]
+        holder: Any = obj
+        for key in parents:
+            holder = holder.setdefault(key, {})
+        template = holder.get(last) or {}
+        template_meta = dict(template.get("metadata") or {})
+        template_meta.setdefault("namespace", namespace)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": template_meta,
+            "spec": template.get("spec") or {},
+        }
+        admitted = await _admit(pod, "Pod", namespace, policies, state, config, result, pod_checks)
+        admitted_meta = dict(admitted.get("metadata") or {})
+        if "namespace" not in (template.get("metadata") or {}):
+            admitted_meta.pop("namespace", None)
+        holder[last] = {**template, "metadata": admitted_meta, "spec": admitted.get("spec")}
+    else:
+        result.document.obj = await _admit(
+            obj, kind, namespace, policies, state, config, result, pod_checks
+        )
+    return result
