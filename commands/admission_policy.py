@@ -3,7 +3,9 @@
 The default manifests carry them for the default configuration (manifests/base/
 admission-policy.yaml). A cluster whose config changes the GPU resource names, the shared
 suffixes or the guarded env names applies this command's output instead, so that the checks the
-API server runs match the ones the service runs.
+API server runs match the ones the service runs. `--webhook-condition` prints, instead, the CEL
+of the pods validating webhook's matchCondition for that config (the pods the policy cannot judge
+alone), to put in place of the one in manifests/base/webhooks.yaml.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import yaml
 
 from gpu_admission.config import ConfigError, load_config
 from webhooks.admission_policy import admission_policy, admission_policy_binding
+from webhooks.pod_webhook_condition import webhook_condition
 
 EXIT_OK, EXIT_USAGE = 0, 2
 HEADER = """\
@@ -48,8 +51,12 @@ def write_admission_policy(config_path: Path | None, out: TextIO) -> None:
 
 
 def admission_policy_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     try:
-        write_admission_policy(args.config, out or sys.stdout)
+        if args.webhook_condition:
+            out.write(webhook_condition(load_config(args.config).gpu) + "\n")
+        else:
+            write_admission_policy(args.config, out)
     except ConfigError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
@@ -64,4 +71,9 @@ def add_admission_policy_parser(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", type=Path, metavar="FILE", help="gpu-admission config file")
+    parser.add_argument(
+        "--webhook-condition",
+        action="store_true",
+        help="print the pods validating webhook's matchCondition (CEL) for the config instead",
+    )
     parser.set_defaults(func=admission_policy_command)

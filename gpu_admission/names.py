@@ -19,6 +19,10 @@ VISIBLE_DEVICES_NONE = "none"
 # name when a shared resource is renamed): `nvidia.com/gpu.replicas`, `nvidia.com/gpu.memory`.
 GPU_REPLICAS_LABEL_SUFFIX = ".replicas"
 GPU_MEMORY_LABEL_SUFFIX = ".memory"  # MiB per GPU (or per MIG slice)
+# `none`, or how a shared GPU is shared (replicas > 1): the device plugin's two strategies.
+GPU_SHARING_STRATEGY_LABEL_SUFFIX = ".sharing-strategy"
+SHARING_TIME_SLICING = "time-slicing"
+SHARING_MPS = "mps"
 
 # Memory-share profiles (pod annotation `<prefix>gpu-app`) and the env they write.
 PROFILE_GENERIC = "generic"
@@ -28,6 +32,7 @@ PROFILE_TENSORFLOW = "tensorflow"
 GPU_MEMORY_FRACTION = "GPU_MEMORY_FRACTION"
 GPU_SHARED_REPLICAS = "GPU_SHARED_REPLICAS"
 GPU_MEMORY_LIMIT_MIB = "GPU_MEMORY_LIMIT_MIB"
+GPU_SHARING_STRATEGY = "GPU_SHARING_STRATEGY"
 PYTORCH_CUDA_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 PYTORCH_MEMORY_FRACTION_OPTION = "per_process_memory_fraction"
 XLA_PYTHON_CLIENT_MEM_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"
@@ -140,6 +145,10 @@ class Names:
     @property
     def gpu_memory_fraction(self) -> str:
         return self._key("gpu-memory-fraction")
+
+    @property
+    def gpu_sharing(self) -> str:
+        return self._key("gpu-sharing")
 
     @property
     def gpu_replicas(self) -> str:

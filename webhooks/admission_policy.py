@@ -2,10 +2,11 @@
 
 The shared-GPU limit (`policies/shared_gpu_limit.py`) and the GPU env guard
 (`policies/gpu_env_guard.py`) need nothing but the pod, except where a container's GPU comes
-through a DRA claim (that needs the claim and its DeviceClass). So on API servers with
+through a DRA claim (that needs the claim and its DeviceClass), or where a shared GPU keeps its
+plain name (that needs the nodes' labels). So on API servers with
 admissionregistration.k8s.io/v1 policies (Kubernetes 1.30 and later) those checks run inside the
-API server, with no round trip, and the validating webhook is called only for pods with claims
-(`CLAIM_POD_CONDITION`, its matchCondition).
+API server, with no round trip, and the validating webhook is called only for the pods the
+policy cannot judge (`pod_webhook_condition`, its matchCondition).
 
 The CEL is generated here from the same configuration the Python policies read, and says the
 same words: a test evaluates it with a real CEL runtime against the Python policies over
@@ -39,15 +40,6 @@ FALLBACK_MESSAGE = (
     "a container of this pod asks for more than one time-sliced GPU, or requests a GPU and sets "
     "an env name the device plugin owns; run `gpu-admission review -f` on the manifest for "
     "every problem"
-)
-# Pods whose GPU may come through a DRA claim: the validating webhook's matchCondition.
-CLAIM_POD_CONDITION = (
-    "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0) || "
-    + " || ".join(
-        f"(has(object.spec.{lst}) && object.spec.{lst}.exists(c, has(c.resources) && "
-        "has(c.resources.claims) && size(c.resources.claims) > 0))"
-        for lst in ("initContainers", "containers", "ephemeralContainers")
-    )
 )
 _LISTS = (
     ("initContainers", "init container"),
@@ -313,14 +305,6 @@ def policy_denial(pod: Mapping[str, Any], config: Config) -> str | None:
     if len(message.encode()) > MAX_MESSAGE_BYTES or "\n" in message:
         return FALLBACK_MESSAGE
     return message
-
-
-def has_resource_claims(pod: Mapping[str, Any]) -> bool:
-    """`CLAIM_POD_CONDITION` in Python: whether the validating webhook is called for the pod."""
-    spec = pod.get("spec") or {}
-    if spec.get("resourceClaims"):
-        return True
-    return any((ref.container.get("resources") or {}).get("claims") for ref in iter_containers(pod))
 
 
 def denial_text(message: str) -> str:

@@ -18,8 +18,9 @@ from typing import Any
 from gpu_admission.cluster.view import ClusterView, MissResolver
 from gpu_admission.config import Config
 from webhooks import chain
-from webhooks.admission_policy import denial_text, has_resource_claims, policy_denial
+from webhooks.admission_policy import denial_text, policy_denial
 from webhooks.pod_defaults import default_pod
+from webhooks.pod_webhook_condition import webhook_sees
 from webhooks.policy import PolicySet
 from webhooks.registry import webhook_for
 from webhooks.review import AdmissionRequest
@@ -131,7 +132,7 @@ async def _admit(
                 result.allowed = False
                 result.denials.append(denial_text(message))
                 return obj
-            if not has_resource_claims(obj):
+            if not webhook_sees(obj, config.gpu):
                 continue
         request = _request(obj, kind, namespace)
         selected = policies.mutating_for(kind) if mutating else policies.validating_for(kind)

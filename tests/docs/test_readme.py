@@ -41,6 +41,7 @@ COMMANDS = (
 QUOTED_DENIALS = (
     "Pod ml/sees-all-gpus",
     "Pod ml/notebook-shared-2",
+    "Pod ml/notebook-time-sliced-2",
     "Pod ml/wrong-credential",
     "Secret ml/s3-typo",
     "PersistentVolumeClaim ml/bad-source",

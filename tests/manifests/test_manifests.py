@@ -166,7 +166,7 @@ def _pods_validating_webhook(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]
     return next(w for w in validating["webhooks"] if w["name"] == "pods.validate.gpu-admission.io")
 
 
-def test_the_base_runs_the_pod_checks_in_the_api_server_and_the_webhook_for_claims_only():
+def test_the_base_runs_the_pod_checks_in_the_api_server_and_the_webhook_for_the_rest():
     docs = render("manifests")
     policy = one(docs, "ValidatingAdmissionPolicy", "gpu-admission-pods")
     binding = one(docs, "ValidatingAdmissionPolicyBinding", "gpu-admission-pods")
@@ -174,7 +174,8 @@ def test_the_base_runs_the_pod_checks_in_the_api_server_and_the_webhook_for_clai
     assert binding["spec"] == {"policyName": "gpu-admission-pods", "validationActions": ["Deny"]}
     assert policy["spec"]["failurePolicy"] == "Fail"
     (condition,) = _pods_validating_webhook(docs)["matchConditions"]
-    assert condition["name"] == "has-resource-claims"
+    # DRA claims, and plain GPU names asked more than once (shared or not by the nodes' labels).
+    assert condition["name"] == "claims-or-plain-gpu-over-one"
 
 
 def test_the_overlay_for_older_api_servers_calls_the_webhook_for_every_pod():

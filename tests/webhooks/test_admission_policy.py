@@ -23,14 +23,13 @@ from tests.world.kubeapi.admission_types import AdmissionAttributes
 from tests.world.kubeapi.errors import StatusError
 from webhooks import chain
 from webhooks.admission_policy import (
-    CLAIM_POD_CONDITION,
     FALLBACK_MESSAGE,
     admission_policy,
     admission_policy_binding,
     denial_text,
-    has_resource_claims,
     policy_denial,
 )
+from webhooks.pod_webhook_condition import webhook_condition, webhook_sees
 from webhooks.policies.quantity import parse_quantity
 from webhooks.registry import build_policy_set
 
@@ -207,20 +206,31 @@ def test_quantities_parse_as_apimachinery_parses_them(text: str) -> None:
         assert parse_quantity(text) == expected
 
 
-def test_pods_with_claims_are_left_to_the_webhook_and_only_those() -> None:
+def _limits(name: str, value: str) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "t", "resources": {"limits": {name: value}}}]}}
+
+
+def test_the_webhook_sees_claims_and_plain_gpus_over_one_and_only_those() -> None:
     claim_pod = {
         "spec": {
             "containers": [{"name": "t", "resources": {"claims": [{"name": "gpu"}]}}],
             "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
         }
     }
-    plain = {"spec": {"containers": [{"name": "t", "resources": {"limits": {"cpu": "1"}}}]}}
-    assert has_resource_claims(claim_pod) and not has_resource_claims(plain)
+    gpu = CONFIG.gpu
+    assert webhook_sees(claim_pod, gpu)
+    assert webhook_sees(_limits("nvidia.com/gpu", "2"), gpu)  # plain name: the nodes decide
+    assert webhook_sees(_limits("nvidia.com/mig-1g.5gb", "3"), gpu)
+    assert not webhook_sees(_limits("nvidia.com/gpu", "1"), gpu)
+    assert not webhook_sees(_limits("nvidia.com/gpu.shared", "2"), gpu)  # the policy's own case
+    assert not webhook_sees(_limits("cpu", "4"), gpu)
     webhooks = yaml.safe_load_all((ROOT / "manifests" / "base" / "webhooks.yaml").read_text())
     validating = next(d for d in webhooks if d["kind"] == "ValidatingWebhookConfiguration")
     pods_hook = next(w for w in validating["webhooks"] if w["name"].startswith("pods."))
     (condition,) = pods_hook["matchConditions"]
-    assert " ".join(condition["expression"].split()) == CLAIM_POD_CONDITION
+    assert " ".join(condition["expression"].split()) == webhook_condition(gpu), (
+        "regenerate with `gpu-admission admission-policy --webhook-condition`"
+    )
 
 
 def test_the_default_manifests_carry_the_policy_for_the_deployed_config(tmp_path) -> None:

@@ -1,32 +1,36 @@
-"""GPU memory share: tell apps on a time-sliced GPU how much of its memory is theirs.
+"""GPU memory share: tell apps on a shared GPU how much of its memory is theirs.
 
 Time-slicing shares compute but not memory: every replica can allocate the whole GPU, and the
-first greedy framework starves the rest. The replica count and memory per GPU come from the
-gpu-feature-discovery labels of the nodes the pod may land on; the worst case among them (most
-replicas, least memory) is the safe one. The share is written as plain env values, so
-`$(GPU_MEMORY_FRACTION)` also works in args, in the form each framework reads (the profile).
+first greedy framework starves the rest. A request is shared when every node it may land on
+shares the resource (`gpu_sharing`: a renamed `.shared` resource, or `nvidia.com/gpu` on nodes
+gpu-feature-discovery labels time-slicing or mps); the replica count and memory per GPU come
+from those nodes' labels, and the worst case among them (most replicas, least memory) is the
+safe one. Under MPS the device plugin's daemon already caps each client at the GPU's memory
+divided by the replicas; the share written here is the same division less the headroom, so a
+framework's own cap always lies under the daemon's and fails first, with the framework's own
+out-of-memory error. The share is written as plain env values, so `$(GPU_MEMORY_FRACTION)` also
+works in args, in the form each framework reads (the profile).
 """
 
 from __future__ import annotations
 
 import math
-import re
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from gpu_admission import names as n
 from gpu_admission.cluster.view import ClusterView, NodeInfo
-from gpu_admission.config import Config, NoCandidateBehaviour
+from gpu_admission.config import Config, GpuConfig, NoCandidateBehaviour
 from webhooks.patch import Patch
 from webhooks.policies.containers import iter_containers
 from webhooks.policies.gpu_claims import GpuDetector, GpuUse
 from webhooks.policies.gpu_resources import GpuResources
+from webhooks.policies.gpu_sharing import classify, label_count
 from webhooks.policies.gpu_visibility import is_mirror_pod
 from webhooks.policies.node_match import Placement
-from webhooks.policies.quantity import is_positive
 from webhooks.policies.share_env import (
     GENERIC_RULES,
     PROFILE_WARNINGS,
@@ -38,7 +42,6 @@ from webhooks.policies.share_env import (
 from webhooks.policy import MutatingPolicy, Scope
 from webhooks.review import AdmissionRequest, Verdict
 
-_COUNT = re.compile(r"[0-9]{1,9}")
 RESOURCE_CONTAINER_LISTS = ("initContainers", "containers")  # ephemeral ones cannot ask for any
 
 
@@ -58,24 +61,26 @@ class ShareResult:
     notes: tuple[str, ...] = ()  # warnings about the candidates (spread, unlabelled nodes)
 
 
-def _count(value: str | None) -> int | None:
-    return int(value) if value is not None and _COUNT.fullmatch(value) else None
-
-
 def gpu_facts(node: NodeInfo, base: str) -> tuple[int, int] | None:
     """(replicas, memory MiB) from the node's gpu-feature-discovery labels, if both are usable."""
-    replicas = _count(node.labels.get(base + n.GPU_REPLICAS_LABEL_SUFFIX))
-    memory = _count(node.labels.get(base + n.GPU_MEMORY_LABEL_SUFFIX))
+    replicas = label_count(node.labels.get(base + n.GPU_REPLICAS_LABEL_SUFFIX))
+    memory = label_count(node.labels.get(base + n.GPU_MEMORY_LABEL_SUFFIX))
     if not replicas or not memory:
         return None
     return replicas, memory
 
 
 def compute_share(
-    resource: str, base: str, candidates: Iterable[NodeInfo], headroom: Fraction
-) -> ShareResult:
-    """The safe share of `resource` across the candidate nodes (those offering it)."""
-    offering = [node for node in candidates if is_positive(node.allocatable.get(resource))]
+    resource: str, candidates: Iterable[NodeInfo], headroom: Fraction, gpu: GpuConfig
+) -> ShareResult | None:
+    """The safe share of `resource` across the candidate nodes that share it; None when the
+    request is not shared (no candidate shares an unrenamed resource)."""
+    sharing = classify(resource, candidates, gpu)
+    renamed = gpu.is_shared_resource(resource)
+    if not renamed and not sharing.shared:
+        return None
+    base = gpu.base_resource_name(resource)
+    offering = sharing.shared
     labels = f"{base}{n.GPU_REPLICAS_LABEL_SUFFIX}/{n.GPU_MEMORY_LABEL_SUFFIX.lstrip('.')}"
     if not offering:
         return ShareResult(
@@ -107,7 +112,7 @@ def compute_share(
                 "ask your platform team to share the GPUs fewer ways",
             )
         )
-    notes = []
+    notes = [sharing.mixed_note()] if sharing.mixed else []
     if len(facts) < len(offering):
         notes.append(
             f"{resource}: {len(offering) - len(facts)} of {len(offering)} candidate nodes lack "
@@ -125,7 +130,8 @@ def compute_share(
             f"{resource}: {', '.join(spread)} across {len(facts)} nodes; using the safe worst case"
         )
     limit_mib = math.floor(memory * Fraction(thousandths, 1000))
-    return ShareResult(Share(resource, thousandths, replicas, limit_mib), tuple(notes))
+    share = Share(resource, thousandths, replicas, limit_mib, sharing.strategy)
+    return ShareResult(share, tuple(notes))
 
 
 # -- the policy ----------------------------------------------------------------------------------
@@ -147,16 +153,16 @@ class ShareCache:
 
     MAX_ENTRIES = 1024
 
-    def __init__(self, base_name: Callable[[str], str], headroom: Fraction) -> None:
-        self._base_name = base_name
+    def __init__(self, gpu: GpuConfig, headroom: Fraction) -> None:
+        self._gpu = gpu
         self._headroom = headroom
         self._view: weakref.ref[ClusterView] | None = None
         self._generation: int | None = None
-        self._results: dict[tuple[str, str], ShareResult] = {}
+        self._results: dict[tuple[str, str], ShareResult | None] = {}
 
     def get(
         self, view: ClusterView, resource: str, spec: Mapping[str, Any], placement: Placement
-    ) -> ShareResult:
+    ) -> ShareResult | None:
         generation = view.nodes_generation()
         same_view = self._view is not None and self._view() is view
         if (
@@ -179,13 +185,10 @@ class ShareCache:
                 )
             ),
         )
-        result = self._results.get(key)
-        if result is None:
-            base = self._base_name(resource)
+        if key not in self._results:
             candidates = placement.candidates(view)
-            result = compute_share(resource, base, candidates, self._headroom)
-            self._results[key] = result
-        return result
+            self._results[key] = compute_share(resource, candidates, self._headroom, self._gpu)
+        return self._results[key]
 
 
 def _claim_gpus_note(
@@ -213,7 +216,7 @@ def policies(config: Config) -> list[MutatingPolicy]:
     profiles = build_profiles(settings.profiles)
     names = config.names
     deny_without_share = settings.on_no_candidates is NoCandidateBehaviour.DENY
-    shares = ShareCache(config.gpu.base_resource_name, headroom)
+    shares = ShareCache(config.gpu, headroom)
 
     def profile_rules(request: AdmissionRequest, patch: Patch) -> tuple[EnvRule, ...]:
         chosen = (request.annotations.get(names.gpu_app) or settings.default_profile).strip()
@@ -229,30 +232,34 @@ def policies(config: Config) -> list[MutatingPolicy]:
         pod = request.object
         if is_mirror_pod(pod):
             return None
-        wanting = [
-            (ref, shared)
-            for ref in iter_containers(pod, RESOURCE_CONTAINER_LISTS)
-            if (shared := gpus.shared_names(ref.resource_names()))
-        ]
+        spec = pod.get("spec") or {}
+        placement: Placement | None = None
+        results: dict[str, ShareResult | None] = {}
+        wanting = []
+        for ref in iter_containers(pod, RESOURCE_CONTAINER_LISTS):
+            shared = []
+            for resource in gpus.gpu_names(ref.resource_names()):
+                if resource not in results:
+                    placement = placement or Placement.of(spec)
+                    result = shares.get(view, resource, spec, placement)
+                    results[resource] = result
+                    for note in result.notes if result else ():
+                        patch.warn(note)
+                if results[resource] is not None:
+                    shared.append(resource)
+            if shared:
+                wanting.append((ref, shared))
         if not wanting:
             # Claims were resolved for the visibility policy, which runs on the same path.
             _claim_gpus_note(request, patch, view, detector, names.gpu_app)
             return None
-        spec = pod.get("spec") or {}
-        placement = Placement.of(spec)
-        results: dict[str, ShareResult] = {}
         rules = profile_rules(request, patch)
         fractions: list[tuple[str, str]] = []
         replicas: list[tuple[str, str]] = []
+        strategies: list[tuple[str, str]] = []
         for ref, shared in wanting:
             # A container with two shared resources (rare) gets the smaller share: the safe one.
-            for resource in shared:
-                if resource not in results:
-                    result = shares.get(view, resource, spec, placement)
-                    results[resource] = result
-                    for note in result.notes:
-                        patch.warn(note)
-            outcomes = [results[r].share for r in shared]
+            outcomes = [r.share for r in (results[name] for name in shared) if r is not None]
             missing = [o for o in outcomes if isinstance(o, NoShare)]
             if missing:
                 first = missing[0]
@@ -267,9 +274,11 @@ def policies(config: Config) -> list[MutatingPolicy]:
             apply_env(ref, rules, share, patch)
             fractions.append((ref.name, share.fraction))
             replicas.append((ref.name, str(share.replicas)))
+            strategies.append((ref.name, share.strategy))
         if fractions:
             patch.set_annotation(names.gpu_memory_fraction, _summary(fractions))
             patch.set_annotation(names.gpu_replicas, _summary(replicas))
+            patch.set_annotation(names.gpu_sharing, _summary(strategies))
         return None
 
     return [MutatingPolicy("gpu-memory-share", Scope("Pod"), mutate)]

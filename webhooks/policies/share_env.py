@@ -33,6 +33,7 @@ class Share:
     thousandths: int  # the fraction, rounded down to 3 decimals
     replicas: int
     limit_mib: int
+    strategy: str = n.SHARING_TIME_SLICING  # time-slicing, mps, or both ("mps,time-slicing")
     fraction: str = field(init=False)  # as env values carry it: "0.237"
 
     def __post_init__(self) -> None:

@@ -1,16 +1,26 @@
-"""Shared-GPU limit: at most 1 of a time-sliced GPU resource per container.
+"""Shared-GPU limit: at most 1 of a shared GPU resource per container.
 
-Time-sliced replicas are the same physical GPU handed out several times. Two of them give a
-container no more compute (they are time-sliced against each other) and the same memory, so
-asking for more than one only takes a slot from someone else.
+Time-sliced or MPS replicas are the same physical GPU handed out several times. Two of them give
+a container no more compute (they take turns on the same GPU, or split its SMs) and the same
+memory, so asking for more than one only takes a slot from someone else.
+
+A renamed resource (`nvidia.com/gpu.shared`) is shared wherever it is offered: its check needs
+the pod alone and also runs in the API server (the ValidatingAdmissionPolicy). An unrenamed one
+(`nvidia.com/gpu`, as NVIDIA's device plugin advertises a shared GPU by default) is shared only on
+nodes whose labels say so (`gpu_sharing`): more than 1 is refused when every candidate node
+shares it, and warned about when only some do, since the same request is right on a node that
+gives whole GPUs.
 """
 
 from __future__ import annotations
 
+from gpu_admission import names as n
 from gpu_admission.cluster.view import ClusterView
 from gpu_admission.config import Config, GpuConfig
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_resources import GpuResources
+from webhooks.policies.gpu_sharing import RequestSharing, classify, label_count
+from webhooks.policies.node_match import Placement
 from webhooks.policies.quantity import is_int64, parse_quantity
 from webhooks.policy import Scope, ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict
@@ -63,13 +73,67 @@ def container_problems(ref: ContainerRef, gpus: GpuResources, config: GpuConfig)
     return problems
 
 
+def over_one(ref: ContainerRef, name: str) -> str | None:
+    """The container's count of `name` when it is more than 1 (limits first: the API server
+    makes an extended resource's request equal to its limit)."""
+    request, limit = ref.resource_quantity(name)
+    raw = limit if limit is not None else request
+    quantity = parse_quantity(raw)
+    return raw if quantity is not None and quantity > 1 else None
+
+
+def _replicas(sharing: RequestSharing, gpu: GpuConfig) -> str:
+    base = gpu.base_resource_name(sharing.resource)
+    counts = {
+        label_count(node.labels.get(base + n.GPU_REPLICAS_LABEL_SUFFIX)) for node in sharing.shared
+    }
+    known = sorted(c for c in counts if c)
+    if not known:
+        return "replicas per GPU unknown"
+    if len(known) == 1:
+        return f"{known[0]} replicas per GPU"
+    return f"{known[0]} to {known[-1]} replicas per GPU"
+
+
+def node_shared_problem(
+    ref: ContainerRef, name: str, raw: str, sharing: RequestSharing, gpu: GpuConfig
+) -> str:
+    return (
+        f"{ref.describe} asks for {raw} of {name}, and every node it can run on shares that GPU "
+        f"({sharing.described}, {_replicas(sharing, gpu)}): the replicas take turns on one GPU "
+        f"(or split its SMs) and share its memory, so {raw} give no more compute than 1; request "
+        f"1 {name}, or run the pod on nodes that give whole GPUs"
+    )
+
+
+def node_shared_warning(ref: ContainerRef, name: str, raw: str, sharing: RequestSharing) -> str:
+    total = len(sharing.shared) + len(sharing.exclusive)
+    return (
+        f"{ref.describe} asks for {raw} of {name}: {len(sharing.shared)} of its {total} "
+        f"candidate nodes share that GPU ({sharing.described}), where {raw} give no more compute "
+        "than 1; keep the pod on nodes that give whole GPUs, or request 1"
+    )
+
+
 def policies(config: Config) -> list[ValidatingPolicy]:
     gpus = GpuResources.from_config(config.gpu)
 
     def validate(request: AdmissionRequest, view: ClusterView) -> Verdict:
         problems: list[str] = []
+        warnings: list[str] = []
+        placement: Placement | None = None
         for ref in iter_containers(request.object):
             problems.extend(container_problems(ref, gpus, config.gpu))
-        return Verdict.deny("; ".join(problems)) if problems else Verdict.allow()
+            for name in gpus.gpu_names(ref.resource_names()):
+                raw = None if gpus.is_shared(name) else over_one(ref, name)
+                if raw is None:
+                    continue
+                placement = placement or Placement.of(request.object.get("spec") or {})
+                sharing = classify(name, placement.candidates(view), config.gpu)
+                if sharing.everywhere:
+                    problems.append(node_shared_problem(ref, name, str(raw), sharing, config.gpu))
+                elif sharing.mixed:
+                    warnings.append(node_shared_warning(ref, name, str(raw), sharing))
+        return Verdict.deny("; ".join(problems)) if problems else Verdict.allow(*warnings)
 
     return [ValidatingPolicy("shared-gpu-limit", Scope("Pod"), validate)]
