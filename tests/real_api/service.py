@@ -1,0 +1,96 @@
+"""The webhook service, registered with a real kube-apiserver: the manifests' webhook
+configurations with each `clientConfig.service` turned into the URL of the service running here
+(kube-apiserver calls a webhook by URL when nothing routes its Service name; it verifies the
+certificate against `caBundle`, issued here for 127.0.0.1), the service's config from the
+ConfigMap, its view fed by informers watching the real server.
+
+Webhook configurations are cluster-scoped: `served` deletes the ones of the same name first (a
+base applied by another module) and its own when the test ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes import config as kube_config
+
+from certs.issue import ServingSpec, issue_bundle
+from certs.reloader import CertReloader
+from gpu_admission.cluster.informers import InformerClusterView
+from gpu_admission.config import Config
+from gpu_admission.metrics import Metrics
+from tests.world.control_plane import ControlPlane
+from tests.world.harness import (
+    WebhookServiceThread,
+    _wait_synced,
+    body,
+    manifest_config,
+    manifest_objects,
+    with_ca_bundle,
+)
+from webhooks.registry import build_policy_set
+from webhooks.server import create_app
+
+
+def _by_url(configuration: dict[str, Any], address: str) -> dict[str, Any]:
+    for webhook in configuration["webhooks"]:
+        service = webhook["clientConfig"].pop("service")
+        webhook["clientConfig"]["url"] = f"https://{address}{service['path']}"
+    return configuration
+
+
+def _delete_webhooks(registration: client.AdmissionregistrationV1Api, name: str) -> None:
+    for delete in (
+        registration.delete_mutating_webhook_configuration,
+        registration.delete_validating_webhook_configuration,
+    ):
+        try:
+            delete(name)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+
+
+@contextlib.contextmanager
+def served(plane: ControlPlane, overrides: Mapping[str, Any] | None = None) -> Iterator[Config]:
+    """The service running and registered; yields its config."""
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="service-")))
+        config = manifest_config(workdir, overrides)
+        api = kube_config.new_client_from_config(str(plane.kubeconfig))
+        stack.callback(api.close)
+        view = InformerClusterView(api, config)
+        view.start()
+        stack.callback(view.join)
+        stack.callback(view.stop)
+        _wait_synced(view)
+        bundle = issue_bundle(
+            ServingSpec(config.certs.service_name, config.certs.namespace, ips=["127.0.0.1"])
+        )
+        reloader = CertReloader()
+        reloader.reload(bundle)
+        metrics = Metrics(process_metrics=False)
+        policies = build_policy_set(config)
+        service = WebhookServiceThread(
+            lambda: create_app(config, policies, view, view, view.ready, metrics),
+            reloader.context,
+        )
+        service.start()
+        stack.callback(service.stop)
+        address = f"127.0.0.1:{service.port}"
+        registration = client.AdmissionregistrationV1Api(api)
+        (mutating,) = manifest_objects("MutatingWebhookConfiguration")
+        (validating,) = manifest_objects("ValidatingWebhookConfiguration")
+        _delete_webhooks(registration, mutating["metadata"]["name"])
+        for configuration, create in (
+            (mutating, registration.create_mutating_webhook_configuration),
+            (validating, registration.create_validating_webhook_configuration),
+        ):
+            create(body(_by_url(with_ca_bundle(configuration, bundle.ca_bundle_pem), address)))
+        stack.callback(_delete_webhooks, registration, mutating["metadata"]["name"])
+        yield config
