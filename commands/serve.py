@@ -5,9 +5,11 @@ own (`gpu-admission controller`), so its bursts never take the webhooks' interpr
 Start-up order: certificates (the HTTPS site needs one), cluster caches, the HTTPS and metrics
 sites, then background services. /readyz reports what is not ready yet: certificates, cache sync.
 
-Shutdown (SIGTERM or SIGINT): /readyz turns 503 at once, the listener closes, requests already
-received are answered (for up to `server.shutdown_grace_seconds`), background services stop in
-reverse order, the caches and the metrics listener last; then the process exits 0.
+Shutdown (SIGTERM or SIGINT): /readyz turns 503 at once; the service keeps answering for
+`server.drain_seconds`, each answer closing its connection, then closes its listener and its idle
+connections, and answers what it has received (for up to `server.shutdown_grace_seconds`;
+`webhooks/draining.py`); background services stop in reverse order, the caches and the metrics
+listener last; then the process exits 0.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from gpu_admission.heap import freeze_long_lived
 from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.metrics import NOT_KNOWN, Metrics
 from gpu_admission.stop_signals import stop_signals
+from webhooks.draining import DRAIN, Drain, close_gracefully
 from webhooks.policy import PolicySet
 from webhooks.registry import build_policy_set
 from webhooks.server import create_app, make_runner
@@ -106,6 +109,7 @@ class AdmissionServer:
         self.draining = False
         self._started: list[BackgroundService] = []
         self._webhook_runner: web.AppRunner | None = None
+        self._drain: Drain | None = None
         self._metrics_runner: web.AppRunner | None = None
         self.metrics.watch_readiness(self.readiness)
         self.metrics.gauge_of(
@@ -154,6 +158,7 @@ class AdmissionServer:
             app = create_app(
                 self.config, self.policy_set, view, resolver, self.readiness, self.metrics
             )
+            self._drain = app[DRAIN]
             self._webhook_runner = make_runner(app, server.shutdown_grace_seconds)
             await self._webhook_runner.setup()
             await web.TCPSite(
@@ -192,13 +197,19 @@ class AdmissionServer:
         return [f"{a[0]}:{a[1]}" for a in runner.addresses]
 
     async def stop(self) -> None:
-        """Stop gracefully: unready at once, finish in-flight requests, then the rest."""
+        """Stop gracefully: unready at once, drain, finish in-flight requests, then the rest."""
         self.draining = True
-        if self._webhook_runner is not None:
+        if self._webhook_runner is not None and self._drain is not None:
             began = time.monotonic()
-            await self._webhook_runner.cleanup()  # closes the listener, waits for handlers
+            server = self.config.server
+            await close_gracefully(
+                self._webhook_runner,
+                self._drain,
+                server.drain_seconds,
+                server.shutdown_grace_seconds,
+            )
             self._webhook_runner = None
-            log.info("in-flight requests finished in %.2fs", time.monotonic() - began)
+            log.info("drained and finished in-flight requests in %.2fs", time.monotonic() - began)
         while self._started:
             service = self._started.pop()
             try:

@@ -57,8 +57,12 @@ class ServerConfig(_Model):
     """Plain HTTP: /metrics; 0 turns the listener off."""
     max_body_bytes: Annotated[int, Field(ge=1024)] = 3 * 1024 * 1024
     """AdmissionReviews larger than 3 MiB get 413."""
+    drain_seconds: Annotated[float, Field(ge=0, le=300)] = 5.0
+    """On SIGTERM, how long the service keeps answering (unready, closing each connection after
+    its answer) before it closes its listener: long enough for the endpoint's removal to reach
+    every kube-proxy. The pod's terminationGracePeriodSeconds must cover it and the grace."""
     shutdown_grace_seconds: Annotated[float, Field(ge=0)] = 20.0
-    """On SIGTERM, how long in-flight requests may take to finish."""
+    """On SIGTERM, after draining, how long the last requests may take to finish."""
     # Webhook path -> failure mode when a policy raises. Validating webhooks default to deny:
     # an unchecked object must not get in. Mutating ones too: a pod that missed its
     # NVIDIA_VISIBLE_DEVICES=none would see every GPU of its node.

@@ -36,6 +36,7 @@ from gpu_admission.metrics import (
     Metrics,
 )
 from webhooks import chain
+from webhooks.draining import DRAIN, Drain
 from webhooks.memo import MutationMemo, Probe
 from webhooks.policy import (
     MutatingPolicy,
@@ -365,11 +366,15 @@ def create_app(
     """The webhook application: every path of `webhooks.registry.WEBHOOKS`, plus health checks.
 
     `metrics` is the process's registry (a fresh one when omitted); the app's admission metrics
-    are also available as `app[ADMISSION_METRICS]`.
+    are also available as `app[ADMISSION_METRICS]`, and its drain switch as `app[DRAIN]`.
     """
     admission_metrics = AdmissionMetrics(metrics or Metrics(process_metrics=False))
-    app = web.Application(client_max_size=config.server.max_body_bytes)
+    drain = Drain()
+    app = web.Application(
+        client_max_size=config.server.max_body_bytes, middlewares=[drain.middleware]
+    )
     app[ADMISSION_METRICS] = admission_metrics
+    app[DRAIN] = drain
     for webhook in WEBHOOKS:
         endpoint = AdmissionEndpoint(
             webhook,

@@ -65,13 +65,14 @@ def mark() -> MutatingPolicy:
     )
 
 
-def make_config(cert_dir: Path) -> Config:
+def make_config(cert_dir: Path, drain_seconds: float = 0.0) -> Config:
     return Config.model_validate(
         {
             "server": {
                 "host": "127.0.0.1",
                 "port": free_port(),
                 "metrics_port": free_port(),
+                "drain_seconds": drain_seconds,
                 "shutdown_grace_seconds": WAIT,
             },
             "certs": {"cert_dir": str(cert_dir), "extra_ips": ["127.0.0.1"]},
@@ -154,6 +155,50 @@ async def test_shutdown_answers_in_flight_requests_and_refuses_new_connections(t
     assert answer["response"]["uid"] == json.loads(body)["request"]["uid"]
     assert answer["response"]["allowed"] is True
     assert events == ["start controller", "stop controller"]
+
+
+async def test_while_draining_kept_alive_connections_are_answered_and_closed(tmp_path):
+    """SIGTERM with a kept-alive connection open (as kube-apiserver keeps them): the next request
+    on it is read and answered in full, with `Connection: close`, and new connections are still
+    accepted until the drain ends; then the listener closes."""
+    cert_dir = tmp_path / "certs"
+    config = make_config(cert_dir, drain_seconds=WAIT * 6)  # ended by the test, not the clock
+    server = AdmissionServer(
+        config,
+        None,
+        PolicySet(mutating=(mark(),)),
+        metrics=Metrics(process_metrics=False),
+        extra_services=[],
+        cluster=(StaticClusterView(), None),
+    )
+    await server.start()
+    url = f"https://127.0.0.1:{config.server.port}/mutate/pods"
+    body = fixture_bytes("pod-cpu-cuda-image.mutating.json")
+    connector = aiohttp.TCPConnector(ssl=client_context(cert_dir), limit=1)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def review() -> aiohttp.ClientResponse:
+            async with session.post(
+                url, data=body, headers={"Content-Type": "application/json"}
+            ) as response:
+                await response.read()
+                return response
+
+        before = await review()
+        assert before.status == 200 and before.headers.get("Connection") != "close"
+        stopping = asyncio.create_task(server.stop())
+        while SHUTTING_DOWN not in server.readiness():
+            await asyncio.sleep(0)
+        on_kept_alive = await asyncio.wait_for(review(), WAIT)  # the same pooled connection
+        assert on_kept_alive.status == 200
+        assert on_kept_alive.headers["Connection"] == "close"
+        on_new = await asyncio.wait_for(review(), WAIT)  # a new connection is still accepted
+        assert on_new.status == 200 and on_new.headers["Connection"] == "close"
+        assert not stopping.done()
+        assert server._drain is not None
+        server._drain.end()
+        await asyncio.wait_for(stopping, WAIT)
+        await asyncio.wait_for(_until_refused(config.server.port), WAIT)
 
 
 async def _until_refused(port: int) -> None:
