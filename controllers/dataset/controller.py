@@ -48,6 +48,7 @@ from controllers.dataset.records import (
 )
 from controllers.dataset.slots import LoadSlots
 from controllers.dataset.snapshots import SnapshotKeeper
+from controllers.dataset.starts import LoaderStarts
 from controllers.dataset.writes import ApiWriter, NamespaceTerminating
 from controllers.leader import LeaderElector
 from controllers.workqueue import RateLimitedQueue, ShutDown
@@ -103,6 +104,7 @@ class DatasetController:
         self.recorder: LoadRecorder | None = None
         self.progress: ProgressReader | None = None
         self.snapshots: SnapshotKeeper | None = None
+        self.starts: LoaderStarts | None = None
         self.slots = LoadSlots(self.api, config, self.metrics)
         self._throttled: set[str] = set()  # PVCs waiting for a free load slot
         self._terminating: set[str] = set()  # namespaces whose work was dropped
@@ -110,8 +112,14 @@ class DatasetController:
         self._elector: LeaderElector | None = None
         self.leading = asyncio.Event()
         self.registry.registry.register(
-            LoadStateCollector(self._cached_pvcs, config.dataset.load_stuck_after_seconds)
+            LoadStateCollector(
+                self._cached_pvcs, config.dataset.load_stuck_after_seconds, self._blocked
+            )
         )
+
+    def _blocked(self) -> dict[tuple[str, str], str]:
+        starts = self.starts
+        return starts.blocked() if starts is not None and self.leading.is_set() else {}
 
     def _cached_pvcs(self) -> list[PvcRecord]:
         """The dataset PVCs as the leader's cache holds them; none on a standby."""
@@ -236,6 +244,7 @@ class DatasetController:
             self.api, self.loader_pods, self.metrics, dataset.progress_interval_seconds
         )
         self.snapshots = SnapshotKeeper(self._api_client, self.api, self.config)
+        self.starts = LoaderStarts(self.api, self.loader_pods, names)
         self.recorder = LoadRecorder(
             self.api,
             names,
@@ -271,9 +280,14 @@ class DatasetController:
     def _on_loader_pod(
         self, event: EventType, old: LoaderPod | None, new: LoaderPod | None
     ) -> None:
-        if new is None or new.exit_code is None or self.jobs is None:
+        if new is None or self.jobs is None:
             return
-        job = self.jobs.get(new.job_key)  # a finished attempt: its PVC may be waiting for it
+        # A finished attempt (its PVC may be waiting for it), or a pod that has not started and
+        # whose status now says something new (why it cannot start).
+        news = old is None or (old.waiting, old.unschedulable) != (new.waiting, new.unschedulable)
+        if new.exit_code is None and (new.started or not news):
+            return
+        job = self.jobs.get(new.job_key)
         if job is not None:
             self._enqueue((PVC, job.pvc_key))
 
@@ -334,6 +348,8 @@ class DatasetController:
                 self.recorder.forget(key)
             if self.progress is not None:
                 self.progress.forget(key)
+            if self.starts is not None:
+                self.starts.forget(key)
             return
         jobs = self.slots.jobs_of(key)
         limits = self.config.dataset
@@ -358,6 +374,9 @@ class DatasetController:
             self._throttled.discard(key)
         if plan.running_job is not None:
             plan = await self._with_progress(pvc, plan, plan.running_job)
+            plan = await self._with_start_check(pvc, plan, plan.running_job)
+        elif self.starts is not None:
+            self.starts.forget(key)
         if plan.phase is not None:
             assert self.recorder is not None
             await self.recorder.record(pvc, plan)
@@ -374,6 +393,16 @@ class DatasetController:
             assert self.waiting is not None
             for pod_key in self.waiting.waiting_for(pvc):
                 self._queue.add((POD, pod_key))
+
+    async def _with_start_check(self, pvc: PvcRecord, plan: Plan, job: JobRecord) -> Plan:
+        """A loader pod that cannot start is named on the PVC, in place of the progress."""
+        assert self.starts is not None and self._queue is not None
+        blocked, recheck = await self.starts.check(pvc, job)
+        if recheck is not None:
+            self._queue.add_after((PVC, pvc.key), recheck + 1.0)
+        if blocked is None:
+            return plan
+        return replace(plan, message=blocked.message, progress=None)
 
     async def _with_progress(self, pvc: PvcRecord, plan: Plan, job: JobRecord) -> Plan:
         """A running load: its progress in the message and on the PVC; look again in one

@@ -58,17 +58,23 @@ class LoadStateCollector(Collector):
     """Registers with the process's registry; `pvcs` returns the cached records (empty on a
     replica that is not leading, so only the leader reports)."""
 
-    def __init__(self, pvcs: Callable[[], Iterable[PvcRecord]], stuck_after: float) -> None:
+    def __init__(
+        self,
+        pvcs: Callable[[], Iterable[PvcRecord]],
+        stuck_after: float,
+        blocked: Callable[[], dict[tuple[str, str], str]] = dict,
+    ) -> None:
         self._pvcs = pvcs
         self._stuck_after = stuck_after
+        self._blocked = blocked  # (namespace, PVC) -> why its loader pod cannot start
 
     def describe(self) -> Iterator[Metric]:
-        return iter(self._families(LoadStates({}, [])))
+        return iter(self._families(LoadStates({}, []), {}))
 
     def collect(self) -> Iterator[Metric]:
-        return iter(self._families(load_states(self._pvcs())))
+        return iter(self._families(load_states(self._pvcs()), self._blocked()))
 
-    def _families(self, states: LoadStates) -> list[Metric]:
+    def _families(self, states: LoadStates, blocked: dict[tuple[str, str], str]) -> list[Metric]:
         since = GaugeMetricFamily(
             f"{METRIC_PREFIX}_dataset_loading_since_timestamp_seconds",
             "When the current load of a PVC still Pending or Loading was asked for (Unix time)",
@@ -89,4 +95,12 @@ class LoadStateCollector(Collector):
             "DatasetLoadStuck alert fires",
             value=self._stuck_after,
         )
-        return [since, failed, threshold]
+        stuck = GaugeMetricFamily(
+            f"{METRIC_PREFIX}_dataset_loader_blocked",
+            "1 for each PVC whose loader pod cannot start, by cause (config-map, secret, image, "
+            "unschedulable, container, not-started); the PVC's Loading condition says more",
+            labels=[*PVC_LABELS, "cause"],
+        )
+        for (namespace, name), cause in sorted(blocked.items()):
+            stuck.add_metric([namespace, name, cause], 1.0)
+        return [since, failed, threshold, stuck]

@@ -246,6 +246,12 @@ class LoaderPod:
     message: str
     index: int | None = None  # its Indexed Job index (shard)
     running: bool = False  # phase Running: it has a log to read
+    # What it is waiting for, when no container has started (`blocked.py` reads these).
+    created_at: str = ""
+    started: bool = False  # a container ran or runs
+    waiting: tuple[str, str] | None = None  # (reason, message) of a waiting container
+    unschedulable: str | None = None  # the scheduler's message, when it found no node
+    image: str = ""
 
     @property
     def shard(self) -> int:
@@ -276,6 +282,20 @@ def loader_pod(obj: Mapping[str, Any]) -> LoaderPod | None:
             break
     exit_code = terminated.get("exitCode")
     index = str((meta.get("labels") or {}).get(COMPLETION_INDEX_LABEL) or "")
+    status = obj.get("status") or {}
+    states = [c.get("state") or {} for c in status.get("containerStatuses") or []]
+    waiting = next((s["waiting"] for s in states if s.get("waiting")), None)
+    unschedulable = next(
+        (
+            str(c.get("message") or "")
+            for c in status.get("conditions") or []
+            if c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+            and c.get("reason") == "Unschedulable"
+        ),
+        None,
+    )
+    containers = (obj.get("spec") or {}).get("containers") or [{}]
     return LoaderPod(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
@@ -284,5 +304,12 @@ def loader_pod(obj: Mapping[str, Any]) -> LoaderPod | None:
         finished_at=str(terminated.get("finishedAt") or ""),
         message=str(terminated.get("message") or ""),
         index=int(index) if index.isdigit() else None,
-        running=(obj.get("status") or {}).get("phase") == "Running" and not terminated,
+        running=status.get("phase") == "Running" and not terminated,
+        created_at=str(meta.get("creationTimestamp") or ""),
+        started=any("running" in s or "terminated" in s for s in states),
+        waiting=(str(waiting.get("reason") or ""), str(waiting.get("message") or ""))
+        if waiting
+        else None,
+        unschedulable=unschedulable,
+        image=str(containers[0].get("image") or ""),
     )

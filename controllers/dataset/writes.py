@@ -122,6 +122,19 @@ class ApiWriter:
         )
         return json.loads(response.data).get("items") or []  # type: ignore[no-any-return]
 
+    async def pod_events(self, namespace: str, name: str) -> list[tuple[str, str]]:
+        """A pod's core/v1 Events as (reason, message), oldest first (the kubelet's FailedMount
+        names a volume's missing ConfigMap or Secret only there)."""
+        response = await self._run(
+            self.core.list_namespaced_event,
+            namespace,
+            field_selector=f"involvedObject.kind=Pod,involvedObject.name={name}",
+            _preload_content=False,
+        )
+        items = json.loads(response.data).get("items") or []
+        items.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        return [(str(e.get("reason") or ""), str(e.get("message") or "")) for e in items]
+
     async def pod_log_tail(
         self, namespace: str, name: str, container: str, lines: int, limit_bytes: int
     ) -> str | None:
