@@ -19,22 +19,15 @@ from typing import Any
 from kubernetes import client
 from kubernetes import config as kube_config
 
-from certs.issue import ServingSpec, issue_bundle
-from certs.reloader import CertReloader
-from gpu_admission.cluster.informers import InformerClusterView
 from gpu_admission.config import Config
-from gpu_admission.metrics import Metrics
 from tests.world.control_plane import ControlPlane
 from tests.world.harness import (
-    WebhookServiceThread,
-    _wait_synced,
     body,
     manifest_config,
     manifest_objects,
+    start_service,
     with_ca_bundle,
 )
-from webhooks.registry import build_policy_set
-from webhooks.server import create_app
 
 
 def _by_url(configuration: dict[str, Any], address: str) -> dict[str, Any]:
@@ -62,27 +55,10 @@ def served(plane: ControlPlane, overrides: Mapping[str, Any] | None = None) -> I
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="service-")))
         config = manifest_config(workdir, overrides)
+        running = start_service(stack, config, plane.kubeconfig)
         api = kube_config.new_client_from_config(str(plane.kubeconfig))
         stack.callback(api.close)
-        view = InformerClusterView(api, config)
-        view.start()
-        stack.callback(view.join)
-        stack.callback(view.stop)
-        _wait_synced(view)
-        bundle = issue_bundle(
-            ServingSpec(config.certs.service_name, config.certs.namespace, ips=["127.0.0.1"])
-        )
-        reloader = CertReloader()
-        reloader.reload(bundle)
-        metrics = Metrics(process_metrics=False)
-        policies = build_policy_set(config)
-        service = WebhookServiceThread(
-            lambda: create_app(config, policies, view, view, view.ready, metrics),
-            reloader.context,
-        )
-        service.start()
-        stack.callback(service.stop)
-        address = f"127.0.0.1:{service.port}"
+        address, bundle = running.address, running.bundle
         registration = client.AdmissionregistrationV1Api(api)
         (mutating,) = manifest_objects("MutatingWebhookConfiguration")
         (validating,) = manifest_objects("ValidatingWebhookConfiguration")

@@ -41,7 +41,7 @@ from aiohttp import web
 from kubernetes import client
 from kubernetes import config as kube_config
 
-from certs.issue import ServingSpec, issue_bundle
+from certs.issue import CertBundle, ServingSpec, issue_bundle
 from certs.reloader import CertReloader
 from gpu_admission.cluster.informers import InformerClusterView
 from gpu_admission.config import Config, load_config
@@ -268,6 +268,46 @@ def _wait_synced(view: InformerClusterView) -> None:
             raise AssertionError(f"the service's caches did not sync: {view.ready()}")
 
 
+@dataclass
+class RunningService:
+    """The webhook service serving on 127.0.0.1, its informer-fed view, metrics and certificate."""
+
+    view: InformerClusterView
+    metrics: Metrics
+    bundle: CertBundle
+    thread: WebhookServiceThread
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.thread.port}"
+
+
+def start_service(stack: contextlib.ExitStack, config: Config, kubeconfig: Path) -> RunningService:
+    """The service as the Deployment runs it, minus the process: its own API client (as the
+    deployed one has its own credentials), informers synced, every policy, a certificate for
+    the service name and 127.0.0.1. `stack` stops it."""
+    service_api = kube_config.new_client_from_config(str(kubeconfig))
+    stack.callback(service_api.close)
+    view = InformerClusterView(service_api, config)
+    view.start()
+    stack.callback(view.join)
+    stack.callback(view.stop)
+    _wait_synced(view)
+    bundle = issue_bundle(
+        ServingSpec(config.certs.service_name, config.certs.namespace, ips=["127.0.0.1"])
+    )
+    reloader = CertReloader()
+    reloader.reload(bundle)
+    policy_set = build_policy_set(config)
+    metrics = Metrics(process_metrics=False)
+    thread = WebhookServiceThread(
+        lambda: create_app(config, policy_set, view, view, view.ready, metrics), reloader.context
+    )
+    thread.start()
+    stack.callback(thread.stop)
+    return RunningService(view, metrics, bundle, thread)
+
+
 def start_admission_cluster(
     stack: contextlib.ExitStack,
     config_overrides: Mapping[str, Any] | None = None,
@@ -288,30 +328,11 @@ def start_admission_cluster(
     for node in nodes:
         core.create_node(body(_copy(dict(node))))
 
-    # The service has its own client, as the deployed one has its own credentials.
-    service_api = kube_config.new_client_from_config(str(kubeapi.kubeconfig_path))
-    stack.callback(service_api.close)
-    view = InformerClusterView(service_api, config)
-    view.start()
-    stack.callback(view.join)
-    stack.callback(view.stop)
-    _wait_synced(view)
-
-    bundle = issue_bundle(
-        ServingSpec(config.certs.service_name, config.certs.namespace, ips=["127.0.0.1"])
-    )
+    running = start_service(stack, config, kubeapi.kubeconfig_path)
+    view, metrics, bundle = running.view, running.metrics, running.bundle
     ca_path = workdir / "ca.crt"
     ca_path.write_bytes(bundle.ca_bundle_pem)
-    reloader = CertReloader()
-    reloader.reload(bundle)
-    policy_set = build_policy_set(config)
-    metrics = Metrics(process_metrics=False)
-    service = WebhookServiceThread(
-        lambda: create_app(config, policy_set, view, view, view.ready, metrics), reloader.context
-    )
-    service.start()
-    stack.callback(service.stop)
-    address = f"127.0.0.1:{service.port}"
+    address = running.address
     admission.register_service(config.certs.namespace, config.certs.service_name, address)
     register_webhooks(api, bundle.ca_bundle_pem)
     return AdmissionCluster(

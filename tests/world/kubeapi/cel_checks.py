@@ -4,9 +4,9 @@
 timestamp and regex literals: ``['a', 1]`` and ``'x'.matches('(')`` are refused when a policy is
 written, not when it runs. The runtime here (cel-expr-python) checks neither, but it hands out
 its checked expression (``Expression.serialize()``: a ``cel.expr.CheckedExpr`` in an ``Any``),
-so these checks read that protobuf with a small wire-format reader (the runtime ships no
-Python protobuf classes) and walk the AST. Field numbers are those of cel-spec's
-``proto/cel/expr/{checked,syntax}.proto``.
+so these checks read that protobuf with the emulator's wire-format reader (`protobuf.fields`;
+the runtime ships no Python protobuf classes) and walk the AST. Field numbers are those of
+cel-spec's ``proto/cel/expr/{checked,syntax}.proto``.
 """
 
 from __future__ import annotations
@@ -14,39 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from tests.world.kubeapi import protobuf
+
 Fields = dict[int, list[bytes | int]]
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
 
 
 def _fields(data: bytes) -> Fields:
     """One protobuf message: field number -> values (ints or raw bytes), in order."""
     out: Fields = {}
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        value: bytes | int
-        if wire == 0:
-            value, pos = _varint(data, pos)
-        elif wire == 2:
-            size, pos = _varint(data, pos)
-            value, pos = data[pos : pos + size], pos + size
-        elif wire == 1:
-            value, pos = data[pos : pos + 8], pos + 8
-        elif wire == 5:
-            value, pos = data[pos : pos + 4], pos + 4
-        else:
-            raise ValueError(f"unexpected wire type {wire}")
+    for number, _wire, value in protobuf.fields(data):
         out.setdefault(number, []).append(value)
     return out
 
