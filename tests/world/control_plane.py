@@ -15,12 +15,15 @@ Start-up is waited on by condition (each server's health endpoint answering), ne
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -37,6 +40,7 @@ from tests.support.waits import while_running
 ASSETS_VARIABLE = "KUBEBUILDER_ASSETS"
 ADMIN_TOKEN = "gpu-admission-tests-admin"
 START_SECONDS = 60.0
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 # What this process started, for the test run's summary: server versions, or why none.
@@ -149,9 +153,22 @@ def _write_kubeconfig(plane: ControlPlane) -> None:
     plane.kubeconfig.write_text(yaml.safe_dump(config))
 
 
+def _die_with_parent() -> None:
+    """In the child: be killed when the test process dies, however it dies (Linux
+    PR_SET_PDEATHSIG), so an interrupted run leaves no server behind."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _start(plane: ControlPlane, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
     log = (plane.folder / f"{name}.log").open("wb")
-    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=plane.folder)
+    process = subprocess.Popen(
+        argv,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=plane.folder,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+    )
     plane.processes.append(process)
     return process
 
