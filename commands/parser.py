@@ -1,5 +1,5 @@
-"""The `gpu-admission` sub-commands (`serve`, `controller`, `review`, `certs issue`, `load`,
-`admission-policy`) and their parser.
+"""The `gpu-admission` sub-commands (`serve`, `controller`, `review`, `audit`, `certs issue`,
+`load`, `admission-policy`) and their parser.
 
 Each sub-command's parser sets `func(args) -> int`, the exit status. Usage and configuration
 errors exit 2 with a message that names the flag or config field; failures to start exit 1.
@@ -18,6 +18,7 @@ from typing import Any
 from certs.cli import add_certs_parser
 from certs.pem import CertificateError
 from commands.admission_policy import add_admission_policy_parser
+from commands.audit import add_audit_parser
 from commands.controller import run_controller
 from commands.load import add_load_parser
 from commands.review import add_review_parser
@@ -171,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(subparsers)
     add_controller_parser(subparsers)
     add_review_parser(subparsers)
+    add_audit_parser(subparsers)
     add_certs_parser(subparsers)
     add_load_parser(subparsers)
     add_admission_policy_parser(subparsers)

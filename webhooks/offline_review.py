@@ -80,17 +80,20 @@ class Result:
 # -- running the chain -----------------------------------------------------------------------
 
 
-def _merge_string_data(secret: dict[str, Any]) -> None:
-    """The API server turns stringData into base64 data before any webhook sees it."""
+def merged_string_data(secret: dict[str, Any]) -> dict[str, Any]:
+    """`secret` (changed in place) as webhooks see it: the API server turns stringData into
+    base64 data first."""
     string_data = secret.pop("stringData", None) or {}
     if string_data:
         data = secret.setdefault("data", {}) or {}
         for key, value in string_data.items():
             data[key] = base64.b64encode(str(value).encode()).decode()
         secret["data"] = data
+    return secret
 
 
-def _request(obj: dict[str, Any], kind: str, namespace: str) -> AdmissionRequest:
+def review_request(obj: dict[str, Any], kind: str, namespace: str) -> AdmissionRequest:
+    """A dry-run CREATE of `obj`, as the API server sends it to the webhooks."""
     meta = obj.get("metadata") or {}
     return AdmissionRequest(
         uid=str(uuid.uuid4()),
@@ -134,7 +137,7 @@ async def _admit(
                 return obj
             if not webhook_sees(obj, config.gpu):
                 continue
-        request = _request(obj, kind, namespace)
+        request = review_request(obj, kind, namespace)
         selected = policies.mutating_for(kind) if mutating else policies.validating_for(kind)
         if state.resolver is not None:
             await chain.resolve_references(request, selected, state.view, state.resolver)
@@ -185,7 +188,7 @@ async def review_document(
         result.skipped = f"namespace {namespace} is exempt"
         return result
     if kind == "Secret":
-        _merge_string_data(obj)
+        merged_string_data(obj)
     if kind in POD_TEMPLATE_PATHS:
         *parents, last = POD_TEMPLATE_PATHS[kind]
         holder: Any = obj

@@ -182,6 +182,17 @@ def _register(api: client.ApiClient, balancer_port: int, ca_pem: bytes) -> None:
         create(body(with_ca_bundle(configuration, ca_pem)))
 
 
+def _unregister(api: client.ApiClient) -> None:
+    """No webhook may outlive its service: later tests would fail closed on it."""
+    registration = client.AdmissionregistrationV1Api(api)
+    for kind, delete in (
+        ("MutatingWebhookConfiguration", registration.delete_mutating_webhook_configuration),
+        ("ValidatingWebhookConfiguration", registration.delete_validating_webhook_configuration),
+    ):
+        (configuration,) = manifest_objects(kind)
+        delete(configuration["metadata"]["name"])
+
+
 def _replace(balancer: Balancer, old: Replica, new: Replica, propagation: float) -> None:
     """As the Deployment's rolling update does it (maxSurge 0): the old pod gets SIGTERM, its
     endpoint leaves the proxies `propagation` seconds later, a new pod joins once ready."""
@@ -233,6 +244,7 @@ def test_a_rolling_restart_under_load_fails_no_create(
         assert writers.failures == [], writers.failures[:5]
         assert writers.created >= 500  # load, not a speed check: thousands on a quiet machine
     finally:
+        _unregister(api)
         for replica in replicas:
             replica.terminate().result(WAIT)
             replica.join()

@@ -1,0 +1,150 @@
+"""`gpu-admission audit`: what the policies would refuse or change among the objects a cluster
+already holds (pods, the four credential Secret types, dataset PVCs), read with paginated lists
+and judged by the same policy code the webhooks run (`webhooks/audit.py`), against the cluster
+view the service builds (Nodes, ServiceAccounts, Secrets, PVCs, DRA objects).
+
+Output: a table grouped by policy and namespace (pods that may see GPUs they were not given, and
+shared-GPU pods without a memory share, first), or `-o json` / `-o yaml`. A progress line goes to
+stderr as objects are read. Exit status: 0 nothing found, 1 findings, 2 usage or read error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from commands.review_inputs import UsageError, live_state
+from gpu_admission.cluster.kube import ClusterConfigError, api_client
+from gpu_admission.cluster.pages import Pages
+from gpu_admission.config import Config, ConfigError, load_config
+from gpu_admission.names import CREDENTIAL_TYPES
+from webhooks.audit import Finding, audit_object, ordered
+from webhooks.registry import build_policy_set
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+PROGRESS_EVERY = 1000
+
+
+def _subjects(
+    api: Any, config: Config, pages: Pages, namespace: str | None
+) -> Iterator[dict[str, Any]]:
+    from kubernetes.client import CoreV1Api
+
+    core = CoreV1Api(api)
+    scope = {"namespace": namespace} if namespace else {}
+
+    def listed(everywhere: Any, namespaced: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        yield from pages.items(namespaced if namespace else everywhere, **scope, **kwargs)
+
+    for pod in listed(core.list_pod_for_all_namespaces, core.list_namespaced_pod):
+        yield {**pod, "kind": "Pod"}
+    for secret_type in CREDENTIAL_TYPES:
+        for secret in listed(
+            core.list_secret_for_all_namespaces,
+            core.list_namespaced_secret,
+            field_selector=f"type={secret_type}",
+        ):
+            yield {**secret, "kind": "Secret"}
+    source = config.names.data_source
+    for pvc in listed(
+        core.list_persistent_volume_claim_for_all_namespaces,
+        core.list_namespaced_persistent_volume_claim,
+    ):
+        if source in ((pvc.get("metadata") or {}).get("annotations") or {}):
+            yield {**pvc, "kind": "PersistentVolumeClaim"}
+
+
+async def _audit(args: argparse.Namespace, err: TextIO) -> tuple[list[Finding], dict[str, Any]]:
+    config = load_config(args.config)
+    policies = build_policy_set(config)
+    state, live = await live_state(args.kubeconfig, config)
+    pages = Pages()
+    counts: dict[str, int] = {}
+    findings: list[Finding] = []
+    try:
+        api = api_client(args.kubeconfig)
+        subjects = await asyncio.to_thread(
+            lambda: list(_subjects(api, config, pages, args.namespace))
+        )
+        for obj in subjects:
+            namespace = (obj.get("metadata") or {}).get("namespace", "")
+            if namespace in state.exempt_namespaces:
+                continue
+            counts[obj["kind"]] = counts.get(obj["kind"], 0) + 1
+            findings.extend(audit_object(obj, policies, state.view))
+            done = sum(counts.values())
+            if done % PROGRESS_EVERY == 0:
+                err.write(f"audited {done} objects, {len(findings)} findings\n")
+    finally:
+        live.stop()
+    summary = {"objects": counts, "listRequests": pages.requests}
+    return ordered(findings), summary
+
+
+def _table(findings: list[Finding], out: TextIO) -> None:
+    policy = None
+    for finding in findings:
+        if finding.policy != policy:
+            policy = finding.policy
+            group = [f for f in findings if f.policy == policy]
+            spaces = len({f.namespace for f in group})
+            out.write(f"\n{policy}: {len(group)} object(s) in {spaces} namespace(s)\n")
+        where = f"{finding.namespace}/{finding.name}" if finding.namespace else finding.name
+        out.write(f"  {finding.result:<13} {finding.kind} {where}: {finding.message}\n")
+
+
+def _by_policy(findings: Iterable[Finding]) -> dict[str, int]:
+    counted: dict[str, int] = {}
+    for finding in findings:
+        counted[finding.policy] = counted.get(finding.policy, 0) + 1
+    return counted
+
+
+def audit_command(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    try:
+        findings, summary = asyncio.run(_audit(args, err))
+    except (UsageError, ConfigError, ClusterConfigError) as exc:
+        err.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    summary["findingsByPolicy"] = _by_policy(findings)
+    if args.output == "table":
+        if findings:
+            _table(findings, out)
+        objects = ", ".join(f"{n} {k}" for k, n in sorted(summary["objects"].items()))
+        err.write(f"audited {objects or 'nothing'}; {len(findings)} finding(s)\n")
+    else:
+        report = {"findings": [f.as_dict() for f in findings], "summary": summary}
+        if args.output == "json":
+            json.dump(report, out, indent=2)
+            out.write("\n")
+        else:
+            yaml.safe_dump(report, out, sort_keys=False)
+    return EXIT_FINDINGS if findings else EXIT_CLEAN
+
+
+def add_audit_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "audit",
+        help="report what the policies would refuse or change among the cluster's objects",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--kubeconfig", type=Path, metavar="FILE", required=True, help="the cluster to read"
+    )
+    parser.add_argument(
+        "-n", "--namespace", metavar="NS", help="audit one namespace (default: every namespace)"
+    )
+    parser.add_argument("--config", type=Path, metavar="FILE", help="gpu-admission config file")
+    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    parser.set_defaults(func=audit_command)

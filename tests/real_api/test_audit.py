@@ -1,0 +1,174 @@
+"""`gpu-admission audit` on a real kube-apiserver 1.36 holding objects made before gpu-admission
+was installed (the namespace was exempt while they were made): it finds the violators of every
+policy that judges existing Pods, credential Secrets and dataset PVCs, and nothing else."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from commands.audit import EXIT_CLEAN, EXIT_FINDINGS, audit_command
+from tests.real_api.conftest import namespace_ready
+from tests.world.control_plane import ControlPlane
+
+NS = "audit-seeded"
+EXEMPT = "gpu-admission.io/exempt"
+
+
+def container(name: str = "app", gpus: dict[str, str] | None = None, **env: str) -> dict:
+    made: dict[str, Any] = {"name": name, "image": "nvidia/cuda:12.4.1-base"}
+    if gpus:
+        made["resources"] = {"limits": gpus}
+    if env:
+        made["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return made
+
+
+HIDDEN = {"NVIDIA_VISIBLE_DEVICES": "none"}
+
+
+def pod(name: str, *containers: dict, annotations: dict | None = None, **spec: Any) -> dict:
+    meta: dict[str, Any] = {"name": name}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"metadata": meta, "spec": {"containers": list(containers), **spec}}
+
+
+def secret(name: str, kind: str, **data: str) -> dict:
+    encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+    return {"metadata": {"name": name}, "type": kind, "data": encoded}
+
+
+def pvc(name: str, source: str) -> dict:
+    return {
+        "metadata": {"name": name, "annotations": {"gpu-admission.io/data-source": source}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
+SHARED_NODE = {
+    "metadata": {
+        "name": "audit-a10g",
+        "labels": {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.replicas": "4",
+            "nvidia.com/gpu.sharing-strategy": "time-slicing",
+            "nvidia.com/gpu.memory": "23028",
+        },
+    },
+    "status": {"allocatable": {"cpu": "4", "nvidia.com/gpu.shared": "4"}},
+}
+
+
+@pytest.fixture(scope="module")
+def seeded(real_cluster: ControlPlane, api: client.ApiClient) -> ControlPlane:
+    core = client.CoreV1Api(api)
+    namespace_ready(api, NS, labels={EXEMPT: "true"})  # made before the install: unchecked
+    core.create_node(SHARED_NODE)
+    for body in (
+        secret(
+            "s3-reader",
+            "aws-credential",
+            AWS_ACCESS_KEY_ID="AKIAIOSFODNN7EXAMPLE",
+            AWS_SECRET_ACCESS_KEY="wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        ),
+        secret(
+            "s3-typo",
+            "aws-credential",
+            AWS_ACCESS_KEY_ID="AKIAIOSFODNN7EXAMPLE",
+            AWS_SECRET_KEY="wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        ),
+    ):
+        core.create_namespaced_secret(NS, body)
+    for body in (pvc("coco", "s3://datasets/coco"), pvc("bad-source", "s3://Bad_Bucket/x")):
+        core.create_namespaced_persistent_volume_claim(NS, body)
+    shared = {"nvidia.com/gpu.shared": "1"}
+    for body in (
+        pod("cpu-sees-gpus", container()),
+        pod("clean-cpu", container(**HIDDEN)),
+        pod("shared-no-share", container(gpus=shared)),
+        pod("env-tamper", container(gpus={"nvidia.com/gpu": "1"}, NVIDIA_VISIBLE_DEVICES="all")),
+        pod("over-ask", container(gpus={"nvidia.com/gpu.shared": "2"})),
+        pod(
+            "wants-creds",
+            container(**HIDDEN),
+            annotations={"gpu-admission.io/cloud-credentials": "s3-reader"},
+        ),
+        pod(
+            "waits-data",
+            {**container(**HIDDEN), "volumeMounts": [{"name": "d", "mountPath": "/data"}]},
+            volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "coco"}}],
+        ),
+    ):
+        core.create_namespaced_pod(NS, body)
+    core.patch_namespace(NS, {"metadata": {"labels": {EXEMPT: None}}})  # installed: checked now
+    return real_cluster
+
+
+def run(plane: ControlPlane, output: str, namespace: str | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    args = argparse.Namespace(
+        kubeconfig=plane.kubeconfig, config=None, output=output, namespace=namespace
+    )
+    return audit_command(args, out, err), out.getvalue(), err.getvalue()
+
+
+def test_the_audit_finds_every_policys_violators_and_nothing_else(seeded: ControlPlane) -> None:
+    status, out, err = run(seeded, "json")
+    assert status == EXIT_FINDINGS, err
+    report = json.loads(out)
+    found = {
+        (f["policy"], f["kind"], f["name"], f["result"])
+        for f in report["findings"]
+        if f["namespace"] == NS
+    }
+    assert found == {
+        ("gpu-visibility", "Pod", "cpu-sees-gpus", "would change"),
+        ("gpu-memory-share", "Pod", "shared-no-share", "would change"),
+        ("gpu-memory-share", "Pod", "over-ask", "would change"),
+        ("gpu-env-guard", "Pod", "env-tamper", "would refuse"),
+        ("shared-gpu-limit", "Pod", "over-ask", "would refuse"),
+        ("cloud-credentials", "Pod", "wants-creds", "would change"),
+        ("dataset-gate", "Pod", "waits-data", "would change"),
+        ("credential-secrets", "Secret", "s3-typo", "would refuse"),
+        ("dataset-pvc-label", "PersistentVolumeClaim", "coco", "would change"),
+        ("dataset-pvc-label", "PersistentVolumeClaim", "bad-source", "would change"),
+        ("dataset-pvc", "PersistentVolumeClaim", "bad-source", "would refuse"),
+    }
+    # The lines users look for first, first; paginated lists, not a request per object.
+    assert report["findings"][0]["policy"] == "gpu-visibility"
+    visibility = next(f for f in report["findings"] if f["name"] == "cpu-sees-gpus")
+    assert visibility["message"].startswith("may see GPUs it was not given: add container")
+    assert "NVIDIA_VISIBLE_DEVICES=none" in visibility["message"]
+    assert report["summary"]["listRequests"] <= 10
+    # No Secret value is ever echoed.
+    assert "wJalrXUtnFEMI" not in out and "AKIAIOSFODNN7EXAMPLE" not in out
+
+
+def test_the_table_and_yaml_say_the_same(seeded: ControlPlane) -> None:
+    status, table, err = run(seeded, "table")
+    assert status == EXIT_FINDINGS
+    assert "gpu-visibility: " in table and f"Pod {NS}/cpu-sees-gpus: may see GPUs" in table
+    assert err.strip().endswith("finding(s)")
+    status, text, _ = run(seeded, "yaml")
+    assert status == EXIT_FINDINGS
+    assert {f["name"] for f in yaml.safe_load(text)["findings"]} >= {"s3-typo", "over-ask"}
+
+
+def test_a_clean_namespace_exits_zero(seeded: ControlPlane, api: client.ApiClient) -> None:
+    namespace_ready(api, "audit-clean")
+    client.CoreV1Api(api).create_namespaced_pod("audit-clean", pod("ok", container(**HIDDEN)))
+    status, out, _ = run(seeded, "json", namespace="audit-clean")
+    assert status == EXIT_CLEAN, out
+    report = json.loads(out)
+    assert report["findings"] == [] and report["summary"]["objects"] == {"Pod": 1}
+    # One namespace: only its objects are read.
+    status, out, _ = run(seeded, "json", namespace=NS)
+    assert {f["namespace"] for f in json.loads(out)["findings"]} == {NS}
