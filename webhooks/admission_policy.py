@@ -22,6 +22,7 @@ Kubernetes CEL library's `isInteger()` is Go's `Quantity.AsInt64()` (whole and w
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,8 +58,28 @@ def cel_string(text: str) -> str:
     return f"'{escaped}'"
 
 
+def _class_end(pattern: str, start: int) -> int:
+    """Where the character class opened at `start` closes, scanned as fnmatch scans it (a `!`,
+    then a `]` first, are part of the class); -1 when it does not close."""
+    j = start + 1
+    if j < len(pattern) and pattern[j] == "!":
+        j += 1
+    if j < len(pattern) and pattern[j] == "]":
+        j += 1
+    end = pattern.find("]", j)
+    return end
+
+
+def _class_regex(token: str) -> str:
+    """One `[...]` as fnmatch reads it (reversed ranges dropped, `!` negating), in RE2 terms:
+    Python's own translation, whose class syntax RE2 shares, except the never-matching `(?!)`."""
+    translated = fnmatch.translate(token).removeprefix("(?s:").removesuffix(")\\Z")
+    return r"\b\B" if translated == "(?!)" else translated
+
+
 def _glob_regex(pattern: str) -> str:
-    """A shell-style pattern as an anchored RE2 expression (`matches()` is RE2)."""
+    """A shell-style pattern as an anchored RE2 expression (`matches()` is RE2), matching what
+    fnmatchcase matches."""
     out = []
     i = 0
     while i < len(pattern):
@@ -67,13 +88,8 @@ def _glob_regex(pattern: str) -> str:
             out.append(".*")
         elif char == "?":
             out.append(".")
-        elif char == "[" and "]" in pattern[i + 2 :]:
-            end = pattern.index("]", i + 2)
-            body = pattern[i + 1 : end]
-            negated = body.startswith("!")
-            body = body[1:] if negated else body
-            body = body.replace("\\", "\\\\").replace("]", "\\]").replace("^", "\\^")
-            out.append(f"[{'^' if negated else ''}{body}]")
+        elif char == "[" and (end := _class_end(pattern, i)) >= 0:
+            out.append(_class_regex(pattern[i : end + 1]))
             i = end
         elif char.isalnum() or char in "_/-":
             out.append(char)

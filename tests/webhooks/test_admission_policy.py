@@ -4,6 +4,8 @@ emulator evaluates it, against the Python policies the webhook runs, over genera
 from __future__ import annotations
 
 import asyncio
+import fnmatch
+import re
 from fractions import Fraction
 from typing import Any
 
@@ -18,12 +20,13 @@ from gpu_admission.config import Config, FailureMode
 from tests import ROOT
 from tests.webhooks.policy_helpers import make_request
 from tests.world.kubeapi import quantity as apimachinery
-from tests.world.kubeapi.admission_policy import PolicyAdmission
+from tests.world.kubeapi.admission_policy import PolicyAdmission, policy_causes
 from tests.world.kubeapi.admission_types import AdmissionAttributes
 from tests.world.kubeapi.errors import StatusError
 from webhooks import chain
 from webhooks.admission_policy import (
     FALLBACK_MESSAGE,
+    _glob_regex,
     admission_policy,
     admission_policy_binding,
     denial_text,
@@ -279,3 +282,45 @@ def test_resource_patterns_match_in_cel_as_in_python(
     }
     assert config.gpu.is_gpu_resource(name) is matches
     assert (cluster_verdict(pod, config=config) is not None) is matches
+
+
+PATTERN_CHARS = "abcnv0123./-_*?[]!^\\'\" "
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.text(PATTERN_CHARS, min_size=1, max_size=12), min_size=1, max_size=3),
+    st.lists(st.text(".-_abs", min_size=1, max_size=6), min_size=1, max_size=2),
+    st.lists(st.from_regex(r"[A-Z_][A-Z0-9_]{0,12}", fullmatch=True), max_size=3),
+)
+def test_the_printed_policy_compiles_in_kubernetes_cel_for_any_valid_config(
+    patterns: list[str], suffixes: list[str], guarded: list[str]
+) -> None:
+    """What `gpu-admission admission-policy` and `--webhook-condition` print for any config
+    compiles in the CEL environment kube-apiserver 1.36 declares (the test world's, held to the
+    real server's verdicts; the real-API tier applies a custom config's to the real server)."""
+    config = Config.model_validate(
+        {
+            "gpu": {
+                "resource_patterns": patterns,
+                "shared_suffixes": suffixes,
+                "guarded_env": guarded,
+            }
+        }
+    )
+    assert policy_causes(admission_policy(config)) == []
+    condition = {"name": "c", "expression": webhook_condition(config.gpu)}
+    probe = {
+        "metadata": {"name": "p"},
+        "spec": {"matchConditions": [condition], "validations": [{"expression": "true"}]},
+    }
+    assert policy_causes(probe) == []
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(PATTERN_CHARS, min_size=1, max_size=10), st.text("abc0./-_[]!^\\", max_size=8))
+def test_the_cel_regex_of_a_pattern_matches_what_fnmatch_matches(pattern: str, name: str) -> None:
+    # Python's re reads this RE2 subset alike; the CEL runtime runs it in the test above.
+    assert (re.fullmatch(_glob_regex(pattern), name) is not None) is fnmatch.fnmatchcase(
+        name, pattern
+    )
