@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client, config
 
 from tests.support.waits import while_running
@@ -68,6 +69,31 @@ class Kubectl:
         return done
 
 
+def _service_webhooks(api: client.ApiClient) -> list[str]:
+    admission = client.AdmissionregistrationV1Api(api)
+    named = []
+    for listed in (
+        admission.list_mutating_webhook_configuration(),
+        admission.list_validating_webhook_configuration(),
+    ):
+        for configuration in listed.items:
+            for webhook in configuration.webhooks or []:
+                config = webhook.client_config
+                if config.service is not None or not str(config.url).startswith("https://127."):
+                    named.append(f"{configuration.metadata.name}/{webhook.name}")
+    return named
+
+
+@pytest.fixture(autouse=True)
+def no_webhook_leaves_this_machine(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After every test: no webhook the real API server would call anywhere but 127.0.0.0/8
+    (a Service reference would send it to a ClusterIP, which nothing here serves)."""
+    yield
+    if "api" in request.fixturenames:
+        api = request.getfixturevalue("api")
+        assert _service_webhooks(api) == [], "a webhook that calls off this machine is left"
+
+
 @pytest.fixture(scope="session")
 def kubectl(real_cluster: control_plane.ControlPlane) -> Kubectl:
     return Kubectl(real_cluster.kubeconfig)
@@ -80,6 +106,20 @@ def crds(kubectl: Kubectl) -> None:
         unavailable(f"the projects' CRDs are not at {CRDS}")
     kubectl("apply", "--server-side", "-f", str(CRDS))
     kubectl("wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all")
+
+
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+def apply_base(kubectl: Kubectl) -> None:
+    """`kubectl apply -k manifests/` for real, but for the two webhook configurations: they call
+    the Service `gpu-admission`, which nothing serves on this machine (the server-side dry runs
+    of every kustomization check them). The tests that need the webhooks register the service
+    running here by URL (`service.py`)."""
+    from tests.world.harness import render
+
+    docs = [d for d in render("manifests") if d.get("kind") not in WEBHOOK_KINDS]
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
 
 
 def namespace_ready(api: client.ApiClient, name: str, labels: dict[str, str] | None = None) -> None:

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from commands.admission_policy import write_admission_policy
 from tests import ROOT
-from tests.real_api.conftest import Kubectl
+from tests.real_api.conftest import Kubectl, apply_base
 from webhooks.admission_policy import BINDING_NAME, POLICY_NAME
 
 KUSTOMIZATIONS = sorted(path.parent for path in (ROOT / "manifests").rglob("kustomization.yaml"))
@@ -42,14 +42,15 @@ def test_every_kustomization_is_accepted(kubectl: Kubectl, namespace: None, fold
 
 
 def test_the_base_applies_for_real(kubectl: Kubectl, api: client.ApiClient) -> None:
-    kubectl("apply", "-k", str(ROOT / "manifests"))
+    apply_base(kubectl)
     admission = client.AdmissionregistrationV1Api(api)
     policy = admission.read_validating_admission_policy(POLICY_NAME)
     binding = admission.read_validating_admission_policy_binding(BINDING_NAME)
     assert binding.spec.policy_name == policy.metadata.name
     assert binding.spec.validation_actions == ["Deny"]
-    assert admission.read_mutating_webhook_configuration("gpu-admission")
-    assert admission.read_validating_webhook_configuration("gpu-admission")
+    apps = client.AppsV1Api(api)
+    assert apps.read_namespaced_deployment("gpu-admission", "gpu-admission")
+    assert apps.read_namespaced_deployment("gpu-admission-controller", "gpu-admission")
 
 
 def _generated(tmp_path: Path, config: dict | None) -> str:

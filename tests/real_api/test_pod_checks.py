@@ -2,9 +2,8 @@
 denies the examples' env-tampering and over-asking pods with the words `review` and the docs
 give, and agrees with the Python policies over generated pods.
 
-The base is applied for real; then its two webhook configurations are deleted, because no
-webhook service runs behind this API server (a pod reaches the policy only after the mutating
-webhooks, which would fail closed). What remains under test is the policy alone.
+The base is applied for real but for its two webhook configurations: no webhook service runs
+behind this API server (`apply_base`). What is under test is the policy alone.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from kubernetes import client
 
 from gpu_admission.config import Config
 from tests import ROOT
-from tests.real_api.conftest import Kubectl, namespace_ready
+from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from webhooks.admission_policy import denial_text, policy_denial
 from webhooks.pod_defaults import default_pod
 
@@ -38,10 +37,7 @@ EXAMPLE_PODS = [
 
 @pytest.fixture(scope="module")
 def core(kubectl: Kubectl, api: client.ApiClient) -> client.CoreV1Api:
-    kubectl("apply", "-k", str(ROOT / "manifests"))
-    kubectl(
-        "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "gpu-admission"
-    )
+    apply_base(kubectl)
     namespace_ready(api, NAMESPACE)
     namespace_ready(api, EXEMPT, labels={Config().exempt_label: "true"})
     return client.CoreV1Api(api)

@@ -7,7 +7,8 @@ etcd 3.4); elsewhere controller-runtime's ``setup-envtest use 1.36 -p path`` giv
 folder (without the controller-manager). Everything listens on 127.0.0.1, on free ports, with
 its state in a temporary folder. The flags are those ``../shared/kube/README.md`` lists: a
 static admin token (group system:masters), RBAC, a service-account key pair made here so
-TokenRequest works.
+TokenRequest works, and a loopback Service range: nothing routes Services here, so a ClusterIP
+dialled by mistake must be one that no other host answers.
 
 Start-up is waited on by condition (each server's health endpoint answering), never by sleeps.
 """
@@ -238,8 +239,10 @@ def start(controller_manager: bool = False) -> ControlPlane:
                 str(folder / "tokens.csv"),
                 "--authorization-mode",
                 "RBAC",
+                # Loopback: a Service's ClusterIP that something dials by mistake (a webhook
+                # registered by Service) is refused on this machine, never sent anywhere.
                 "--service-cluster-ip-range",
-                "10.96.0.0/16",
+                "127.96.0.0/16",
             ],
         )
         _wait(plane, "kube-apiserver", apiserver, f"{plane.url}/readyz")
