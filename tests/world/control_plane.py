@@ -15,20 +15,17 @@ Start-up is waited on by condition (each server's health endpoint answering), ne
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +33,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests.support.ports import free_port
 from tests.support.waits import while_running
 
 ASSETS_VARIABLE = "KUBEBUILDER_ASSETS"
@@ -51,12 +49,6 @@ SKIPPED: list[str] = []
 
 class Unavailable(Exception):
     """The control plane cannot start here, and why."""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def assets() -> Path:
@@ -191,11 +183,11 @@ def start(controller_manager: bool = False) -> ControlPlane:
     """Start etcd and kube-apiserver (and kube-controller-manager) and wait until they serve."""
     binaries = assets()
     folder = Path(tempfile.mkdtemp(prefix="kube-"))
-    plane = ControlPlane(folder=folder, port=_free_port())
+    plane = ControlPlane(folder=folder, port=free_port())
     try:
         _write_keys(folder)
         (folder / "tokens.csv").write_text(f"{ADMIN_TOKEN},admin,admin,system:masters\n")
-        client, peer = _free_port(), _free_port()
+        client, peer = free_port(), free_port()
         etcd = _start(
             plane,
             "etcd",
@@ -262,7 +254,7 @@ def _start_controller_manager(plane: ControlPlane, binaries: Path) -> None:
     binary = binaries / "kube-controller-manager"
     if not os.access(binary, os.X_OK):
         raise Unavailable(f"{ASSETS_VARIABLE} has no kube-controller-manager")
-    port = _free_port()
+    port = free_port()
     process = _start(
         plane,
         "kube-controller-manager",
@@ -293,13 +285,3 @@ def _server_version(plane: ControlPlane) -> str:
     context.check_hostname = False
     with urllib.request.urlopen(request, timeout=5, context=context) as answer:
         return str(json.load(answer)["gitVersion"])
-
-
-@contextlib.contextmanager
-def running(controller_manager: bool = False) -> Iterator[ControlPlane]:
-    plane = start(controller_manager)
-    try:
-        yield plane
-    finally:
-        plane.stop()
-        shutil.rmtree(plane.folder, ignore_errors=True)
