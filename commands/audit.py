@@ -64,26 +64,29 @@ def _subjects(
 async def _audit(args: argparse.Namespace, err: TextIO) -> tuple[list[Finding], dict[str, Any]]:
     config = load_config(args.config)
     policies = build_policy_set(config)
-    state, live = await live_state(args.kubeconfig, config)
     pages = Pages()
     counts: dict[str, int] = {}
     findings: list[Finding] = []
+    api = api_client(args.kubeconfig)
     try:
-        api = api_client(args.kubeconfig)
-        subjects = await asyncio.to_thread(
-            lambda: list(_subjects(api, config, pages, args.namespace))
-        )
-        for obj in subjects:
-            namespace = (obj.get("metadata") or {}).get("namespace", "")
-            if namespace in state.exempt_namespaces:
-                continue
-            counts[obj["kind"]] = counts.get(obj["kind"], 0) + 1
-            findings.extend(audit_object(obj, policies, state.view))
-            done = sum(counts.values())
-            if done % PROGRESS_EVERY == 0:
-                err.write(f"audited {done} objects, {len(findings)} findings\n")
+        state, live = await live_state(args.kubeconfig, config)
+        try:
+            subjects = await asyncio.to_thread(
+                lambda: list(_subjects(api, config, pages, args.namespace))
+            )
+            for obj in subjects:
+                namespace = (obj.get("metadata") or {}).get("namespace", "")
+                if namespace in state.exempt_namespaces:
+                    continue
+                counts[obj["kind"]] = counts.get(obj["kind"], 0) + 1
+                findings.extend(audit_object(obj, policies, state.view))
+                done = sum(counts.values())
+                if done % PROGRESS_EVERY == 0:
+                    err.write(f"audited {done} objects, {len(findings)} findings\n")
+        finally:
+            live.stop()
     finally:
-        live.stop()
+        api.close()
     summary = {"objects": counts, "listRequests": pages.requests}
     return ordered(findings), summary
 
