@@ -20,6 +20,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpu_admission.names import DEFAULT_PREFIX, HF_DEFAULT_ENDPOINT, Names
+from gpu_admission.policy_modes import (
+    TUNABLE_POLICIES,
+    VARIANT_OF,
+    PolicyMode,
+    allowed_modes,
+    family,
+)
 
 ENV_PREFIX = "GPU_ADMISSION_"
 _TEMPLATE_FIELDS = ("fraction", "replicas", "limit_mib")
@@ -344,6 +351,26 @@ class LeaderElectionConfig(_Model):
     """How often candidates try to acquire or renew."""
 
 
+class PolicySettings(_Model):
+    mode: PolicyMode = PolicyMode.ENFORCE
+    """enforce, warn (validating policies only) or audit: what the policy does with what it
+    finds (docs/adoption.md)."""
+
+
+class AuditConfig(_Model):
+    interval_seconds: Annotated[float, Field(ge=0)] = 0.0
+    """How often the controller's leader scans what the cluster holds with every policy and
+    writes the reports; 0 (the default) turns the scan off."""
+    report_format: Literal["policyreport", "openreports"] = "policyreport"
+    """policyreport: one wgpolicyk8s.io/v1alpha2 PolicyReport per namespace (what Policy Reporter,
+    Kyverno and Trivy Operator use); openreports: one openreports.io/v1alpha1 Report."""
+    report_name: str = "gpu-admission"
+    """The name of each namespace's report."""
+    max_results_per_report: Annotated[int, Field(ge=1, le=5000)] = 1000
+    """At most this many results in one report (the rest are counted in the summary and in the
+    metric), so a report stays well under etcd's object size limit."""
+
+
 class Config(_Model):
     annotation_prefix: str = DEFAULT_PREFIX
     """Prefix of every annotation, label and scheduling gate. Changing it also means changing the
@@ -371,6 +398,39 @@ class Config(_Model):
     """The dataset controller and its loader Jobs."""
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
     """The controller's Lease: only the replica holding it reconciles."""
+    policies: dict[str, PolicySettings] = Field(default_factory=dict)
+    """Policy name -> its settings, e.g. {gpu-env-guard: {mode: warn}}. Names: gpu-env-guard,
+    shared-gpu-limit, credential-secrets, dataset-pvc (validating: enforce, warn, audit);
+    cloud-credentials, gpu-visibility, gpu-memory-share, dataset-gate, dataset-pvc-cache
+    (mutating: enforce, audit). Unnamed policies enforce."""
+    audit: AuditConfig = AuditConfig()
+    """The controller's background scan of what the cluster already holds."""
+
+    @field_validator("policies", mode="before")
+    @classmethod
+    def _policy_names(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        # Environment variables cannot carry '-': GPU_ADMISSION_POLICIES__GPU_ENV_GUARD__MODE.
+        named = {str(k).replace("_", "-"): v for k, v in value.items()}
+        unknown = sorted(set(named) - set(TUNABLE_POLICIES))
+        if unknown:
+            raise ValueError(
+                f"unknown policy {', '.join(unknown)}; the policies are "
+                + ", ".join(TUNABLE_POLICIES)
+            )
+        return named
+
+    @model_validator(mode="after")
+    def _modes_allowed(self) -> Config:
+        for name, settings in self.policies.items():
+            if settings.mode not in allowed_modes(name):
+                raise ValueError(
+                    f"policies.{name}.mode: {name} changes objects, so its modes are enforce "
+                    "(change them) and audit (record what it would change); warn is for "
+                    "policies that refuse"
+                )
+        return self
 
     @field_validator("annotation_prefix")
     @classmethod
@@ -386,6 +446,15 @@ class Config(_Model):
     @property
     def exempt_label(self) -> str:
         return self.exempt_namespace_label or self.names.exempt_label
+
+    def mode_of(self, policy: str) -> PolicyMode:
+        settings = self.policies.get(family(policy))
+        return settings.mode if settings is not None else PolicyMode.ENFORCE
+
+    def relaxed_modes(self) -> dict[str, PolicyMode]:
+        """Every policy (variants included) that does not enforce, with its mode."""
+        names = (*TUNABLE_POLICIES, *VARIANT_OF)
+        return {n: self.mode_of(n) for n in names if self.mode_of(n) is not PolicyMode.ENFORCE}
 
     def failure_mode(self, path: str) -> FailureMode:
         return self.server.failure_modes.get(path, self.server.default_failure_mode)

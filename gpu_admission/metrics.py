@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import platform
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import accumulate
 
 from prometheus_client import (
@@ -237,6 +237,13 @@ class AdmissionMetrics:
             "could not be resolved (it was counted as a GPU container).",
             ["webhook", "notice"],
         )
+        self.decisions = metrics.counter(
+            "admission_policy_decisions_total",
+            "What policies did with the requests they judged, by policy, mode (enforce, warn, "
+            "audit) and decision: denied and changed (enforce), warned (warn), recorded (audit "
+            "and warn: admitted as is, written to the API server's audit event).",
+            ["policy", "mode", "decision"],
+        )
         self._children: dict[tuple[object, ...], Counter] = {}
         # The bound method itself, not a wrapper: one call less on every request.
         self.answered = self.tally.record
@@ -256,6 +263,10 @@ class AdmissionMetrics:
 
     def bad_request(self, webhook: str, reason: str) -> None:
         self._child(self.bad_requests, webhook, reason).inc()
+
+    def decided(self, decisions: Iterable[tuple[str, str, str]]) -> None:
+        for policy, mode, decision in decisions:
+            self._child(self.decisions, policy, mode, decision).inc()
 
     def noticed(self, webhook: str, notices: dict[str, int]) -> None:
         for notice, count in notices.items():

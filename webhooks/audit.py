@@ -10,19 +10,17 @@ copy, so each finding is one policy's. Pure: the caller brings the objects and t
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpu_admission.cluster.view import ClusterView
+from gpu_admission.findings import COULD_NOT_CHECK, WOULD_CHANGE, WOULD_REFUSE, Finding
+from gpu_admission.policy_modes import PolicyMode
+from webhooks.change_words import describe_changes
 from webhooks.offline_review import merged_string_data, review_request
 from webhooks.patch import Patch
 from webhooks.policy import PolicySet
 
-WOULD_REFUSE = "would refuse"
-WOULD_CHANGE = "would change"
-COULD_NOT_CHECK = "could not check"
 # What users look for first: pods that may see GPUs they were not given, and shared-GPU pods
 # that do not know their memory share.
 HEADLINES = {
@@ -30,66 +28,28 @@ HEADLINES = {
     "gpu-memory-share": "does not know its GPU memory share",
 }
 FIRST = tuple(HEADLINES)
-_CONTAINER = re.compile(r"^/spec/(initContainers|containers|ephemeralContainers)/(\d+)(/.*)?$")
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
-    policy: str
-    result: str  # WOULD_REFUSE, WOULD_CHANGE or COULD_NOT_CHECK
-    kind: str
-    namespace: str
-    name: str
-    message: str
-
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-
-def _where(path: str, obj: Mapping[str, Any]) -> str:
-    match = _CONTAINER.match(path)
-    if match is None:
-        return path
-    lst, index, rest = match.group(1), int(match.group(2)), match.group(3) or ""
-    containers = (obj.get("spec") or {}).get(lst) or []
-    name = containers[index].get("name", index) if index < len(containers) else index
-    field = rest.lstrip("/").split("/")[0] or "container"
-    return f'{lst[:-1].replace("initC", "init c")} "{name}" {field}'
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, Mapping) and "name" in value:
-        shown = value.get("value")
-        return f"{value['name']}={shown}" if isinstance(shown, str) else str(value["name"])
-    if isinstance(value, list):
-        return ", ".join(_value(v) for v in value)
-    if isinstance(value, Mapping):
-        return ", ".join(f"{k}={v}" for k, v in value.items() if isinstance(v, str))
-    return str(value) if isinstance(value, str) else ""
-
-
-def describe_changes(ops: Iterable[Mapping[str, Any]], obj: Mapping[str, Any]) -> str:
-    """JSON Patch operations in words: where, and what (env names and values, never a Secret's
-    value: env from Secrets is by reference)."""
-    parts = []
-    for op in ops:
-        what = _value(op.get("value"))
-        parts.append(
-            f"{op.get('op')} {_where(str(op.get('path')), obj)}" + (f" ({what})" if what else "")
-        )
-    return "; ".join(dict.fromkeys(parts))
-
-
-def audit_object(obj: Mapping[str, Any], policies: PolicySet, view: ClusterView) -> list[Finding]:
-    """Every policy's finding on one Pod, Secret or PersistentVolumeClaim."""
+def audit_object(
+    obj: Mapping[str, Any],
+    policies: PolicySet,
+    view: ClusterView,
+    modes: Mapping[str, PolicyMode] | None = None,
+) -> list[Finding]:
+    """Every policy's finding on one Pod, Secret or PersistentVolumeClaim, whatever the policy's
+    mode (`modes`: the policies that do not enforce, `Config.relaxed_modes()`): each finding
+    carries the mode, so a report can tell what enforce would refuse from what is only watched."""
     kind = str(obj.get("kind"))
     meta = obj.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    uid = str(meta.get("uid") or "")
+    relaxed = modes or {}
     source = merged_string_data(copy.deepcopy(dict(obj))) if kind == "Secret" else dict(obj)
     findings = []
 
     def found(policy: str, result: str, message: str) -> None:
-        findings.append(Finding(policy, result, kind, namespace, name, message))
+        mode = str(relaxed.get(policy, PolicyMode.ENFORCE))
+        findings.append(Finding(policy, result, kind, namespace, name, message, mode, uid))
 
     for mutating in policies.mutating_for(kind):
         request = review_request(copy.deepcopy(source), kind, namespace)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from typing import Annotated, Any, Generic, Literal, NamedTuple, NotRequired, TypedDict, TypeVar
@@ -22,7 +23,11 @@ from webhooks.shapes import SHAPES
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
-MAX_WARNING_LENGTH = 120
+# kube-apiserver keeps each warning whole until the warnings of one request pass 4096 runes, and
+# then still the first 256 runes of each (endpoints/filters/warning.go: truncateItemRunes), so a
+# warning of at most 256 characters always reaches the user whole. A warn-mode policy's warning
+# carries the whole refusal it stands for.
+MAX_WARNING_LENGTH = 256
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
 
@@ -277,7 +282,7 @@ def parse_review_head(body: bytes, expected_kind: str) -> ReviewHead:
 
 
 def clip_warning(text: str) -> str:
-    """The API server wants short warnings; keep each within 120 characters."""
+    """Keep each warning within what the API server always passes on whole."""
     text = " ".join(text.split())
     return text if len(text) <= MAX_WARNING_LENGTH else text[: MAX_WARNING_LENGTH - 3] + "..."
 
@@ -329,13 +334,20 @@ def response_tail(
     warnings: list[str] | tuple[str, ...] = (),
     message: str = "",
     code: int = 403,
+    audit_annotations: Mapping[str, str] | None = None,
 ) -> bytes:
     """`build_response` encoded compactly, less the part before and including the uid: what
     reviews with the same answer share."""
-    if allowed and not patch and not warnings:
+    if allowed and not patch and not warnings and not audit_annotations:
         return ALLOWED_TAIL
     payload = build_response(
-        "", allowed, patch=patch, warnings=warnings, message=message, code=code
+        "",
+        allowed,
+        patch=patch,
+        warnings=warnings,
+        message=message,
+        code=code,
+        audit_annotations=audit_annotations,
     )
     encoded = _ENCODER.encode(payload)
     return encoded[len(_RESPONSE_PREFIX) + len(b'""') :]
@@ -349,6 +361,7 @@ def build_response(
     warnings: list[str] | tuple[str, ...] = (),
     message: str = "",
     code: int = 403,
+    audit_annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The AdmissionReview response; a patch only when there are operations."""
     response: dict[str, Any] = {"uid": uid, "allowed": allowed}
@@ -359,4 +372,6 @@ def build_response(
         response["patch"] = base64.b64encode(_ENCODER.encode(patch)).decode()
     if warnings:
         response["warnings"] = [clip_warning(w) for w in warnings]
+    if audit_annotations:
+        response["auditAnnotations"] = dict(audit_annotations)
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -35,7 +35,9 @@ from gpu_admission.metrics import (
     AdmissionMetrics,
     Metrics,
 )
+from gpu_admission.policy_modes import PolicyMode
 from webhooks import chain
+from webhooks.chain import log_records
 from webhooks.draining import DRAIN, Drain
 from webhooks.memo import MutationMemo, Probe
 from webhooks.policy import (
@@ -102,6 +104,7 @@ def answer_tail(outcome: chain.Outcome) -> bytes:
         warnings=outcome.warnings,
         message=outcome.message,
         code=outcome.code,
+        audit_annotations=outcome.audit_annotations,
     )
 
 
@@ -117,6 +120,7 @@ class AdmissionEndpoint:
         failure_mode: FailureMode,
         max_body_bytes: int,
         metrics: AdmissionMetrics,
+        modes: Mapping[str, PolicyMode] = chain.ENFORCE_ALL,
     ) -> None:
         self.webhook = webhook
         self.mutating: tuple[MutatingPolicy, ...] = (
@@ -134,6 +138,7 @@ class AdmissionEndpoint:
         self.failure_mode = failure_mode
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
+        self.modes = modes  # the policies that do not enforce
         # Pods of one template get one computed answer (webhooks.memo).
         self.memo = MutationMemo() if webhook.mutating and webhook.kind == "Pod" else None
 
@@ -205,6 +210,9 @@ class AdmissionEndpoint:
         outcome, tail = known
         if outcome.notices:
             self.metrics.noticed(self.webhook.path, outcome.notices)
+        if outcome.decisions:
+            self.metrics.decided(outcome.decisions)
+            log_records(self.webhook.path, probe.uid, outcome)
         return self._answer(
             probe.operation,
             response_body(probe.uid, tail),
@@ -236,6 +244,7 @@ class AdmissionEndpoint:
                 self.view,
                 self.failure_mode,
                 lambda: json.loads(body)["request"]["object"],
+                self.modes,
             )
             memo = self.memo
             if (
@@ -248,7 +257,9 @@ class AdmissionEndpoint:
                 memo.put(memo_key, outcome, tail)
                 return self._respond(review, outcome, self._account(review, outcome), started, tail)
         else:
-            outcome = chain.run_validating(review, self.validating, self.view, self.failure_mode)
+            outcome = chain.run_validating(
+                review, self.validating, self.view, self.failure_mode, self.modes
+            )
         if lookup_warning is not None:
             outcome.warnings.append(lookup_warning)
         return self._respond(review, outcome, self._account(review, outcome), started)
@@ -267,6 +278,9 @@ class AdmissionEndpoint:
         patch_ops = len(outcome.ops) if outcome.allowed else 0
         if outcome.notices:
             self.metrics.noticed(self.webhook.path, outcome.notices)
+        if outcome.decisions:
+            self.metrics.decided(outcome.decisions)
+            log_records(self.webhook.path, review.uid, outcome)
         return self._answer(review.operation, body, verdict, started, patch_ops)
 
     def _answer(
@@ -384,6 +398,7 @@ def create_app(
             config.failure_mode(webhook.path),
             config.server.max_body_bytes,
             admission_metrics,
+            config.relaxed_modes(),
         )
         app.router.add_route("*", webhook.path, endpoint.handle)
     healthz, readyz = health_handlers(readiness)

@@ -175,7 +175,7 @@ def test_denial_has_status_and_never_a_patch():
 
 
 def test_warnings_are_kept_short_for_the_api_server():
-    long = "word " * 60
+    long = "word " * 80
     response = build_response("u4", True, warnings=["short", long])["response"]
     assert response["warnings"][0] == "short"
     assert len(response["warnings"][1]) == MAX_WARNING_LENGTH

@@ -51,7 +51,7 @@ RESOURCE_CONTAINER_LISTS = ("initContainers", "containers")  # ephemeral ones ca
 @dataclass(frozen=True, slots=True)
 class NoShare:
     resource: str
-    reason: str  # short: goes into a warning of at most 120 characters
+    reason: str  # short: goes into a warning (MAX_WARNING_LENGTH)
     advice: str  # what to do, for the longer denial message
 
 

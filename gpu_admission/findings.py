@@ -1,0 +1,29 @@
+"""A finding: what one policy would do to one object the cluster already holds.
+
+Made by the audit (`webhooks/audit.py`, run by `gpu-admission audit` and by the controller's
+background scan) and read by the report writers (`controllers/reports/`), so it lives here, below
+both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+WOULD_REFUSE = "would refuse"
+WOULD_CHANGE = "would change"
+COULD_NOT_CHECK = "could not check"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    policy: str
+    result: str  # WOULD_REFUSE, WOULD_CHANGE or COULD_NOT_CHECK
+    kind: str
+    namespace: str
+    name: str
+    message: str
+    mode: str = "enforce"  # the policy's mode (gpu_admission.policy_modes)
+    uid: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
