@@ -1,4 +1,5 @@
-"""`gpu-admission admission-policy`: the ValidatingAdmissionPolicy and binding for a config.
+"""`gpu-admission admission-policy`: the ValidatingAdmissionPolicy and binding for a config (two
+of each when gpu-env-guard and shared-gpu-limit have different modes).
 
 The default manifests carry them for the default configuration (manifests/base/
 admission-policy.yaml). A cluster whose config changes the GPU resource names, the shared
@@ -18,7 +19,7 @@ from typing import Any, TextIO
 import yaml
 
 from gpu_admission.config import ConfigError, load_config
-from webhooks.admission_policy import admission_policy, admission_policy_binding
+from webhooks.pod_check_policies import admission_policy_objects
 from webhooks.pod_webhook_condition import webhook_condition
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -27,7 +28,8 @@ HEADER = """\
 # set the env names the device plugin owns) as a ValidatingAdmissionPolicy: kube-apiserver
 # (1.30 and later) runs them itself, with no webhook call. Generated from the configuration by
 # `gpu-admission admission-policy [--config FILE]`; regenerate it when gpu.resource_patterns,
-# gpu.shared_suffixes, gpu.guarded_env or the exempt namespace label change.
+# gpu.shared_suffixes, gpu.guarded_env, the exempt namespace label, or the modes of
+# gpu-env-guard and shared-gpu-limit (policies.<name>.mode) change.
 """
 
 
@@ -46,7 +48,7 @@ _Dumper.add_representer(str, _string)
 def write_admission_policy(config_path: Path | None, out: TextIO) -> None:
     config = load_config(config_path)
     out.write(HEADER)
-    objects = [admission_policy(config), admission_policy_binding()]
+    objects = admission_policy_objects(config)
     yaml.dump_all(objects, out, Dumper=_Dumper, sort_keys=False, width=96)
 
 

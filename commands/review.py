@@ -26,7 +26,7 @@ from commands.review_inputs import (
     manifest_claims,
 )
 from gpu_admission.cluster.view import ClusterView, StaticClusterView
-from gpu_admission.config import ConfigError, load_config
+from gpu_admission.config import Config, ConfigError, load_config
 from webhooks.offline_review import (
     POD_CHECKS_POLICY,
     POD_CHECKS_WEBHOOK,
@@ -38,6 +38,16 @@ from webhooks.registry import build_policy_set
 
 EXIT_ALLOWED, EXIT_DENIED, EXIT_USAGE = 0, 1, 2
 # -- output ----------------------------------------------------------------------------------
+
+
+def _report_modes(config: Config, err: TextIO) -> None:
+    """The policies that do not enforce: what they found is shown, marked "not enforced"."""
+    relaxed = {
+        name: mode for name, mode in config.relaxed_modes().items() if name in config.policies
+    }
+    if relaxed:
+        modes = ", ".join(f"{name} {mode}" for name, mode in relaxed.items())
+        err.write(f"policies not enforcing: {modes}; every other policy enforces\n")
 
 
 def _report(results: list[Result], err: TextIO) -> None:
@@ -54,6 +64,8 @@ def _report(results: list[Result], err: TextIO) -> None:
                 err.write(f"  denied: {denial}\n")
         for warning in result.warnings:
             err.write(f"  warning: {warning}\n")
+        for record in result.recorded:
+            err.write(f"  not enforced: {record}\n")
 
 
 def _printable(results: list[Result]) -> list[dict[str, Any]]:
@@ -134,6 +146,7 @@ async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     finally:
         if live is not None:
             live.stop()
+    _report_modes(config, err)
     _report(results, err)
     _write(_printable(results), args.output, out)
     return EXIT_DENIED if any(not r.allowed for r in results) else EXIT_ALLOWED

@@ -30,6 +30,8 @@ from gpu_admission.policy_modes import (
 
 ENV_PREFIX = "GPU_ADMISSION_"
 _TEMPLATE_FIELDS = ("fraction", "replicas", "limit_mib")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(s|m|h)")
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class ConfigError(Exception):
@@ -358,12 +360,27 @@ class PolicySettings(_Model):
 
 
 class AuditConfig(_Model):
-    interval_seconds: Annotated[float, Field(ge=0)] = 0.0
-    """How often the controller's leader scans what the cluster holds with every policy and
-    writes the reports; 0 (the default) turns the scan off."""
+    interval: Annotated[float, Field(ge=0)] = 0.0
+    """Seconds (or a duration such as 30s, 10m, 1h) between the controller leader's scans of
+    what the cluster holds, by every policy, written as reports; 0 (the default) turns the
+    scan off. Each scan is one paginated list per kind."""
     report_format: Literal["policyreport", "openreports"] = "policyreport"
     """policyreport: one wgpolicyk8s.io/v1alpha2 PolicyReport per namespace (what Policy Reporter,
     Kyverno and Trivy Operator use); openreports: one openreports.io/v1alpha1 Report."""
+    @field_validator("interval", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        if match := _DURATION.fullmatch(value.strip()):
+            return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is not a duration: give seconds, or a number with s, m or h (10m)"
+            ) from None
+
     report_name: str = "gpu-admission"
     """The name of each namespace's report."""
     max_results_per_report: Annotated[int, Field(ge=1, le=5000)] = 1000

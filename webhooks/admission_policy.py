@@ -34,6 +34,10 @@ from webhooks.policies.shared_gpu_limit import container_problems
 
 POLICY_NAME = "gpu-admission-pods"
 BINDING_NAME = "gpu-admission-pods"
+ENV_GUARD, SHARED_GPU_LIMIT = "gpu-env-guard", "shared-gpu-limit"
+# The checks the policy carries, in the order their messages are joined.
+POD_CHECKS = (ENV_GUARD, SHARED_GPU_LIMIT)
+_CHECK_VARIABLES = {ENV_GUARD: "envGuard", SHARED_GPU_LIMIT: "sharedGpuLimit"}
 # kube-apiserver's MaxEvaluatedMessageExpressionSizeBytes: a longer message is replaced by the
 # validation's static `message`.
 MAX_MESSAGE_BYTES = 5 * 1024
@@ -243,13 +247,24 @@ def _exempt_selector(config: Config) -> dict[str, Any]:
     }
 
 
-def admission_policy(config: Config) -> dict[str, Any]:
-    """The ValidatingAdmissionPolicy holding the stateless pod checks for `config`."""
+def admission_policy(
+    config: Config, checks: tuple[str, ...] = POD_CHECKS, name: str = POLICY_NAME
+) -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy holding the stateless pod checks `checks` for `config`."""
     gpu = config.gpu
+    variables: list[dict[str, str]] = [
+        {"name": lst, "expression": _added(lst)} for lst, _ in _LISTS
+    ]
+    if ENV_GUARD in checks:
+        variables.append({"name": "envGuardProblems", "expression": _env_guard_problems(gpu)})
+        variables.append({"name": "envGuard", "expression": _ENV_GUARD})
+    if SHARED_GPU_LIMIT in checks:
+        variables.append({"name": "sharedGpuLimit", "expression": _shared_limit(gpu)})
+    used = [f"variables.{_CHECK_VARIABLES[c]}" for c in POD_CHECKS if c in checks]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME},
+        "metadata": {"name": name},
         "spec": {
             # Fail: an expression that cannot be evaluated must not let a pod through.
             "failurePolicy": "Fail",
@@ -270,18 +285,14 @@ def admission_policy(config: Config) -> dict[str, Any]:
                     },
                 ],
             },
-            "variables": [
-                *({"name": lst, "expression": _added(lst)} for lst, _ in _LISTS),
-                {"name": "envGuardProblems", "expression": _env_guard_problems(gpu)},
-                {"name": "envGuard", "expression": _ENV_GUARD},
-                {"name": "sharedGpuLimit", "expression": _shared_limit(gpu)},
-            ],
+            "variables": variables,
             "validations": [
                 {
-                    "expression": "variables.envGuard == '' && variables.sharedGpuLimit == ''",
+                    "expression": " && ".join(f"{v} == ''" for v in used),
                     "messageExpression": (
-                        "[variables.envGuard, variables.sharedGpuLimit]"
-                        ".filter(m, m != '').join('; ')"
+                        used[0]
+                        if len(used) == 1
+                        else f"[{', '.join(used)}].filter(m, m != '').join('; ')"
                     ),
                     "message": FALLBACK_MESSAGE,
                     "reason": "Invalid",
@@ -291,30 +302,36 @@ def admission_policy(config: Config) -> dict[str, Any]:
     }
 
 
-def admission_policy_binding() -> dict[str, Any]:
+def admission_policy_binding(
+    actions: tuple[str, ...] = ("Deny",), name: str = BINDING_NAME
+) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": BINDING_NAME},
-        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": list(actions)},
     }
 
 
 # -- the same checks in Python, for `review` --------------------------------------------------
 
 
-def policy_denial(pod: Mapping[str, Any], config: Config) -> str | None:
+def policy_denial(
+    pod: Mapping[str, Any], config: Config, checks: tuple[str, ...] = POD_CHECKS
+) -> str | None:
     """The policy's message for a pod being created (None when it admits it), from the Python
     policies over what the CEL sees (GPUs by resource name), capped as kube-apiserver caps it."""
     gpus = GpuResources.from_config(config.gpu)
     containers: list[ContainerRef] = list(iter_containers(pod))
     parts = []
-    problems = tampering(containers, gpus.requests_gpu, frozenset(config.gpu.guarded_env))
-    if problems:
-        parts.append("; ".join(problems) + TAMPERING_ADVICE)
-    shared = [p for ref in containers for p in container_problems(ref, gpus, config.gpu)]
-    if shared:
-        parts.append("; ".join(shared))
+    if ENV_GUARD in checks:
+        problems = tampering(containers, gpus.requests_gpu, frozenset(config.gpu.guarded_env))
+        if problems:
+            parts.append("; ".join(problems) + TAMPERING_ADVICE)
+    if SHARED_GPU_LIMIT in checks:
+        shared = [p for ref in containers for p in container_problems(ref, gpus, config.gpu)]
+        if shared:
+            parts.append("; ".join(shared))
     if not parts:
         return None
     message = "; ".join(parts).strip()
@@ -323,9 +340,13 @@ def policy_denial(pod: Mapping[str, Any], config: Config) -> str | None:
     return message
 
 
-def denial_text(message: str) -> str:
-    """How kube-apiserver words a denial by this policy and its binding."""
+def denial_text(message: str, name: str = POLICY_NAME) -> str:
+    """How kube-apiserver words a denial by a policy and its binding of the same name."""
+    return f"ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request: {message}"
+
+
+def warning_text(message: str, name: str = POLICY_NAME) -> str:
+    """How kube-apiserver words a Warn binding's warning (tests/world/fixtures/cel)."""
     return (
-        f"ValidatingAdmissionPolicy '{POLICY_NAME}' with binding '{BINDING_NAME}' denied "
-        f"request: {message}"
+        f"Validation failed for ValidatingAdmissionPolicy '{name}' with binding '{name}': {message}"
     )

@@ -17,8 +17,10 @@ from typing import Any
 
 from gpu_admission.cluster.view import ClusterView, MissResolver
 from gpu_admission.config import Config
+from gpu_admission.policy_modes import PolicyMode
 from webhooks import chain
-from webhooks.admission_policy import denial_text, policy_denial
+from webhooks.admission_policy import denial_text, warning_text
+from webhooks.pod_check_policies import failed_policies
 from webhooks.pod_defaults import default_pod
 from webhooks.pod_webhook_condition import webhook_sees
 from webhooks.policy import PolicySet
@@ -66,6 +68,8 @@ class Result:
     changes: int = 0
     warnings: list[str] = field(default_factory=list)
     denials: list[str] = field(default_factory=list)
+    # What policies in audit (or warn) mode would have done, each as "policy (mode): what".
+    recorded: list[str] = field(default_factory=list)
     skipped: str = ""
 
     @property
@@ -123,6 +127,7 @@ async def _admit(
     if kind == "Pod":
         obj = default_pod(obj)
     original = copy.deepcopy(obj)
+    modes = config.relaxed_modes()
     for mutating in (True, False):
         webhook = webhook_for(kind, mutating)
         if webhook is None:
@@ -130,10 +135,18 @@ async def _admit(
         if kind == "Pod" and not mutating and pod_checks == POD_CHECKS_POLICY:
             # As installed on 1.30+: the ValidatingAdmissionPolicy first, then the validating
             # webhook for pods with DRA claims only.
-            message = policy_denial(obj, config)
-            if message is not None:
+            denied = False
+            for policy, message in failed_policies(obj, config):
+                if policy.mode is PolicyMode.ENFORCE:
+                    denied = True
+                    result.denials.append(denial_text(message, policy.name))
+                    continue
+                if policy.mode is PolicyMode.WARN:
+                    result.warnings.append(warning_text(message, policy.name))
+                else:
+                    result.recorded.append(f"{policy.name} (audit): would refuse: {message}")
+            if denied:
                 result.allowed = False
-                result.denials.append(denial_text(message))
                 return obj
             if not webhook_sees(obj, config.gpu):
                 continue
@@ -148,6 +161,7 @@ async def _admit(
                 state.view,
                 config.failure_mode(webhook.path),
                 lambda: copy.deepcopy(original),
+                modes,
             )
             obj = request.object
             result.changes += len(outcome.ops)
@@ -157,8 +171,15 @@ async def _admit(
                 selected,  # type: ignore[arg-type]
                 state.view,
                 config.failure_mode(webhook.path),
+                modes,
             )
         result.warnings.extend(outcome.warnings)
+        # Warn-mode findings are in the warnings already.
+        result.recorded.extend(
+            f"{name} (audit): {would}"
+            for name, would in outcome.audit_annotations.items()
+            if modes[name] is PolicyMode.AUDIT
+        )
         if not outcome.allowed:
             result.allowed = False
             result.denials.append(outcome.message)

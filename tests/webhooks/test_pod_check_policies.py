@@ -1,0 +1,76 @@
+"""The pod checks' ValidatingAdmissionPolicies follow the checks' modes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpu_admission.config import Config
+from tests.world.kubeapi.admission_policy import policy_causes
+from webhooks.admission_policy import POLICY_NAME
+from webhooks.pod_check_policies import (
+    admission_policy_objects,
+    failed_policies,
+    pod_check_policies,
+)
+
+BOTH_PROBLEMS: dict[str, Any] = {
+    "spec": {
+        "containers": [
+            {
+                "name": "c",
+                "resources": {"limits": {"nvidia.com/gpu.shared": "2"}},
+                "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+            }
+        ]
+    }
+}
+
+
+def modes(env_guard: str, shared: str) -> Config:
+    return Config.model_validate(
+        {"policies": {"gpu-env-guard": {"mode": env_guard}, "shared-gpu-limit": {"mode": shared}}}
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "actions"),
+    [("enforce", ["Deny"]), ("warn", ["Warn", "Audit"]), ("audit", ["Audit"])],
+)
+def test_one_policy_while_the_checks_share_a_mode(mode: str, actions: list[str]) -> None:
+    policy, binding = admission_policy_objects(modes(mode, mode))
+    assert policy["metadata"]["name"] == binding["metadata"]["name"] == POLICY_NAME
+    assert binding["spec"] == {"policyName": POLICY_NAME, "validationActions": actions}
+    assert [v["name"] for v in policy["spec"]["variables"]][-2:] == ["envGuard", "sharedGpuLimit"]
+
+
+def test_a_policy_each_when_the_modes_differ() -> None:
+    objects = admission_policy_objects(modes("warn", "enforce"))
+    names = [o["metadata"]["name"] for o in objects]
+    assert names == ["gpu-admission-gpu-env-guard"] * 2 + ["gpu-admission-shared-gpu-limit"] * 2
+    env_policy, env_binding, shared_policy, shared_binding = objects
+    assert env_binding["spec"]["validationActions"] == ["Warn", "Audit"]
+    assert shared_binding["spec"]["validationActions"] == ["Deny"]
+    env_vars = {v["name"] for v in env_policy["spec"]["variables"]}
+    shared_vars = {v["name"] for v in shared_policy["spec"]["variables"]}
+    assert "sharedGpuLimit" not in env_vars and "envGuard" in env_vars
+    assert "envGuard" not in shared_vars and "sharedGpuLimit" in shared_vars
+    for policy in (env_policy, shared_policy):
+        assert policy_causes(policy) == []
+
+
+def test_each_policy_reports_its_own_check() -> None:
+    config = modes("audit", "enforce")
+    found = {policy.name: message for policy, message in failed_policies(BOTH_PROBLEMS, config)}
+    assert "sets NVIDIA_VISIBLE_DEVICES" in found["gpu-admission-gpu-env-guard"]
+    assert "asks for 2 of nvidia.com/gpu.shared" in found["gpu-admission-shared-gpu-limit"]
+    assert "asks for" not in found["gpu-admission-gpu-env-guard"]
+    [(together, message)] = failed_policies(BOTH_PROBLEMS, Config())
+    assert together.name == POLICY_NAME
+    assert "NVIDIA_VISIBLE_DEVICES" in message and "asks for 2" in message
+
+
+def test_other_policies_modes_do_not_split_the_pod_checks() -> None:
+    config = Config.model_validate({"policies": {"gpu-visibility": {"mode": "audit"}}})
+    assert [p.name for p in pod_check_policies(config)] == [POLICY_NAME]

@@ -1,0 +1,71 @@
+"""The stateless pod checks as the ValidatingAdmissionPolicies their modes call for.
+
+A ValidatingAdmissionPolicyBinding's `validationActions` apply to every validation of its policy,
+so the two checks share one policy (and the user hears of both problems at once) while they share
+a mode; when `policies.gpu-env-guard.mode` and `policies.shared-gpu-limit.mode` differ, each gets
+a policy and binding of its own. Modes become actions as the API allows them combined
+(admissionregistration.k8s.io/v1: Deny and Warn never together):
+
+- enforce: `[Deny]`, the request is refused;
+- warn: `[Warn, Audit]`, admitted with a `Warning:` and recorded in the audit event;
+- audit: `[Audit]`, admitted silently, recorded in the audit event
+  (`validation.policy.admission.k8s.io/validation_failure`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_admission.config import Config
+from gpu_admission.policy_modes import PolicyMode
+from webhooks.admission_policy import (
+    ENV_GUARD,
+    POD_CHECKS,
+    POLICY_NAME,
+    admission_policy,
+    admission_policy_binding,
+    policy_denial,
+)
+
+ACTIONS: dict[PolicyMode, tuple[str, ...]] = {
+    PolicyMode.ENFORCE: ("Deny",),
+    PolicyMode.WARN: ("Warn", "Audit"),
+    PolicyMode.AUDIT: ("Audit",),
+}
+
+
+@dataclass(frozen=True)
+class PodCheckPolicy:
+    """One ValidatingAdmissionPolicy (and its binding, of the same name)."""
+
+    name: str
+    mode: PolicyMode
+    checks: tuple[str, ...]
+
+
+def pod_check_policies(config: Config) -> list[PodCheckPolicy]:
+    modes = {check: config.mode_of(check) for check in POD_CHECKS}
+    if len(set(modes.values())) == 1:
+        return [PodCheckPolicy(POLICY_NAME, modes[ENV_GUARD], POD_CHECKS)]
+    return [PodCheckPolicy(f"gpu-admission-{c}", modes[c], (c,)) for c in POD_CHECKS]
+
+
+def admission_policy_objects(config: Config) -> list[dict[str, Any]]:
+    """Every policy and its binding, in the order to apply them."""
+    objects = []
+    for policy in pod_check_policies(config):
+        objects.append(admission_policy(config, policy.checks, policy.name))
+        objects.append(admission_policy_binding(ACTIONS[policy.mode], policy.name))
+    return objects
+
+
+def failed_policies(pod: Mapping[str, Any], config: Config) -> list[tuple[PodCheckPolicy, str]]:
+    """Each policy whose validation fails for `pod`, with the message the API server gives."""
+    failed = []
+    for policy in pod_check_policies(config):
+        message = policy_denial(pod, config, policy.checks)
+        if message is not None:
+            failed.append((policy, message))
+    return failed
