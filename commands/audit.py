@@ -14,7 +14,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -22,73 +22,41 @@ import yaml
 
 from commands.review_inputs import UsageError, live_state
 from gpu_admission.cluster.kube import ClusterConfigError, api_client
-from gpu_admission.cluster.pages import Pages
-from gpu_admission.config import Config, ConfigError, load_config
-from gpu_admission.names import CREDENTIAL_TYPES
-from webhooks.audit import Finding, audit_object, ordered
+from gpu_admission.config import ConfigError, load_config
+from gpu_admission.findings import Finding
+from webhooks.cluster_audit import audit_cluster
 from webhooks.registry import build_policy_set
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
-PROGRESS_EVERY = 1000
-
-
-def _subjects(
-    api: Any, config: Config, pages: Pages, namespace: str | None
-) -> Iterator[dict[str, Any]]:
-    from kubernetes.client import CoreV1Api
-
-    core = CoreV1Api(api)
-    scope = {"namespace": namespace} if namespace else {}
-
-    def listed(everywhere: Any, namespaced: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
-        yield from pages.items(namespaced if namespace else everywhere, **scope, **kwargs)
-
-    for pod in listed(core.list_pod_for_all_namespaces, core.list_namespaced_pod):
-        yield {**pod, "kind": "Pod"}
-    for secret_type in CREDENTIAL_TYPES:
-        for secret in listed(
-            core.list_secret_for_all_namespaces,
-            core.list_namespaced_secret,
-            field_selector=f"type={secret_type}",
-        ):
-            yield {**secret, "kind": "Secret"}
-    source = config.names.data_source
-    for pvc in listed(
-        core.list_persistent_volume_claim_for_all_namespaces,
-        core.list_namespaced_persistent_volume_claim,
-    ):
-        if source in ((pvc.get("metadata") or {}).get("annotations") or {}):
-            yield {**pvc, "kind": "PersistentVolumeClaim"}
 
 
 async def _audit(args: argparse.Namespace, err: TextIO) -> tuple[list[Finding], dict[str, Any]]:
     config = load_config(args.config)
     policies = build_policy_set(config)
-    pages = Pages()
-    counts: dict[str, int] = {}
-    findings: list[Finding] = []
     api = api_client(args.kubeconfig)
+
+    def progress(objects: int, findings: int) -> None:
+        err.write(f"audited {objects} objects, {findings} findings\n")
+
     try:
         state, live = await live_state(args.kubeconfig, config)
         try:
-            subjects = await asyncio.to_thread(
-                lambda: list(_subjects(api, config, pages, args.namespace))
+            run = await asyncio.to_thread(
+                audit_cluster,
+                api,
+                config,
+                policies,
+                state.view,
+                state.exempt_namespaces,
+                args.namespace,
+                progress,
             )
-            for obj in subjects:
-                namespace = (obj.get("metadata") or {}).get("namespace", "")
-                if namespace in state.exempt_namespaces:
-                    continue
-                counts[obj["kind"]] = counts.get(obj["kind"], 0) + 1
-                findings.extend(audit_object(obj, policies, state.view))
-                done = sum(counts.values())
-                if done % PROGRESS_EVERY == 0:
-                    err.write(f"audited {done} objects, {len(findings)} findings\n")
         finally:
             live.stop()
     finally:
         api.close()
-    summary = {"objects": counts, "listRequests": pages.requests}
-    return ordered(findings), summary
+    summary = {"objects": run.objects, "listRequests": run.list_requests}
+    return run.findings, summary
 
 
 def _table(findings: list[Finding], out: TextIO) -> None:

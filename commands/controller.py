@@ -8,6 +8,10 @@ background and cleanup controllers beside its admission controller), with its ow
 ServiceAccount, so each side holds only the permissions it uses. Every replica campaigns for the
 Lease; only the leader reconciles.
 
+With `audit.interval` set, the leader also scans what the cluster holds with every policy and
+writes one report per namespace (`controllers/reports`); the scan is the audit
+`gpu-admission audit` runs (`webhooks/cluster_audit.py`), wired here, where parts meet.
+
 It serves plain HTTP on the metrics port: /metrics, /healthz (the event loop answers) and /readyz
 (its caches have listed, and the Lease can be read: a standby that cannot reach its Lease says
 why). SIGTERM stops the work, releases the Lease (so a standby takes over at once) and exits 0.
@@ -22,15 +26,32 @@ from aiohttp import web
 from kubernetes.client import ApiClient
 
 from controllers.dataset import DatasetController
+from controllers.reports import AuditScanner
+from controllers.reports.scanner import ScanResult
+from gpu_admission.cluster.informers import InformerClusterView
 from gpu_admission.config import Config
 from gpu_admission.heap import freeze_long_lived
 from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.metrics import Metrics
 from gpu_admission.stop_signals import stop_signals
+from webhooks.cluster_audit import audit_cluster, exempt_namespaces
+from webhooks.registry import build_policy_set
 
 log = logging.getLogger(__name__)
 
 SHUTTING_DOWN = "shutdown in progress"
+# How long a scan waits for the lookup caches' first lists before it fails with their errors.
+SCAN_SYNC_SECONDS = 60.0
+
+
+def audit_scan(config: Config, api: ApiClient, view: InformerClusterView) -> ScanResult:
+    """One background audit: the same audit as `gpu-admission audit`, over the caches in
+    `view` (started by the caller) and one paginated list per audited kind."""
+    if not all(i.wait_synced(SCAN_SYNC_SECONDS) for i in view.informers):
+        raise RuntimeError(f"the lookup caches have not listed: {', '.join(view.ready())}")
+    exempt = exempt_namespaces(api, config)
+    run = audit_cluster(api, config, build_policy_set(config), view, exempt)
+    return ScanResult(run.findings, run.objects, run.list_requests + 1)
 
 
 class ControllerProcess:
@@ -47,6 +68,17 @@ class ControllerProcess:
         self.config = config
         self.metrics = metrics or Metrics()
         self.controller = DatasetController(api, config, self.metrics, identity=identity)
+        self.scan_view: InformerClusterView | None = None
+        self.scanner: AuditScanner | None = None
+        if config.audit.interval > 0:
+            view = self.scan_view = InformerClusterView(api, config)
+            self.scanner = AuditScanner(
+                api,
+                config,
+                self.metrics,
+                lambda: audit_scan(config, api, view),
+                self.controller.leading,
+            )
         self.draining = False
         self._runner: web.AppRunner | None = None
         self._freezer: asyncio.Task[None] | None = None
@@ -72,6 +104,9 @@ class ControllerProcess:
         except BaseException:
             await self.stop()
             raise
+        if self.scan_view is not None and self.scanner is not None:
+            self.scan_view.start()
+            self.scanner.start()
         freeze_long_lived("started")
         self._freezer = asyncio.create_task(self._freeze_once_leading())
 
@@ -88,6 +123,10 @@ class ControllerProcess:
         self.draining = True
         if self._freezer is not None:
             self._freezer.cancel()
+        if self.scanner is not None:
+            await self.scanner.stop()
+        if self.scan_view is not None:
+            self.scan_view.stop()
         try:
             await self.controller.stop()  # stops reconciling, then releases the Lease
         finally:

@@ -164,6 +164,11 @@ class Names:
         return self._key("data-source")
 
     @property
+    def results_omitted(self) -> str:
+        """Report annotation (written): results left out of a full report, still summarised."""
+        return self._key("results-omitted")
+
+    @property
     def data_credentials(self) -> str:
         return self._key("data-credentials")
 

@@ -26,10 +26,10 @@ def namespace(kubectl: Kubectl, crds: None) -> None:
     kubectl("apply", "-f", str(ROOT / "manifests" / "base" / "namespace.yaml"))
 
 
-def test_there_are_five_kustomizations() -> None:
+def test_there_are_six_kustomizations() -> None:
     names = {str(path.relative_to(ROOT)) for path in KUSTOMIZATIONS}
     assert {"manifests", "manifests/base", "manifests/overlays/webhook-pod-checks"} <= names
-    assert len(names) == 5, names
+    assert len(names) == 6, names
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,103 @@
+"""The audit of a whole cluster: every Pod, credential Secret and dataset PVC it holds, read with
+paginated lists (one per kind, a credential type each for Secrets) and put to every policy by
+`audit_object`, against a cluster view the caller brings (the informers' caches).
+
+One implementation for `gpu-admission audit` and the controller's background scan, so that the
+two always count the same. Objects are judged as their page arrives, so memory holds one page
+and the findings, not the cluster. Blocking (the kubernetes client): run it in a thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_admission.cluster.pages import Pages
+from gpu_admission.cluster.view import ClusterView
+from gpu_admission.config import Config
+from gpu_admission.findings import Finding
+from gpu_admission.names import CREDENTIAL_TYPES
+from gpu_admission.policy_modes import PolicyMode
+from webhooks.audit import audit_object, ordered
+from webhooks.policy import PolicySet
+
+PROGRESS_EVERY = 1000
+FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass
+class AuditRun:
+    findings: list[Finding] = field(default_factory=list)
+    objects: dict[str, int] = field(default_factory=dict)  # audited, by kind
+    list_requests: int = 0
+
+
+def exempt_namespaces(api: Any, config: Config) -> set[str]:
+    """The namespaces the webhooks skip (one list, by label)."""
+    from kubernetes.client import CoreV1Api
+
+    listed = CoreV1Api(api).list_namespace(label_selector=f"{config.exempt_label}=true")
+    return {ns.metadata.name for ns in listed.items}
+
+
+def audit_subjects(
+    api: Any, config: Config, pages: Pages, namespace: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """Pods not yet finished, the four credential Secret types (by field selector: the API
+    server filters) and PVCs that carry a data source, page after page, each with its `kind`.
+    A Succeeded or Failed pod runs nothing any more: nothing of it is at stake."""
+    from kubernetes.client import CoreV1Api
+
+    core = CoreV1Api(api)
+    scope = {"namespace": namespace} if namespace else {}
+
+    def listed(everywhere: Any, namespaced: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        yield from pages.items(namespaced if namespace else everywhere, **scope, **kwargs)
+
+    for pod in listed(core.list_pod_for_all_namespaces, core.list_namespaced_pod):
+        if (pod.get("status") or {}).get("phase") not in FINISHED:
+            yield {**pod, "kind": "Pod"}
+    for secret_type in CREDENTIAL_TYPES:
+        for secret in listed(
+            core.list_secret_for_all_namespaces,
+            core.list_namespaced_secret,
+            field_selector=f"type={secret_type}",
+        ):
+            yield {**secret, "kind": "Secret"}
+    source = config.names.data_source
+    for pvc in listed(
+        core.list_persistent_volume_claim_for_all_namespaces,
+        core.list_namespaced_persistent_volume_claim,
+    ):
+        if source in ((pvc.get("metadata") or {}).get("annotations") or {}):
+            yield {**pvc, "kind": "PersistentVolumeClaim"}
+
+
+def audit_cluster(
+    api: Any,
+    config: Config,
+    policies: PolicySet,
+    view: ClusterView,
+    exempt: set[str],
+    namespace: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    modes: Mapping[str, PolicyMode] | None = None,
+) -> AuditRun:
+    """Every finding among the objects outside exempt namespaces, ordered by policy and
+    namespace. `progress(objects, findings)` is called every PROGRESS_EVERY objects."""
+    pages = Pages()
+    run = AuditRun()
+    relaxed = config.relaxed_modes() if modes is None else modes
+    audited = 0
+    for obj in audit_subjects(api, config, pages, namespace):
+        if (obj.get("metadata") or {}).get("namespace", "") in exempt:
+            continue
+        run.objects[obj["kind"]] = run.objects.get(obj["kind"], 0) + 1
+        run.findings.extend(audit_object(obj, policies, view, relaxed))
+        audited += 1
+        if progress is not None and audited % PROGRESS_EVERY == 0:
+            progress(audited, len(run.findings))
+    run.findings = ordered(run.findings)
+    run.list_requests = pages.requests
+    return run
