@@ -97,6 +97,12 @@ class ControlPlane:
     def kubeconfig(self) -> Path:
         return self.folder / "kubeconfig"
 
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log (JSON lines, AUDIT_POLICY): where warn- and audit-mode
+        policies' records land, as on a cluster with auditing on."""
+        return self.folder / "audit.log"
+
     def stop(self) -> None:
         # Its state is thrown away with its folder, so nothing needs a graceful shutdown
         # (kube-apiserver's takes seconds).
@@ -179,6 +185,21 @@ def _wait(plane: ControlPlane, name: str, process: subprocess.Popen[bytes], url:
         raise Unavailable(str(error)) from None
 
 
+# Metadata level (annotations included) for the kinds the policies judge; nothing else.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    verbs: [create, update]
+    resources:
+      - group: ""
+        resources: [pods, secrets, persistentvolumeclaims]
+  - level: None
+"""
+
+
 def start(controller_manager: bool = False) -> ControlPlane:
     """Start etcd and kube-apiserver (and kube-controller-manager) and wait until they serve."""
     binaries = assets()
@@ -187,6 +208,7 @@ def start(controller_manager: bool = False) -> ControlPlane:
     try:
         _write_keys(folder)
         (folder / "tokens.csv").write_text(f"{ADMIN_TOKEN},admin,admin,system:masters\n")
+        (folder / "audit-policy.yaml").write_text(AUDIT_POLICY)
         client, peer = free_port(), free_port()
         etcd = _start(
             plane,
@@ -235,6 +257,10 @@ def start(controller_manager: bool = False) -> ControlPlane:
                 # registered by Service) is refused on this machine, never sent anywhere.
                 "--service-cluster-ip-range",
                 "127.96.0.0/16",
+                "--audit-policy-file",
+                str(folder / "audit-policy.yaml"),
+                "--audit-log-path",
+                str(plane.audit_log),
             ],
         )
         _wait(plane, "kube-apiserver", apiserver, f"{plane.url}/readyz")
