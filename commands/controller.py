@@ -27,7 +27,7 @@ from kubernetes.client import ApiClient
 
 from controllers.dataset import DatasetController
 from controllers.reports import AuditScanner
-from controllers.reports.scanner import ScanResult
+from controllers.reports.scanner import ScanMetrics, ScanResult
 from gpu_admission.cluster.informers import InformerClusterView
 from gpu_admission.config import Config
 from gpu_admission.heap import freeze_long_lived
@@ -70,12 +70,13 @@ class ControllerProcess:
         self.controller = DatasetController(api, config, self.metrics, identity=identity)
         self.scan_view: InformerClusterView | None = None
         self.scanner: AuditScanner | None = None
+        scan_metrics = ScanMetrics(self.metrics)
         if config.audit.interval > 0:
             view = self.scan_view = InformerClusterView(api, config)
             self.scanner = AuditScanner(
                 api,
                 config,
-                self.metrics,
+                scan_metrics,
                 lambda: audit_scan(config, api, view),
                 self.controller.leading,
             )

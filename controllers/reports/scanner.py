@@ -44,6 +44,8 @@ class ScanResult:
 
 
 class ScanMetrics:
+    """Registered whether the scan runs or not, so dashboards and alerts find their series."""
+
     def __init__(self, metrics: Metrics) -> None:
         self.violations = metrics.gauge(
             "audit_violations",
@@ -90,14 +92,14 @@ class AuditScanner:
         self,
         api: ApiClient,
         config: Config,
-        metrics: Metrics,
+        metrics: ScanMetrics,
         scan: Callable[[], ScanResult],
         leading: asyncio.Event,
     ) -> None:
         self.config = config
         self.scan = scan
         self.leading = leading
-        self.metrics = ScanMetrics(metrics)
+        self.metrics = metrics
         self.store = ReportStore(
             api,
             REPORT_KINDS[config.audit.report_format],
@@ -123,7 +125,11 @@ class AuditScanner:
 
     async def _loop(self) -> None:
         while True:
-            await self.leading.wait()
+            if not self.leading.is_set():
+                # A replica that does not lead reports nothing: a former leader's counts would
+                # outlive the violations they count.
+                self.metrics.violations.clear()
+                await self.leading.wait()
             await self.run_once()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.config.audit.interval)

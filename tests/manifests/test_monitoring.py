@@ -91,6 +91,7 @@ def test_the_dashboard_is_labelled_for_the_grafana_sidecar_and_every_panel_queri
         "shard_bytes",
         "queue_depth",
         "leader",
+        "audit_violations",
     )
     text = "\n".join(dashboard_queries())
     assert all(what in text for what in wanted)
