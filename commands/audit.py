@@ -66,7 +66,8 @@ def _table(findings: list[Finding], out: TextIO) -> None:
             policy = finding.policy
             group = [f for f in findings if f.policy == policy]
             spaces = len({f.namespace for f in group})
-            out.write(f"\n{policy}: {len(group)} object(s) in {spaces} namespace(s)\n")
+            mode = "" if finding.mode == "enforce" else f" ({finding.mode} mode)"
+            out.write(f"\n{policy}{mode}: {len(group)} object(s) in {spaces} namespace(s)\n")
         where = f"{finding.namespace}/{finding.name}" if finding.namespace else finding.name
         out.write(f"  {finding.result:<13} {finding.kind} {where}: {finding.message}\n")
 

@@ -9,9 +9,10 @@ copy, so each finding is one policy's. Pure: the caller brings the objects and t
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import msgspec
 
 from gpu_admission.cluster.view import ClusterView
 from gpu_admission.findings import COULD_NOT_CHECK, WOULD_CHANGE, WOULD_REFUSE, Finding
@@ -28,6 +29,24 @@ HEADLINES = {
     "gpu-memory-share": "does not know its GPU memory share",
 }
 FIRST = tuple(HEADLINES)
+_ENCODER = msgspec.json.Encoder()
+AUDIT_UID = "gpu-admission-audit"  # no policy reads the uid; a fresh one per request costs
+
+
+def _as_created(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object as the webhooks saw it on CREATE, less what no policy reads and copying would
+    cost most of the audit's time for (the status, the field managers)."""
+    made = {key: value for key, value in obj.items() if key != "status"}
+    meta = made.get("metadata")
+    if isinstance(meta, Mapping) and "managedFields" in meta:
+        made["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return merged_string_data(_copy(made)) if made.get("kind") == "Secret" else made
+
+
+def _copy(obj: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a JSON object, through msgspec: several times cheaper than deepcopy."""
+    copied: dict[str, Any] = msgspec.json.decode(_ENCODER.encode(obj))
+    return copied
 
 
 def audit_object(
@@ -44,7 +63,7 @@ def audit_object(
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     uid = str(meta.get("uid") or "")
     relaxed = modes or {}
-    source = merged_string_data(copy.deepcopy(dict(obj))) if kind == "Secret" else dict(obj)
+    source = _as_created(obj)
     findings = []
 
     def found(policy: str, result: str, message: str) -> None:
@@ -52,7 +71,7 @@ def audit_object(
         findings.append(Finding(policy, result, kind, namespace, name, message, mode, uid))
 
     for mutating in policies.mutating_for(kind):
-        request = review_request(copy.deepcopy(source), kind, namespace)
+        request = review_request(_copy(source), kind, namespace, AUDIT_UID)
         if not mutating.scope.matches(request):
             continue
         patch = Patch(request.object)
@@ -67,8 +86,9 @@ def audit_object(
             changes = describe_changes(patch.ops, source)
             headline = HEADLINES.get(mutating.name)
             found(mutating.name, WOULD_CHANGE, f"{headline}: {changes}" if headline else changes)
+    # Validating policies only read (their contract): one request serves them all.
+    request = review_request(_copy(source), kind, namespace, AUDIT_UID)
     for validating in policies.validating_for(kind):
-        request = review_request(copy.deepcopy(source), kind, namespace)
         if not validating.scope.matches(request):
             continue
         try:

@@ -96,11 +96,14 @@ def merged_string_data(secret: dict[str, Any]) -> dict[str, Any]:
     return secret
 
 
-def review_request(obj: dict[str, Any], kind: str, namespace: str) -> AdmissionRequest:
-    """A dry-run CREATE of `obj`, as the API server sends it to the webhooks."""
+def review_request(
+    obj: dict[str, Any], kind: str, namespace: str, uid: str | None = None
+) -> AdmissionRequest:
+    """A dry-run CREATE of `obj`, as the API server sends it to the webhooks (a fresh uid
+    unless one is given)."""
     meta = obj.get("metadata") or {}
     return AdmissionRequest(
-        uid=str(uuid.uuid4()),
+        uid=uid or str(uuid.uuid4()),
         kind=kind,
         resource={"Pod": "pods", "Secret": "secrets"}.get(kind, "persistentvolumeclaims"),
         sub_resource="",

@@ -83,3 +83,22 @@ def test_the_headline_policies_come_first() -> None:
         "gpu-memory-share",
         "credential-secrets",
     ]
+
+
+def test_status_and_field_managers_are_not_judged_and_the_object_is_left_as_it_was() -> None:
+    pod = cpu_pod()
+    pod["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    pod["status"] = {"phase": "Running", "podIP": "10.0.0.7"}
+    before = repr(pod)
+    assert audit_object(pod, POLICIES, StaticClusterView()) == audit_object(
+        cpu_pod(), POLICIES, StaticClusterView()
+    )
+    assert repr(pod) == before
+
+
+def test_each_finding_carries_its_policys_mode() -> None:
+    config = Config.model_validate({"policies": {"gpu-visibility": {"mode": "audit"}}})
+    (finding,) = audit_object(
+        cpu_pod(), build_policy_set(config), StaticClusterView(), config.relaxed_modes()
+    )
+    assert finding.mode == "audit"
