@@ -15,6 +15,8 @@ import yaml
 from kubernetes import client
 
 from commands.audit import EXIT_CLEAN, EXIT_FINDINGS, audit_command
+from gpu_admission.cluster.snapshots import cache_key
+from gpu_admission.datasource import content_key
 from tests.real_api.conftest import namespace_ready
 from tests.world.control_plane import ControlPlane
 
@@ -67,11 +69,48 @@ SHARED_NODE = {
 }
 
 
+def cached_snapshot(source: str) -> dict:
+    """A dataset snapshot as the controller labels it, from a PVC of class `standard`."""
+    return {
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {
+            "name": "coco-snap",
+            "labels": {
+                "gpu-admission.io/dataset-cache": "true",
+                "gpu-admission.io/dataset-key": cache_key(content_key(source, None, None), None),
+            },
+            "annotations": {"gpu-admission.io/data-storage-class": "standard"},
+        },
+        "spec": {"source": {"persistentVolumeClaimName": "coco-loaded"}},
+    }
+
+
+def make_ready(api: client.ApiClient, name: str) -> None:
+    """What the CSI snapshotter writes once the snapshot is cut (played through the API)."""
+    client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        "snapshot.storage.k8s.io",
+        "v1",
+        NS,
+        "volumesnapshots",
+        name,
+        {"status": {"readyToUse": True, "restoreSize": "1Gi"}},
+    )
+
+
 @pytest.fixture(scope="module")
-def seeded(real_cluster: ControlPlane, api: client.ApiClient) -> ControlPlane:
+def seeded(real_cluster: ControlPlane, api: client.ApiClient, crds: None) -> ControlPlane:
     core = client.CoreV1Api(api)
     namespace_ready(api, NS, labels={EXEMPT: "true"})  # made before the install: unchecked
     core.create_node(SHARED_NODE)
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "snapshot.storage.k8s.io",
+        "v1",
+        NS,
+        "volumesnapshots",
+        cached_snapshot("s3://datasets/coco"),
+    )
+    make_ready(api, "coco-snap")
     for body in (
         secret(
             "s3-reader",
@@ -87,7 +126,9 @@ def seeded(real_cluster: ControlPlane, api: client.ApiClient) -> ControlPlane:
         ),
     ):
         core.create_namespaced_secret(NS, body)
-    for body in (pvc("coco", "s3://datasets/coco"), pvc("bad-source", "s3://Bad_Bucket/x")):
+    again = pvc("coco-again", "s3://datasets/coco")
+    again["spec"]["storageClassName"] = "standard"
+    for body in (pvc("coco", "s3://datasets/coco"), pvc("bad-source", "s3://Bad_Bucket/x"), again):
         core.create_namespaced_persistent_volume_claim(NS, body)
     shared = {"nvidia.com/gpu.shared": "1"}
     for body in (
@@ -141,6 +182,8 @@ def test_the_audit_finds_every_policys_violators_and_nothing_else(seeded: Contro
         ("dataset-pvc-label", "PersistentVolumeClaim", "coco", "would change"),
         ("dataset-pvc-label", "PersistentVolumeClaim", "bad-source", "would change"),
         ("dataset-pvc", "PersistentVolumeClaim", "bad-source", "would refuse"),
+        ("dataset-pvc-label", "PersistentVolumeClaim", "coco-again", "would change"),
+        ("dataset-pvc-cache", "PersistentVolumeClaim", "coco-again", "would change"),
     }
     # The lines users look for first, first; paginated lists, not a request per object.
     assert report["findings"][0]["policy"] == "gpu-visibility"

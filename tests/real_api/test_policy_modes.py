@@ -280,3 +280,66 @@ def test_checks_in_different_modes_get_a_policy_each(
         "binding 'gpu-admission-gpu-env-guard': container \"app\" requests a GPU and sets "
         "NVIDIA_VISIBLE_DEVICES"
     )
+
+
+SHARED_NODE = {
+    "metadata": {
+        "name": "modes-a10g",
+        "labels": {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.replicas": "4",
+            "nvidia.com/gpu.sharing-strategy": "time-slicing",
+            "nvidia.com/gpu.memory": "23028",
+        },
+    },
+    "status": {"allocatable": {"cpu": "4", "nvidia.com/gpu.shared": "4"}},
+}
+
+
+def test_every_mutating_policy_in_audit_mode_records_instead_of_changing(
+    cluster: ControlPlane, api: client.ApiClient
+) -> None:
+    core = client.CoreV1Api(api)
+    core.create_node(SHARED_NODE)
+    dataset = {
+        **bad_pvc("weights"),
+        "metadata": {
+            "name": "weights",
+            "annotations": {"gpu-admission.io/data-source": "s3://models/llama"},
+        },
+    }
+    try:
+        with served(cluster, modes("enforce", "audit")):
+            core.create_namespaced_persistent_volume_claim(NS, dataset)  # never loaded here
+            shared = _pod("share-audit", {"nvidia.com/gpu.shared": "1"})
+            creds = _pod("creds-audit", NVIDIA_VISIBLE_DEVICES="none")
+            creds["metadata"]["annotations"] = {"gpu-admission.io/cloud-credentials": "nowhere"}
+            reader = _pod("reader-audit", NVIDIA_VISIBLE_DEVICES="none")
+            reader["spec"]["containers"][0]["volumeMounts"] = [{"name": "w", "mountPath": "/w"}]
+            reader["spec"]["volumes"] = [
+                {"name": "w", "persistentVolumeClaim": {"claimName": "weights"}}
+            ]
+            key = "pods.mutate.gpu-admission.io/"
+            in_force(
+                cluster,
+                api,
+                cpu_pod,
+                lambda a, notes: a.allowed and f"{key}gpu-visibility" in notes,
+            )
+            for body, policy, starts in (
+                (
+                    shared,
+                    "gpu-memory-share",
+                    'would change: add container "app" env (GPU_MEMORY_FRACTION=',
+                ),
+                (creds, "cloud-credentials", "would refuse: cloud credentials cannot be added: "),
+                (reader, "dataset-gate", "would change: "),
+            ):
+                answer = create(api, NS, body)
+                assert answer.allowed and answer.warnings == [], answer
+                assert "schedulingGates" not in answer.stored["spec"]
+                assert "GPU_MEMORY_FRACTION" not in json.dumps(answer.stored)
+                recorded = audit_annotations(cluster, answer.audit_id)[f"{key}{policy}"]
+                assert recorded.startswith(starts), recorded
+    finally:
+        core.delete_node(SHARED_NODE["metadata"]["name"])
