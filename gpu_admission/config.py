@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from gpu_admission.config_adoption import AuditConfig, PolicySettings, known_policy_names
+from gpu_admission.config_base import _Model
 from gpu_admission.names import DEFAULT_PREFIX, HF_DEFAULT_ENDPOINT, Names
 from gpu_admission.policy_modes import (
     TUNABLE_POLICIES,
@@ -30,8 +32,6 @@ from gpu_admission.policy_modes import (
 
 ENV_PREFIX = "GPU_ADMISSION_"
 _TEMPLATE_FIELDS = ("fraction", "replicas", "limit_mib")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(s|m|h)")
-_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class ConfigError(Exception):
@@ -50,11 +50,6 @@ class NoCandidateBehaviour(StrEnum):
 
     SKIP = "skip"  # admit unchanged, with a warning saying why
     DENY = "deny"
-
-
-class _Model(BaseModel):
-    # Each field's docstring is its description: docs/configuration.md is generated from them.
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class ServerConfig(_Model):
@@ -353,41 +348,6 @@ class LeaderElectionConfig(_Model):
     """How often candidates try to acquire or renew."""
 
 
-class PolicySettings(_Model):
-    mode: PolicyMode = PolicyMode.ENFORCE
-    """enforce, warn (validating policies only) or audit: what the policy does with what it
-    finds (docs/adoption.md)."""
-
-
-class AuditConfig(_Model):
-    interval: Annotated[float, Field(ge=0)] = 0.0
-    """Seconds (or a duration such as 30s, 10m, 1h) between the controller leader's scans of
-    what the cluster holds, by every policy, written as reports; 0 (the default) turns the
-    scan off. Each scan is one paginated list per kind."""
-    report_format: Literal["policyreport", "openreports"] = "policyreport"
-    """policyreport: one wgpolicyk8s.io/v1alpha2 PolicyReport per namespace (what Policy Reporter,
-    Kyverno and Trivy Operator use); openreports: one openreports.io/v1alpha1 Report."""
-    @field_validator("interval", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> Any:
-        if not isinstance(value, str):
-            return value
-        if match := _DURATION.fullmatch(value.strip()):
-            return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        try:
-            return float(value)
-        except ValueError:
-            raise ValueError(
-                f"{value!r} is not a duration: give seconds, or a number with s, m or h (10m)"
-            ) from None
-
-    report_name: str = "gpu-admission"
-    """The name of each namespace's report."""
-    max_results_per_report: Annotated[int, Field(ge=1, le=5000)] = 1000
-    """At most this many results in one report (the rest are counted in the summary and in the
-    metric), so a report stays well under etcd's object size limit."""
-
-
 class Config(_Model):
     annotation_prefix: str = DEFAULT_PREFIX
     """Prefix of every annotation, label and scheduling gate. Changing it also means changing the
@@ -426,17 +386,7 @@ class Config(_Model):
     @field_validator("policies", mode="before")
     @classmethod
     def _policy_names(cls, value: Any) -> Any:
-        if not isinstance(value, Mapping):
-            return value
-        # Environment variables cannot carry '-': GPU_ADMISSION_POLICIES__GPU_ENV_GUARD__MODE.
-        named = {str(k).replace("_", "-"): v for k, v in value.items()}
-        unknown = sorted(set(named) - set(TUNABLE_POLICIES))
-        if unknown:
-            raise ValueError(
-                f"unknown policy {', '.join(unknown)}; the policies are "
-                + ", ".join(TUNABLE_POLICIES)
-            )
-        return named
+        return known_policy_names(value)
 
     @model_validator(mode="after")
     def _modes_allowed(self) -> Config:
