@@ -167,3 +167,34 @@ async def test_the_scan_writes_updates_and_removes_reports(
         assert _reports(api)[TWO]["metadata"]["resourceVersion"] == version
     finally:
         await process.stop()
+
+
+async def test_openreports_reports_are_accepted_by_their_crd(
+    seeded: ControlPlane, api: client.ApiClient
+) -> None:
+    config = Config.model_validate(
+        {
+            "audit": {"interval": "1h", "report_format": "openreports"},
+            "server": {"metrics_port": 0},
+            "leader_election": {"namespace": "gpu-admission", "retry_period_seconds": 0.2},
+        }
+    )
+    process = ControllerProcess(
+        config, _as_controller(api), Metrics(process_metrics=False), identity="openreports-test"
+    )
+    scanner = process.scanner
+    assert scanner is not None
+    await process.start()
+    try:
+        await _wait(lambda: scanner.scans_done >= 1, "the first scan")
+    finally:
+        await process.stop()
+    listed = client.CustomObjectsApi(api).list_cluster_custom_object(
+        "openreports.io", "v1alpha1", "reports"
+    )
+    reports = {r["metadata"]["namespace"]: r for r in listed["items"]}
+    assert reports[TWO]["source"] == "gpu-admission"
+    audited = [f for f in await asyncio.to_thread(_audit, seeded) if f["namespace"] == TWO]
+    assert {r["policy"] for r in reports[TWO]["results"]} == {f["policy"] for f in audited}
+    assert "gpu-visibility" in {f["policy"] for f in audited}
+    assert reports[TWO]["summary"]["fail"] == len(audited)
