@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.world.kubeapi.pytest_plugin", "tests.world.harness"]
+pytest_plugins = [
+    "tests.world.kubeapi.pytest_plugin",
+    "tests.world.harness",
+    "tests.world.real_cluster",
+]
 
 # Journeys across parts, the image tier (it builds and runs the container image) and the real-API
 # tier (it starts kube-apiserver).

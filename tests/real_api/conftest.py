@@ -1,52 +1,25 @@
-"""The real-API tier: kube-apiserver and etcd (with kube-controller-manager, for the `default`
-ServiceAccount of new namespaces) from KUBEBUILDER_ASSETS, started once per test session.
-
-Without KUBEBUILDER_ASSETS the tier is skipped with its reason; under CI (which sets it from
-../shared/kube/unpack.sh) it fails instead, as the image tier does.
-"""
+"""The real-API tier, on the session's real control plane (`tests/world/real_cluster.py`:
+`real_cluster`, `api`). Without KUBEBUILDER_ASSETS the tier is skipped with its reason; under CI
+(which sets it from ../shared/kube/unpack.sh) it fails instead, as the image tier does."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 
 from tests.support.waits import while_running
 from tests.world import control_plane
 from tests.world.harness import KUBECTL
+from tests.world.real_cluster import unavailable
 
 # The real CRDs of the projects the manifests use (Prometheus Operator, cert-manager, ...), as
 # their projects publish them.
 CRDS = Path(__file__).resolve().parents[3] / "shared" / "crds"
-
-
-def unavailable(reason: str) -> None:
-    control_plane.SKIPPED.append(reason)
-    if os.environ.get("CI"):
-        pytest.fail(f"the real-API tier cannot run in CI: {reason}")
-    pytest.skip(f"real-API tier: {reason}")
-
-
-@pytest.fixture(scope="session")
-def real_cluster() -> Iterator[control_plane.ControlPlane]:
-    try:
-        plane = control_plane.start(controller_manager=True)
-    except control_plane.Unavailable as error:
-        unavailable(str(error))
-    try:
-        yield plane
-    finally:
-        plane.stop()
-
-
-@pytest.fixture(scope="session")
-def api(real_cluster: control_plane.ControlPlane) -> client.ApiClient:
-    return config.new_client_from_config(str(real_cluster.kubeconfig))
 
 
 class Kubectl:

@@ -85,7 +85,18 @@ def _loader_pod(core: client.CoreV1Api) -> dict[str, Any] | None:
 
 
 def _as_kubelet(core: client.CoreV1Api, pod: dict[str, Any], waiting: dict[str, str]) -> None:
-    """The kubelet's status for a pod whose container has not started."""
+    """The pod bound to a node, as kube-scheduler binds it (the session's scheduler has no
+    Ready node to choose), then the kubelet's status for a pod whose container has not
+    started."""
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": pod["metadata"]["name"], "namespace": NAMESPACE},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"},
+    }
+    core.create_namespaced_pod_binding(
+        pod["metadata"]["name"], NAMESPACE, binding, _preload_content=False
+    )
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     container = pod["spec"]["containers"][0]
     status = {

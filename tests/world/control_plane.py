@@ -200,8 +200,9 @@ rules:
 """
 
 
-def start(controller_manager: bool = False) -> ControlPlane:
-    """Start etcd and kube-apiserver (and kube-controller-manager) and wait until they serve."""
+def start(controller_manager: bool = False, scheduler: bool = False) -> ControlPlane:
+    """Start etcd and kube-apiserver (and kube-controller-manager, kube-scheduler) and wait
+    until they serve."""
     binaries = assets()
     folder = Path(tempfile.mkdtemp(prefix="kube-"))
     plane = ControlPlane(folder=folder, port=free_port())
@@ -257,6 +258,9 @@ def start(controller_manager: bool = False) -> ControlPlane:
                 # registered by Service) is refused on this machine, never sent anywhere.
                 "--service-cluster-ip-range",
                 "127.96.0.0/16",
+                # A played kubelet's address is 127.0.0.1 (InternalIP); by default the server
+                # would first look its Hostname up in DNS, off this machine.
+                "--kubelet-preferred-address-types=InternalIP",
                 "--audit-policy-file",
                 str(folder / "audit-policy.yaml"),
                 "--audit-log-path",
@@ -267,6 +271,8 @@ def start(controller_manager: bool = False) -> ControlPlane:
         _write_kubeconfig(plane)
         if controller_manager:
             _start_controller_manager(plane, binaries)
+        if scheduler:
+            _start_scheduler(plane, binaries)
         plane.version = _server_version(plane)
         STARTED.append(plane.version)
     except BaseException:
@@ -293,7 +299,11 @@ def _start_controller_manager(plane: ControlPlane, binaries: Path) -> None:
             "--use-service-account-credentials",
             "--root-ca-file",
             str(plane.folder / "certs" / "apiserver.crt"),
-            "--controllers=*,-node-lifecycle-controller",
+            # All of them, the node lifecycle controller included: it lifts the not-ready taint
+            # the API server puts on every new Node once the node's kubelet (played) says
+            # Ready, and marks Nodes nobody heartbeats unreachable, as in a cluster.
+            "--controllers=*",
+            "--node-monitor-period=1s",
             "--leader-elect=false",
             "--bind-address",
             "127.0.0.1",
@@ -302,6 +312,28 @@ def _start_controller_manager(plane: ControlPlane, binaries: Path) -> None:
         ],
     )
     _wait(plane, "kube-controller-manager", process, f"https://127.0.0.1:{port}/healthz")
+
+
+def _start_scheduler(plane: ControlPlane, binaries: Path) -> None:
+    binary = binaries / "kube-scheduler"
+    if not os.access(binary, os.X_OK):
+        raise Unavailable(f"{ASSETS_VARIABLE} has no kube-scheduler")
+    port = free_port()
+    process = _start(
+        plane,
+        "kube-scheduler",
+        [
+            str(binary),
+            "--kubeconfig",
+            str(plane.kubeconfig),
+            "--leader-elect=false",
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(port),
+        ],
+    )
+    _wait(plane, "kube-scheduler", process, f"https://127.0.0.1:{port}/healthz")
 
 
 def _server_version(plane: ControlPlane) -> str:

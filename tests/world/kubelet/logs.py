@@ -4,12 +4,14 @@ As in a real cluster, `GET /api/v1/namespaces/NS/pods/NAME/log` is answered by t
 server validates the container (pkg/registry/core/pod/strategy.go LogLocation), finds the node's
 address and kubelet port in the Node's status (`daemonEndpoints.kubeletEndpoint.Port`) and
 proxies to the kubelet's `/containerLogs/NS/NAME/CONTAINER`, which applies `tailLines` and
-`limitBytes` to the container's log. The fake kubelet serves plain HTTP on loopback (a real one
-serves HTTPS on 10250).
+`limitBytes` to the container's log. For the emulator the fake kubelet serves plain HTTP on
+loopback; for the real kube-apiserver, HTTPS, as a real kubelet does on 10250 (the server does
+not verify a kubelet's certificate unless --kubelet-certificate-authority is set).
 """
 
 from __future__ import annotations
 
+import ssl
 import threading
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -48,7 +50,7 @@ def _int_param(query: Mapping[str, list[str]], name: str) -> int | None:
 class KubeletLogServer:
     """`/containerLogs/{namespace}/{pod}/{container}` over the fake kubelet's log files."""
 
-    def __init__(self, log_path: LogPath) -> None:
+    def __init__(self, log_path: LogPath, tls: ssl.SSLContext | None = None) -> None:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -61,6 +63,8 @@ class KubeletLogServer:
         self._log_path = log_path
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="kubelet-logs", daemon=True

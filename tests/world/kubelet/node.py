@@ -13,6 +13,11 @@ run: each container's command as a local process (see kubelet_run), init contain
 the others one after another. Their exit codes become container states and the pod phase
 (Succeeded/Failed; a ``restartPolicy: Always`` pod stays Running). Pod deletion, Job deadlines
 and ``stop()`` kill the processes.
+
+With ``real_control_plane=True`` it is a node agent of a real kube-apiserver, beside the real
+kube-scheduler and kube-controller-manager: it binds nothing and plays no Job controller (they
+do), serves logs over HTTPS as a kubelet does, and finishes a deleted pod's deletion (a delete
+with grace period 0 once its processes are gone), as the kubelet does.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import datetime as dt
 import json
 import queue
 import shutil
+import ssl
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
@@ -53,6 +59,11 @@ DEFAULT_NODE = "node-1"
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SYNC_TIMEOUT_SECONDS = 10
 NODE_ADDRESS = "127.0.0.1"  # the kubelet's log endpoint listens on loopback
+# As the kubelet: its Lease in kube-node-lease and its Ready condition, renewed well within
+# kube-controller-manager's --node-monitor-grace-period.
+HEARTBEAT_SECONDS = 5.0
+LEASE_SECONDS = 40
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 
 
 def _now() -> str:
@@ -138,6 +149,7 @@ class FakeKubelet:
         run_all_pods: bool = False,
         volume_source: Callable[[str, str, Path], None] | None = None,
         images: Images | None = None,
+        real_control_plane: bool = False,
     ) -> None:
         if api_client is None:
             if kubeconfig is None:
@@ -166,19 +178,32 @@ class FakeKubelet:
         self._timers: list[threading.Timer] = []
         self._mount_points = MountPoints()
         self._next_ip = 10
+        self._real = real_control_plane
         self._watchers = [
             Watcher(self._core.list_pod_for_all_namespaces, self._on_pod, "pods"),
-            Watcher(self._batch.list_job_for_all_namespaces, self._on_job, "jobs"),
             Watcher(self._core.list_node, self._on_node, "nodes"),
         ]
+        if not real_control_plane:
+            self._watchers.append(
+                Watcher(self._batch.list_job_for_all_namespaces, self._on_job, "jobs")
+            )
         self._worker = threading.Thread(target=self._work, name="kubelet-worker", daemon=True)
-        self._log_server = KubeletLogServer(self._log_path)
+        self._stopping = threading.Event()
+        self._heartbeat = threading.Thread(
+            target=self._beat, name="kubelet-heartbeat", daemon=True
+        )
+        self._log_server = KubeletLogServer(
+            self._log_path, _serving_context() if real_control_plane else None
+        )
 
     # ------------------------------------------------------------------ lifecycle and queries
     def start(self) -> FakeKubelet:
         self._log_server.start()
         if self._create_node:
             self._ensure_node()
+            if self._real:
+                self._renew()
+                self._heartbeat.start()
         self._worker.start()
         for watcher in self._watchers:
             watcher.start()
@@ -188,6 +213,7 @@ class FakeKubelet:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         for watcher in self._watchers:
             watcher.stop()
         for timer in self._timers:
@@ -236,6 +262,8 @@ class FakeKubelet:
             else:
                 self._pods[key] = pod
         self._queue.put(("pod", key))
+        if self._real:
+            return  # the real Job controller follows its pods
         for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
             if owner.get("kind") == "Job" and owner.get("controller"):
                 self._queue.put(("job", (key[0], owner.get("name", ""))))
@@ -306,6 +334,51 @@ class FakeKubelet:
             _preload_content=False,
         )
 
+    def _beat(self) -> None:
+        while not self._stopping.wait(HEARTBEAT_SECONDS):
+            try:
+                self._renew()
+            except ApiException:
+                continue  # the API server away for a moment: the next beat tries again
+
+    def _renew(self) -> None:
+        """The Node's Lease and Ready condition, as the kubelet renews them."""
+        now = _now()
+        # A MicroTime: the client writes a datetime in ISO form, its fraction only when nonzero,
+        # and the API server wants one.
+        moment = dt.datetime.now(dt.UTC)
+        micro = moment if moment.microsecond else moment.replace(microsecond=1)
+        coordination = client.CoordinationV1Api(self._core.api_client)
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.node_name, "namespace": NODE_LEASE_NAMESPACE},
+            "spec": {
+                "holderIdentity": self.node_name,
+                "leaseDurationSeconds": LEASE_SECONDS,
+                "renewTime": micro,
+            },
+        }
+        try:
+            coordination.patch_namespaced_lease(
+                self.node_name,
+                NODE_LEASE_NAMESPACE,
+                {"spec": lease["spec"]},
+                _content_type="application/merge-patch+json",
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            coordination.create_namespaced_lease(NODE_LEASE_NAMESPACE, lease)
+        ready = {**_condition("Ready", reason="KubeletReady"), "lastHeartbeatTime": now}
+        # Strategic merge: conditions merge by type, as the kubelet's status update keeps them.
+        self._core.patch_node_status(
+            self.node_name,
+            {"status": {"conditions": [ready]}},
+            _content_type="application/strategic-merge-patch+json",
+            _preload_content=False,
+        )
+
     def _pick_node(self, pod: dict[str, Any]) -> str | None:
         selector = (pod.get("spec") or {}).get("nodeSelector") or {}
         with self._lock:
@@ -328,6 +401,10 @@ class FakeKubelet:
         if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
             if run is not None:
                 run.kill()
+            if pod is not None and self._real and self._runs_here(pod):
+                if run is not None:
+                    run.join()
+                self._finish_deletion(pod)
             return
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
         uid = (pod.get("metadata") or {}).get("uid", "")
@@ -337,6 +414,8 @@ class FakeKubelet:
             if uid in self._started:
                 return
         if not spec.get("nodeName"):
+            if self._real:
+                return  # kube-scheduler binds it; the binding's event brings it back
             if spec.get("schedulingGates"):
                 return  # the scheduler ignores gated pods until every gate is removed
             node = self._pick_node(pod)
@@ -352,9 +431,26 @@ class FakeKubelet:
                 key[1], key[0], binding, _preload_content=False
             )
             return  # the binding's watch event brings the pod back with its node
-        if spec.get("nodeName") != self.node_name and not self._node_exists(spec["nodeName"]):
+        if not self._runs_here(pod):
             return
         self._start_pod(key, pod)
+
+    def _runs_here(self, pod: Mapping[str, Any]) -> bool:
+        """Whether this kubelet runs the pod: bound to its node (with the emulator, to any node
+        it knows: one fake kubelet plays every node)."""
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            return False
+        return node == self.node_name or (not self._real and self._node_exists(node))
+
+    def _finish_deletion(self, pod: Mapping[str, Any]) -> None:
+        """The kubelet's last word on a deleted pod: its processes are gone, so the API server
+        may drop it now (grace period 0, for this uid only)."""
+        meta = pod.get("metadata") or {}
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta.get("uid")}}
+        self._core.delete_namespaced_pod(
+            meta.get("name"), meta.get("namespace"), body=body, _preload_content=False
+        )
 
     def _node_exists(self, name: str) -> bool:
         with self._lock:
@@ -395,10 +491,14 @@ class FakeKubelet:
         run.start()
 
     def _write_pod_status(self, key: tuple[str, str], status: dict[str, Any]) -> None:
+        # Over what the API server holds (its qosClass, the scheduler's condition): the kubelet
+        # writes the fields it owns.
+        with self._lock:
+            held = dict(((self._pods.get(key) or {}).get("status")) or {})
         self._core.patch_namespaced_pod_status(
             key[1],
             key[0],
-            [{"op": "add", "path": "/status", "value": status}],
+            [{"op": "add", "path": "/status", "value": {**held, **status}}],
             _preload_content=False,
         )
 
@@ -443,6 +543,16 @@ class FakeKubelet:
             timer.daemon = True
             self._timers.append(timer)
             timer.start()
+
+
+def _serving_context() -> ssl.SSLContext:
+    """A serving certificate for 127.0.0.1, as a kubelet's self-signed one."""
+    from certs.issue import ServingSpec, issue_bundle
+    from certs.reloader import CertReloader
+
+    reloader = CertReloader()
+    reloader.reload(issue_bundle(ServingSpec("kubelet", "node", ips=[NODE_ADDRESS])))
+    return reloader.context
 
 
 def _owned_by_job(pod: Mapping[str, Any]) -> bool:
