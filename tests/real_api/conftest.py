@@ -12,10 +12,12 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tests.support.waits import while_running
 from tests.world import control_plane
 from tests.world.harness import KUBECTL
+from tests.world.namespaces import namespace_ready
 from tests.world.real_cluster import unavailable
+
+__all__ = ["namespace_ready"]  # the tier's modules import it from here
 
 # The real CRDs of the projects the manifests use (Prometheus Operator, cert-manager, ...), as
 # their projects publish them.
@@ -93,27 +95,3 @@ def apply_base(kubectl: Kubectl) -> None:
 
     docs = [d for d in render("manifests") if d.get("kind") not in WEBHOOK_KINDS]
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
-
-
-def namespace_ready(api: client.ApiClient, name: str, labels: dict[str, str] | None = None) -> None:
-    """Create a namespace (unless an earlier test did) and wait for its `default`
-    ServiceAccount (kube-controller-manager makes it; until then the API server refuses pods
-    there)."""
-    core = client.CoreV1Api(api)
-    meta = client.V1ObjectMeta(name=name, labels=labels)
-    try:
-        core.create_namespace(client.V1Namespace(metadata=meta))
-    except client.ApiException as error:
-        if error.status != 409:
-            raise
-
-    def has_account() -> bool:
-        try:
-            core.read_namespaced_service_account("default", name)
-        except client.ApiException as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
-
-    while_running(has_account, f"the default ServiceAccount of {name}", {}, 60)

@@ -1,0 +1,100 @@
+"""A volume provisioner for the real control plane: a client of kube-apiserver that gives each new
+PersistentVolumeClaim a PersistentVolume, as an external provisioner (a CSI driver's sidecar)
+does, and lets kube-controller-manager's PV controller bind the two.
+
+    provisioner = Provisioner(api_client, pvc_base_dir=base).start()
+    kubelet = FakeKubelet(api_client, pvc_base_dir=base, real_control_plane=True)
+
+Without it a claim stays Pending and kube-scheduler keeps every pod that mounts it unscheduled
+("unbound immediate PersistentVolumeClaims"), as in a cluster with no provisioner. The volume is
+the claim's directory under `pvc_base_dir` (the same one the played kubelet mounts), described as
+a `hostPath` PersistentVolume pre-bound to the claim (`claimRef` with its uid), of the claim's
+class, size and access modes. Reclaim policy Retain: when the claim goes, the provisioner deletes
+the volume object itself, as a provisioner deletes what it provisioned.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.world.kubelet.watch import Watcher
+
+SYNC_TIMEOUT_SECONDS = 10
+
+
+def volume_name(claim: dict[str, Any]) -> str:
+    return f"pvc-{claim['metadata']['uid']}"  # as external-provisioner names its volumes
+
+
+class Provisioner:
+    def __init__(self, api_client: client.ApiClient, pvc_base_dir: Path) -> None:
+        self._core: Any = client.CoreV1Api(api_client)
+        self._base = Path(pvc_base_dir)
+        self._lock = threading.Lock()
+        self._made: dict[str, str] = {}  # claim uid -> volume name
+        self._watcher = Watcher(
+            self._core.list_persistent_volume_claim_for_all_namespaces, self._on_claim, "claims"
+        )
+
+    def start(self) -> Provisioner:
+        self._watcher.start()
+        if not self._watcher.synced.wait(SYNC_TIMEOUT_SECONDS):
+            raise TimeoutError("the provisioner's watch did not list within 10 s")
+        return self
+
+    def stop(self) -> None:
+        self._watcher.stop()
+
+    def _on_claim(self, event: str, claim: dict[str, Any]) -> None:
+        meta, spec = claim.get("metadata") or {}, claim.get("spec") or {}
+        uid = meta.get("uid", "")
+        if event == "DELETED":
+            with self._lock:
+                name = self._made.pop(uid, None)
+            if name is not None:
+                self._delete(name)
+            return
+        if spec.get("volumeName") or meta.get("deletionTimestamp"):
+            return
+        with self._lock:
+            if uid in self._made:
+                return
+            self._made[uid] = volume_name(claim)
+        directory = self._base / meta.get("namespace", "") / meta.get("name", "")
+        volume = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume_name(claim)},
+            "spec": {
+                "capacity": {"storage": spec["resources"]["requests"]["storage"]},
+                "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": spec.get("storageClassName") or "",
+                "volumeMode": spec.get("volumeMode") or "Filesystem",
+                "hostPath": {"path": str(directory)},
+                "claimRef": {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "namespace": meta.get("namespace"),
+                    "name": meta.get("name"),
+                    "uid": uid,
+                },
+            },
+        }
+        try:
+            self._core.create_persistent_volume(volume, _preload_content=False)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+
+    def _delete(self, name: str) -> None:
+        try:
+            self._core.delete_persistent_volume(name, _preload_content=False)
+        except ApiException as error:
+            if error.status != 404:
+                raise
