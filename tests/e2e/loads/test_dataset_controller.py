@@ -252,7 +252,14 @@ async def test_restarted_controller_adopts_the_running_job(
     await first.stop()
     controllers.remove(first)
     # The controller is gone; the load runs (and may finish) without it.
-    node = FakeKubelet(kube_client, pvc_base_dir=tmp_path / "pvcs", images=kubelet_images())
+    provisioner = Provisioner(kube_client, tmp_path / "pvcs").start()
+    node = FakeKubelet(
+        kube_client,
+        node_name=NODE,
+        pvc_base_dir=tmp_path / "pvcs",
+        images=kubelet_images(),
+        real_control_plane=True,
+    )
     node.start()
     try:
         await start(controllers, kube_client, config, "second")
@@ -263,6 +270,8 @@ async def test_restarted_controller_adopts_the_running_job(
         assert len(started) == 1
     finally:
         node.stop()
+        provisioner.stop()
+        core.delete_node(NODE)
 
 
 async def test_deleting_the_pvc_mid_load_removes_the_job(
