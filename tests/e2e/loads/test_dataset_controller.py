@@ -29,17 +29,15 @@ from tests.e2e.datasets import (
     events_for,
     eventually,
     jobs,
-    kubelet_images,
     make_config,
     read_pod,
     read_pvc,
     start,
     wait_phase,
 )
+from tests.e2e.real_node import node_agent, workload_namespace
 from tests.world.control_plane import ControlPlane
 from tests.world.kubelet.node import FakeKubelet
-from tests.world.namespaces import namespace_ready, remove_namespace
-from tests.world.provisioner import Provisioner
 from tests.world.stand_ins.objectstores import (
     GcsStore,
     S3Store,
@@ -47,8 +45,6 @@ from tests.world.stand_ins.objectstores import (
     s3_store,
     tree,
 )
-
-NODE = "loads-node"
 
 
 @pytest.fixture
@@ -58,32 +54,16 @@ def kube_client(real_cluster: ControlPlane, api: client.ApiClient) -> client.Api
 
 @pytest.fixture
 def core(kube_client: client.ApiClient) -> Iterator[client.CoreV1Api]:
-    """This test's namespaces; removed afterwards, so the next test starts from nothing."""
-    namespace_ready(kube_client, NS)
-    namespace_ready(kube_client, "gpu-admission")  # the controller's Lease
-    yield client.CoreV1Api(kube_client)
-    remove_namespace(kube_client, NS)
+    with workload_namespace(kube_client) as core:
+        yield core
 
 
 @pytest.fixture
 def kubelet(
     kube_client: client.ApiClient, tmp_path: Path, core: client.CoreV1Api
 ) -> Iterator[FakeKubelet]:
-    provisioner = Provisioner(kube_client, tmp_path / "pvcs").start()
-    node = FakeKubelet(
-        kube_client,
-        node_name=NODE,
-        pvc_base_dir=tmp_path / "pvcs",
-        images=kubelet_images(),
-        real_control_plane=True,
-    )
-    node.start()
-    try:
+    with node_agent(kube_client, tmp_path / "pvcs") as node:
         yield node
-    finally:
-        node.stop()
-        provisioner.stop()
-        core.delete_node(NODE)
 
 
 async def test_s3_and_gcs_loads_succeed_and_release_gated_pods(
@@ -252,26 +232,13 @@ async def test_restarted_controller_adopts_the_running_job(
     await first.stop()
     controllers.remove(first)
     # The controller is gone; the load runs (and may finish) without it.
-    provisioner = Provisioner(kube_client, tmp_path / "pvcs").start()
-    node = FakeKubelet(
-        kube_client,
-        node_name=NODE,
-        pvc_base_dir=tmp_path / "pvcs",
-        images=kubelet_images(),
-        real_control_plane=True,
-    )
-    node.start()
-    try:
+    with node_agent(kube_client, tmp_path / "pvcs") as node:
         await start(controllers, kube_client, config, "second")
         await wait_phase(core, "restart", "Succeeded")
         assert len(jobs(kube_client)) == 1
         assert tree(node.pvc_dir(NS, "restart")) == files
         started = [e for e in events_for(core, "restart") if e["reason"] == "LoadStarted"]
         assert len(started) == 1
-    finally:
-        node.stop()
-        provisioner.stop()
-        core.delete_node(NODE)
 
 
 async def test_deleting_the_pvc_mid_load_removes_the_job(

@@ -189,9 +189,7 @@ class FakeKubelet:
             )
         self._worker = threading.Thread(target=self._work, name="kubelet-worker", daemon=True)
         self._stopping = threading.Event()
-        self._heartbeat = threading.Thread(
-            target=self._beat, name="kubelet-heartbeat", daemon=True
-        )
+        self._heartbeat = threading.Thread(target=self._beat, name="kubelet-heartbeat", daemon=True)
         self._log_server = KubeletLogServer(
             self._log_path, _serving_context() if real_control_plane else None
         )

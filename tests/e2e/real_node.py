@@ -1,0 +1,44 @@
+"""A journey's world on the session's real control plane: its workload namespace (removed
+afterwards, so the next journey starts from nothing) and a node (the played kubelet as a node
+agent, with the played provisioner for its claims). Journeys' fixtures call these."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from kubernetes import client
+
+from tests.e2e.datasets import NS, kubelet_images
+from tests.world.kubelet.node import FakeKubelet
+from tests.world.namespaces import namespace_ready, remove_namespace
+from tests.world.provisioner import Provisioner
+
+NODE = "journey-node"
+
+
+@contextlib.contextmanager
+def workload_namespace(api: client.ApiClient) -> Iterator[client.CoreV1Api]:
+    namespace_ready(api, NS)
+    namespace_ready(api, "gpu-admission")  # the controller's Lease; shared, never removed
+    try:
+        yield client.CoreV1Api(api)
+    finally:
+        remove_namespace(api, NS)
+
+
+@contextlib.contextmanager
+def node_agent(api: client.ApiClient, pvc_base: Path) -> Iterator[FakeKubelet]:
+    provisioner = Provisioner(api, pvc_base).start()
+    node = FakeKubelet(
+        api, node_name=NODE, pvc_base_dir=pvc_base, images=kubelet_images(), real_control_plane=True
+    )
+    try:
+        node.start()
+        yield node
+    finally:
+        node.stop()
+        provisioner.stop()
+        with contextlib.suppress(client.ApiException):
+            client.CoreV1Api(api).delete_node(NODE)
