@@ -1,12 +1,13 @@
-"""Sharded loads end to end: the controller, the emulator's Indexed Jobs, the fake kubelet running
-real `gpu-admission load` shards with real rclone against moto, and progress read from the
-loader pods' logs through `pods/log`."""
+"""Sharded loads end to end on the real control plane (tests/e2e/real_node.py): the controller,
+the real Job controller's Indexed Jobs (backoffLimitPerIndex), the played kubelet running real
+`gpu-admission load` shards with real rclone against moto, and progress read from the loader
+pods' logs through kube-apiserver's `pods/log`, which asks the node over HTTPS."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,35 @@ from tests.e2e.datasets import (
     start,
     wait_phase,
 )
+from tests.e2e.real_node import node_agent, workload_namespace
+from tests.world.control_plane import ControlPlane
 from tests.world.harness import KUBECTL
-from tests.world.kubeapi.runner import KubeAPIHandle
+from tests.world.kubelet.node import FakeKubelet
 from tests.world.stand_ins.holding_proxy import HoldingProxy, holding_proxy
 from tests.world.stand_ins.objectstores import S3Store, dataset_files, tree
 
 # A few hundred small objects and one much larger.
 FILES = dataset_files(files=300, large_bytes=12 * 1024 * 1024)
 PROGRESS = f"{PREFIX}data-load-progress"
+
+
+@pytest.fixture
+def kube_client(real_cluster: ControlPlane, api: client.ApiClient) -> client.ApiClient:
+    return api  # the session's real control plane
+
+
+@pytest.fixture
+def core(kube_client: client.ApiClient) -> Iterator[client.CoreV1Api]:
+    with workload_namespace(kube_client) as core:
+        yield core
+
+
+@pytest.fixture
+def kubelet(
+    kube_client: client.ApiClient, tmp_path: Path, core: client.CoreV1Api
+) -> Iterator[FakeKubelet]:
+    with node_agent(kube_client, tmp_path / "pvcs") as node:
+        yield node
 
 
 def sharded_config(endpoint: str, **dataset: Any) -> Config:
@@ -169,9 +191,9 @@ async def proxy(s3: S3Store) -> AsyncIterator[HoldingProxy]:
         yield started
 
 
-def kubectl_progress(kubeapi: KubeAPIHandle, name: str) -> str:
+def kubectl_progress(plane: ControlPlane, name: str) -> str:
     assert KUBECTL
-    command = [KUBECTL, "--kubeconfig", str(kubeapi.kubeconfig_path), "-n", NS, "get", "pvc"]
+    command = [KUBECTL, "--kubeconfig", str(plane.kubeconfig), "-n", NS, "get", "pvc"]
     done = subprocess.run(
         [*command, name, "-L", PROGRESS, "--no-headers"],
         capture_output=True,
@@ -184,7 +206,7 @@ def kubectl_progress(kubeapi: KubeAPIHandle, name: str) -> str:
 
 async def test_progress_advances_on_the_pvc_while_the_load_runs(
     kube_client: client.ApiClient,
-    kubeapi: KubeAPIHandle,
+    real_cluster: ControlPlane,
     core: client.CoreV1Api,
     kubelet: Any,
     s3: S3Store,
@@ -219,7 +241,7 @@ async def test_progress_advances_on_the_pvc_while_the_load_runs(
     assert "of 2 shards done" in annotation and "%" in annotation
     assert message.startswith("copying s3://watched-data with 2 shards: ")
     assert message.endswith(annotation)
-    assert kubectl_progress(kubeapi, "watched") == label  # readable with kubectl get pvc -L
+    assert kubectl_progress(real_cluster, "watched") == label  # readable with kubectl get pvc -L
     proxy.release("watched-data", "part-3/shard-6/")
     second = await eventually(
         lambda: (p := progress()) and files_done(p[1]) > files_done(annotation) and p,
