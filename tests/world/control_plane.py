@@ -98,6 +98,11 @@ class ControlPlane:
         return self.folder / "kubeconfig"
 
     @property
+    def ca_path(self) -> Path:
+        """The CA of the server's serving certificate (self-signed; names 127.0.0.1)."""
+        return self.folder / "certs" / "apiserver.crt"
+
+    @property
     def audit_log(self) -> Path:
         """The API server's audit log (JSON lines, AUDIT_POLICY): where warn- and audit-mode
         policies' records land, as on a cluster with auditing on."""
@@ -244,8 +249,17 @@ def start(controller_manager: bool = False, scheduler: bool = False) -> ControlP
                 str(plane.port),
                 "--cert-dir",
                 str(folder / "certs"),
+                # Tokens are issued by the server's own URL (as EKS or GKE issue them by a URL a
+                # cloud's STS can reach), where it serves OIDC discovery and its JWKS; the
+                # in-cluster name is still accepted.
+                "--service-account-issuer",
+                plane.url,
                 "--service-account-issuer",
                 "https://kubernetes.default.svc.cluster.local",
+                # Else discovery names the keys at the server's advertise address, which is
+                # not this machine's loopback.
+                "--service-account-jwks-uri",
+                f"{plane.url}/openid/v1/jwks",
                 "--service-account-key-file",
                 str(folder / "sa.pub"),
                 "--service-account-signing-key-file",

@@ -1,7 +1,9 @@
-"""Keyless AWS end to end: a loader Job reads a private moto bucket with nothing but its pod's
-projected ServiceAccount token, exchanged at STS (moto, behind a gate that verifies the token
-against the emulator's published keys and the role's trust); a role that does not trust the
-ServiceAccount fails the load, once, saying so; and no token ever shows in what people read."""
+"""Keyless AWS end to end, on the real control plane: a loader Job reads a private moto bucket
+with nothing but its pod's projected ServiceAccount token (issued by the real kube-apiserver
+through TokenRequest), exchanged at STS (moto, behind a gate that verifies the token against the
+server's OIDC discovery and published keys, and the role's trust); a role that does not trust
+the ServiceAccount fails the load, once, saying so; and no token ever shows in what people
+read."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import re
 import ssl
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -28,7 +31,9 @@ from tests.e2e.datasets import (
     start,
     wait_phase,
 )
-from tests.world.kubeapi.runner import KubeAPIHandle
+from tests.e2e.real_node import node_agent, workload_namespace
+from tests.world.control_plane import ControlPlane
+from tests.world.kubelet.node import FakeKubelet
 from tests.world.stand_ins.objectstores import (
     REGION,
     SETUP_KEYS,
@@ -79,12 +84,60 @@ def private_store() -> Iterator[tuple[S3Store, str, str, tuple[str, str]]]:
 
 
 @pytest.fixture
+def kube_client(real_cluster: ControlPlane, api: client.ApiClient) -> client.ApiClient:
+    return api  # the session's real control plane
+
+
+@pytest.fixture
+def core(kube_client: client.ApiClient) -> Iterator[client.CoreV1Api]:
+    with workload_namespace(kube_client) as core:
+        yield core
+
+
+@pytest.fixture
+def kubelet(
+    kube_client: client.ApiClient, tmp_path: Path, core: client.CoreV1Api
+) -> Iterator[FakeKubelet]:
+    with node_agent(kube_client, tmp_path / "pvcs") as node:
+        yield node
+
+
+@pytest.fixture(scope="module")
+def public_discovery(real_cluster: ControlPlane, api: client.ApiClient) -> Iterator[None]:
+    """OIDC discovery readable without credentials, as an identity provider reads it: the
+    binding Kubernetes' docs give for it."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    name = "service-account-issuer-discovery-public"
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:service-account-issuer-discovery",
+            },
+            "subjects": [
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Group",
+                    "name": "system:unauthenticated",
+                }
+            ],
+        }
+    )
+    yield
+    rbac.delete_cluster_role_binding(name)
+
+
+@pytest.fixture
 def gate(
-    kubeapi: KubeAPIHandle, private_store: tuple[S3Store, str, str, tuple[str, str]]
+    real_cluster: ControlPlane,
+    public_discovery: None,
+    private_store: tuple[S3Store, str, str, tuple[str, str]],
 ) -> Iterator[StsGate]:
     store, reader, _, keys = private_store
-    context = ssl.create_default_context(cafile=str(kubeapi.ca_path))
-    started = StsGate(store.endpoint, kubeapi.url, context, keys, trust={reader: SUBJECT})
+    context = ssl.create_default_context(cafile=str(real_cluster.ca_path))
+    started = StsGate(store.endpoint, real_cluster.url, context, keys, trust={reader: SUBJECT})
     yield started
     started.stop()
 
