@@ -61,6 +61,8 @@ from gpu_admission.quiet_log import QuietLog
 log = logging.getLogger(__name__)
 
 SYNC_TIMEOUT_SECONDS = 60.0
+# How long a stop waits for in-flight reconciles (each a few API calls) before cancelling them.
+STOP_GRACE_SECONDS = 10.0
 PVC, POD = "pvc", "pod"
 Key = tuple[str, str]
 
@@ -102,6 +104,7 @@ class DatasetController:
         self.pods: Informer[WaitingPod] | None = None
         self.waiting: WaitingPods | None = None
         self.recorder: LoadRecorder | None = None
+        self._graceful_stop = False
         self.progress: ProgressReader | None = None
         self.snapshots: SnapshotKeeper | None = None
         self.starts: LoaderStarts | None = None
@@ -148,6 +151,10 @@ class DatasetController:
         self._elector.start()
 
     async def stop(self) -> None:
+        # A stop (SIGTERM, a rollout) lets each worker finish the reconcile it is in, as
+        # controller-runtime does, so a Job is never left without its LoadStarted Event; losing
+        # the Lease stops them at once (another replica leads).
+        self._graceful_stop = True
         if self._elector is not None:
             await self._elector.stop()  # stops the work, then releases the Lease
         else:
@@ -194,6 +201,8 @@ class DatasetController:
         self.leading.clear()
         if self._queue is not None:
             await self._queue.shutdown()
+        if self._graceful_stop and self._workers:
+            await asyncio.wait(self._workers, timeout=STOP_GRACE_SECONDS)
         for task in self._workers:
             task.cancel()
         for task in self._workers:
