@@ -1,4 +1,6 @@
-"""Journeys of the dataset controller alone: the API emulator, the fake kubelet, no webhooks.
+"""Journeys of the dataset controller alone, on the session's real control plane: kube-apiserver
+with the real scheduler, Job controller, garbage collector and PV controller, a played kubelet
+(a node agent) and a played provisioner; no webhooks (tests/e2e/real_node.py).
 
 PVCs are created already labelled, as the PVC mutating webhook leaves them; consumer pods are
 created with the gate already set, as the pod webhook leaves them.
@@ -13,28 +15,29 @@ import pytest
 from kubernetes import client
 
 from controllers.dataset import DatasetController
-from tests.e2e.datasets import NS, kubelet_images
+from tests.e2e.real_node import node_agent, workload_namespace
+from tests.world.control_plane import ControlPlane
 from tests.world.kubelet.node import FakeKubelet
 
 
 @pytest.fixture
-def core(kube_client: client.ApiClient) -> client.CoreV1Api:
-    api = client.CoreV1Api(kube_client)
-    for name in (NS, "gpu-admission"):
-        api.create_namespace({"metadata": {"name": name}})
-    return api
+def kube_client(real_cluster: ControlPlane, api: client.ApiClient) -> client.ApiClient:
+    return api  # the session's real control plane
+
+
+@pytest.fixture
+def core(kube_client: client.ApiClient) -> Iterator[client.CoreV1Api]:
+    """This journey's namespace, removed afterwards, so the next starts from nothing."""
+    with workload_namespace(kube_client) as core:
+        yield core
 
 
 @pytest.fixture
 def kubelet(
     kube_client: client.ApiClient, tmp_path: Path, core: client.CoreV1Api
 ) -> Iterator[FakeKubelet]:
-    node = FakeKubelet(kube_client, pvc_base_dir=tmp_path / "pvcs", images=kubelet_images())
-    node.start()
-    try:
+    with node_agent(kube_client, tmp_path / "pvcs") as node:
         yield node
-    finally:
-        node.stop()
 
 
 @pytest.fixture

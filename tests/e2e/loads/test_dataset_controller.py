@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from controllers.dataset import DatasetController
@@ -35,8 +33,7 @@ from tests.e2e.datasets import (
     start,
     wait_phase,
 )
-from tests.e2e.real_node import node_agent, workload_namespace
-from tests.world.control_plane import ControlPlane
+from tests.e2e.real_node import node_agent
 from tests.world.kubelet.node import FakeKubelet
 from tests.world.stand_ins.objectstores import (
     GcsStore,
@@ -45,25 +42,6 @@ from tests.world.stand_ins.objectstores import (
     s3_store,
     tree,
 )
-
-
-@pytest.fixture
-def kube_client(real_cluster: ControlPlane, api: client.ApiClient) -> client.ApiClient:
-    return api  # the session's real control plane
-
-
-@pytest.fixture
-def core(kube_client: client.ApiClient) -> Iterator[client.CoreV1Api]:
-    with workload_namespace(kube_client) as core:
-        yield core
-
-
-@pytest.fixture
-def kubelet(
-    kube_client: client.ApiClient, tmp_path: Path, core: client.CoreV1Api
-) -> Iterator[FakeKubelet]:
-    with node_agent(kube_client, tmp_path / "pvcs") as node:
-        yield node
 
 
 async def test_s3_and_gcs_loads_succeed_and_release_gated_pods(

@@ -14,7 +14,6 @@ import re
 import ssl
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -31,9 +30,7 @@ from tests.e2e.datasets import (
     start,
     wait_phase,
 )
-from tests.e2e.real_node import node_agent, workload_namespace
 from tests.world.control_plane import ControlPlane
-from tests.world.kubelet.node import FakeKubelet
 from tests.world.stand_ins.objectstores import (
     REGION,
     SETUP_KEYS,
@@ -81,25 +78,6 @@ def private_store() -> Iterator[tuple[S3Store, str, str, tuple[str, str]]]:
         key = iam.create_access_key(UserName=f"sts-gate-{suffix}")["AccessKey"]
         store.require_authentication()
         yield store, roles[0], roles[1], (key["AccessKeyId"], key["SecretAccessKey"])
-
-
-@pytest.fixture
-def kube_client(real_cluster: ControlPlane, api: client.ApiClient) -> client.ApiClient:
-    return api  # the session's real control plane
-
-
-@pytest.fixture
-def core(kube_client: client.ApiClient) -> Iterator[client.CoreV1Api]:
-    with workload_namespace(kube_client) as core:
-        yield core
-
-
-@pytest.fixture
-def kubelet(
-    kube_client: client.ApiClient, tmp_path: Path, core: client.CoreV1Api
-) -> Iterator[FakeKubelet]:
-    with node_agent(kube_client, tmp_path / "pvcs") as node:
-        yield node
 
 
 @pytest.fixture(scope="module")

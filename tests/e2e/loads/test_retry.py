@@ -5,11 +5,8 @@ source again once the cause is fixed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from controllers.dataset import DatasetController
@@ -24,35 +21,13 @@ from tests.e2e.datasets import (
     start,
     wait_phase,
 )
-from tests.e2e.real_node import node_agent, workload_namespace
 from tests.support.ports import free_port
-from tests.world.control_plane import ControlPlane
-from tests.world.kubelet.node import FakeKubelet
 from tests.world.stand_ins.holding_proxy import HoldingProxy
 from tests.world.stand_ins.objectstores import S3Store, dataset_files, tree
 
 FILES = dataset_files(files=30, large_bytes=0)
 # rclone gives up on a refused connection at once instead of retrying it for seconds.
 FAST_FAILING = {"RCLONE_RETRIES": "1", "RCLONE_LOW_LEVEL_RETRIES": "1"}
-
-
-@pytest.fixture
-def kube_client(real_cluster: ControlPlane, api: client.ApiClient) -> client.ApiClient:
-    return api  # the session's real control plane
-
-
-@pytest.fixture
-def core(kube_client: client.ApiClient) -> Iterator[client.CoreV1Api]:
-    with workload_namespace(kube_client) as core:
-        yield core
-
-
-@pytest.fixture
-def kubelet(
-    kube_client: client.ApiClient, tmp_path: Path, core: client.CoreV1Api
-) -> Iterator[FakeKubelet]:
-    with node_agent(kube_client, tmp_path / "pvcs") as node:
-        yield node
 
 
 def condition_message(core: client.CoreV1Api, name: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,35 +28,14 @@ from tests.e2e.datasets import (
     start,
     wait_phase,
 )
-from tests.e2e.real_node import node_agent, workload_namespace
 from tests.world.control_plane import ControlPlane
 from tests.world.harness import KUBECTL
-from tests.world.kubelet.node import FakeKubelet
 from tests.world.stand_ins.holding_proxy import HoldingProxy, holding_proxy
 from tests.world.stand_ins.objectstores import S3Store, dataset_files, tree
 
 # A few hundred small objects and one much larger.
 FILES = dataset_files(files=300, large_bytes=12 * 1024 * 1024)
 PROGRESS = f"{PREFIX}data-load-progress"
-
-
-@pytest.fixture
-def kube_client(real_cluster: ControlPlane, api: client.ApiClient) -> client.ApiClient:
-    return api  # the session's real control plane
-
-
-@pytest.fixture
-def core(kube_client: client.ApiClient) -> Iterator[client.CoreV1Api]:
-    with workload_namespace(kube_client) as core:
-        yield core
-
-
-@pytest.fixture
-def kubelet(
-    kube_client: client.ApiClient, tmp_path: Path, core: client.CoreV1Api
-) -> Iterator[FakeKubelet]:
-    with node_agent(kube_client, tmp_path / "pvcs") as node:
-        yield node
 
 
 def sharded_config(endpoint: str, **dataset: Any) -> Config:
