@@ -297,17 +297,11 @@ def start(controller_manager: bool = False, scheduler: bool = False) -> ControlP
 
 
 def _start_controller_manager(plane: ControlPlane, binaries: Path) -> None:
-    binary = binaries / "kube-controller-manager"
-    if not os.access(binary, os.X_OK):
-        raise Unavailable(f"{ASSETS_VARIABLE} has no kube-controller-manager")
-    port = free_port()
-    process = _start(
+    _start_component(
         plane,
+        binaries,
         "kube-controller-manager",
         [
-            str(binary),
-            "--kubeconfig",
-            str(plane.kubeconfig),
             "--service-account-private-key-file",
             str(plane.folder / "sa.key"),
             "--use-service-account-credentials",
@@ -318,36 +312,25 @@ def _start_controller_manager(plane: ControlPlane, binaries: Path) -> None:
             # Ready, and marks Nodes nobody heartbeats unreachable, as in a cluster.
             "--controllers=*",
             "--node-monitor-period=1s",
-            "--leader-elect=false",
-            "--bind-address",
-            "127.0.0.1",
-            "--secure-port",
-            str(port),
         ],
     )
-    _wait(plane, "kube-controller-manager", process, f"https://127.0.0.1:{port}/healthz")
 
 
 def _start_scheduler(plane: ControlPlane, binaries: Path) -> None:
-    binary = binaries / "kube-scheduler"
+    _start_component(plane, binaries, "kube-scheduler", [])
+
+
+def _start_component(plane: ControlPlane, binaries: Path, name: str, flags: list[str]) -> None:
+    """A client of the API server with a health endpoint: kube-controller-manager or
+    kube-scheduler, alone (no leader election), on a free loopback port."""
+    binary = binaries / name
     if not os.access(binary, os.X_OK):
-        raise Unavailable(f"{ASSETS_VARIABLE} has no kube-scheduler")
+        raise Unavailable(f"{ASSETS_VARIABLE} has no {name}")
     port = free_port()
-    process = _start(
-        plane,
-        "kube-scheduler",
-        [
-            str(binary),
-            "--kubeconfig",
-            str(plane.kubeconfig),
-            "--leader-elect=false",
-            "--bind-address",
-            "127.0.0.1",
-            "--secure-port",
-            str(port),
-        ],
-    )
-    _wait(plane, "kube-scheduler", process, f"https://127.0.0.1:{port}/healthz")
+    argv = [str(binary), "--kubeconfig", str(plane.kubeconfig), *flags, "--leader-elect=false"]
+    argv += ["--bind-address", "127.0.0.1", "--secure-port", str(port)]
+    process = _start(plane, name, argv)
+    _wait(plane, name, process, f"https://127.0.0.1:{port}/healthz")
 
 
 def _server_version(plane: ControlPlane) -> str:
