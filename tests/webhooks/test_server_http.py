@@ -39,7 +39,6 @@ from .server_helpers import (
     env_everywhere,
     fixture,
     fixture_bytes,
-    issue_localhost_bundle,
     post_review,
     server_context,
     serving,
@@ -65,18 +64,6 @@ def deny_namespace(namespace: str) -> ValidatingPolicy:
         return Verdict.allow("checked by the namespace test policy")
 
     return ValidatingPolicy("namespace", Scope("Pod"), validate)
-
-
-@pytest.fixture(scope="module")
-def bundle() -> CertBundle:
-    return issue_localhost_bundle()
-
-
-@pytest.fixture
-async def session(bundle: CertBundle) -> AsyncIterator[aiohttp.ClientSession]:
-    connector = aiohttp.TCPConnector(ssl=client_context(bundle))
-    async with aiohttp.ClientSession(connector=connector) as client:
-        yield client
 
 
 def make_config(**server: Any) -> Config:

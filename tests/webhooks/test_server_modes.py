@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import AsyncIterator
 
 import aiohttp
-import pytest
 
 from certs.issue import CertBundle
 from gpu_admission.cluster.view import StaticClusterView
@@ -18,27 +16,13 @@ from webhooks.registry import build_policy_set
 from webhooks.server import create_app
 
 from .server_helpers import (
-    client_context,
     fixture_bytes,
-    issue_localhost_bundle,
     post_review,
     server_context,
     serving,
 )
 
 CPU_POD = fixture_bytes("pod-cpu-cuda-image.mutating.json")
-
-
-@pytest.fixture(scope="module")
-def bundle() -> CertBundle:
-    return issue_localhost_bundle()
-
-
-@pytest.fixture
-async def session(bundle: CertBundle) -> AsyncIterator[aiohttp.ClientSession]:
-    connector = aiohttp.TCPConnector(ssl=client_context(bundle))
-    async with aiohttp.ClientSession(connector=connector) as session:
-        yield session
 
 
 def _with_uid(body: bytes, uid: str) -> bytes:
