@@ -18,6 +18,7 @@ from commands.audit import EXIT_CLEAN, EXIT_FINDINGS, audit_command
 from gpu_admission.cluster.snapshots import cache_key
 from gpu_admission.datasource import content_key
 from tests.real_api.conftest import namespace_ready
+from tests.real_api.nodes import renamed_shared_node
 from tests.world.control_plane import ControlPlane
 
 NS = "audit-seeded"
@@ -55,18 +56,7 @@ def pvc(name: str, source: str) -> dict:
     }
 
 
-SHARED_NODE = {
-    "metadata": {
-        "name": "audit-a10g",
-        "labels": {
-            "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.replicas": "4",
-            "nvidia.com/gpu.sharing-strategy": "time-slicing",
-            "nvidia.com/gpu.memory": "23028",
-        },
-    },
-    "status": {"allocatable": {"cpu": "4", "nvidia.com/gpu.shared": "4"}},
-}
+SHARED_NODE = renamed_shared_node("audit-a10g")
 
 
 def cached_snapshot(source: str) -> dict:

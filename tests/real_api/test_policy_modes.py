@@ -22,6 +22,7 @@ from gpu_admission.config import Config
 from gpu_admission.policy_modes import MUTATING_POLICIES, VALIDATING_POLICIES
 from tests.real_api.admission_answers import Answer, audit_annotations, create
 from tests.real_api.conftest import namespace_ready
+from tests.real_api.nodes import renamed_shared_node
 from tests.real_api.service import served
 from tests.support.waits import while_running
 from tests.world.control_plane import ControlPlane
@@ -282,18 +283,7 @@ def test_checks_in_different_modes_get_a_policy_each(
     )
 
 
-SHARED_NODE = {
-    "metadata": {
-        "name": "modes-a10g",
-        "labels": {
-            "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.replicas": "4",
-            "nvidia.com/gpu.sharing-strategy": "time-slicing",
-            "nvidia.com/gpu.memory": "23028",
-        },
-    },
-    "status": {"allocatable": {"cpu": "4", "nvidia.com/gpu.shared": "4"}},
-}
+SHARED_NODE = renamed_shared_node("modes-a10g")
 
 
 def test_every_mutating_policy_in_audit_mode_records_instead_of_changing(
