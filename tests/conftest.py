@@ -1,4 +1,4 @@
-"""Shared pytest configuration: the test world's fixtures (the API emulator, the admission
+"""Shared pytest configuration: the test world's fixtures (the real control plane, the admission
 cluster) are available to every test, and the `e2e` marker is set by folder."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 pytest_plugins = [
-    "tests.world.kubeapi.pytest_plugin",
-    "tests.world.harness",
     "tests.world.real_cluster",
+    "tests.world.harness",
 ]
 
 # Journeys across parts, the image tier (it builds and runs the container image) and the real-API

@@ -25,6 +25,7 @@ from gpu_admission.config import Config
 from tests import ROOT
 from tests.support.ports import free_port
 from tests.support.waits import while_running
+from tests.world.namespaces import namespace_ready
 
 from .test_serve import START_TIMEOUT
 
@@ -63,10 +64,10 @@ def wait_for(check: Callable[[], Any], what: str, process: subprocess.Popen[byte
 
 
 @pytest.fixture
-def controller_process(kubeapi, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+def controller_process(kube_api, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     started: list[subprocess.Popen[bytes]] = []
 
-    def launch(*extra: str) -> tuple[subprocess.Popen[bytes], int, Path]:
+    def launch(*extra: str, **env: str) -> tuple[subprocess.Popen[bytes], int, Path]:
         port = free_port()
         log_path = tmp_path / f"controller-{len(started)}.log"
         log_file = log_path.open("wb")
@@ -77,14 +78,14 @@ def controller_process(kubeapi, tmp_path: Path) -> Iterator[Callable[..., Any]]:
                 "commands",
                 "controller",
                 "--kubeconfig",
-                str(kubeapi.kubeconfig_path),
+                str(kube_api.kubeconfig_path),
                 "--metrics-port",
                 str(port),
                 *extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=log_file,
-            env=environment(),
+            env={**environment(), **env},
             cwd=ROOT,
         )
         started.append(process)
@@ -100,9 +101,9 @@ def controller_process(kubeapi, tmp_path: Path) -> Iterator[Callable[..., Any]]:
 def test_the_controller_process_leads_loads_and_stops_cleanly(
     kube_client, controller_process
 ) -> None:
-    core = client.CoreV1Api(kube_client)
     for name in ("ml", "gpu-admission"):
-        core.create_namespace({"metadata": {"name": name}})
+        namespace_ready(kube_client, name)
+    core = client.CoreV1Api(kube_client)
     process, port, log_path = controller_process()
     base = f"http://127.0.0.1:{port}"
     wait_for(lambda: get(f"{base}/readyz")[0] == 200, "/readyz", process)
@@ -147,7 +148,10 @@ def test_the_controller_process_leads_loads_and_stops_cleanly(
 def test_a_lease_namespace_that_does_not_exist_is_said_once_and_shown_in_readyz(
     kube_client, controller_process
 ) -> None:
-    process, port, log_path = controller_process()  # namespace gpu-admission was never made
+    # The shared cluster has gpu-admission: the Lease is set to live in a namespace never made.
+    process, port, log_path = controller_process(
+        GPU_ADMISSION_LEADER_ELECTION__NAMESPACE="never-made"
+    )
     base = f"http://127.0.0.1:{port}"
 
     def not_ready_because_of_the_lease() -> list[str] | None:
@@ -159,7 +163,7 @@ def test_a_lease_namespace_that_does_not_exist_is_said_once_and_shown_in_readyz(
 
     (reason,) = wait_for(not_ready_because_of_the_lease, "/readyz to say why", process)
     assert reason == (
-        "lease gpu-admission/gpu-admission-controller: namespace gpu-admission does not exist; "
+        "lease never-made/gpu-admission-controller: namespace never-made does not exist; "
         "create it, or set leader_election.namespace to the namespace the controller runs in"
     )
     time.sleep(1.5)  # several retries (every 0.2 s) go by: they must not be logged again

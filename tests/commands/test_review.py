@@ -12,6 +12,7 @@ from kubernetes import client
 
 from commands.cli import main
 from tests import ROOT
+from tests.world.namespaces import namespace_ready
 
 pytestmark = pytest.mark.e2e  # runs real processes or waits on real time: not in the fast tier
 
@@ -102,9 +103,9 @@ def test_cluster_state_with_unknown_kinds_is_a_usage_error(tmp_path):
     assert code == 2 and "ConfigMap" in err
 
 
-def test_live_cluster_state_from_a_kubeconfig(kubeapi, kube_client):
+def test_live_cluster_state_from_a_kubeconfig(kube_api, kube_client):
+    namespace_ready(kube_client, "ml")
     core = client.CoreV1Api(kube_client)
-    core.create_namespace({"metadata": {"name": "ml"}})
     core.create_namespaced_service_account(
         "ml",
         {
@@ -126,7 +127,7 @@ def test_live_cluster_state_from_a_kubeconfig(kubeapi, kube_client):
         },
     )
     pod = CPU_POD.replace("spec:\n", "spec:\n  serviceAccountName: trainer\n")
-    code, out, err = run(["review", "-f", "-", "--kubeconfig", str(kubeapi.kubeconfig_path)], pod)
+    code, out, err = run(["review", "-f", "-", "--kubeconfig", str(kube_api.kubeconfig_path)], pod)
     assert code == 0, err
     container = next(yaml.safe_load_all(out))["spec"]["containers"][0]
     refs = {e["name"]: e.get("valueFrom") for e in container["env"]}

@@ -11,8 +11,9 @@ import pytest
 from kubernetes import client
 
 from controllers.dataset import DatasetController
-from tests.e2e.datasets import NS, create_pvc, eventually, jobs, kubelet_images, make_config, start
-from tests.world.kubelet.node import FakeKubelet
+from tests.e2e.datasets import NS, create_pvc, eventually, jobs, make_config, start
+from tests.e2e.real_node import node_agent
+from tests.world.namespaces import namespace_ready
 from tests.world.stand_ins.objectstores import S3Store, dataset_files, s3_store
 
 pytestmark = pytest.mark.e2e  # its loads run real loaders (from the image where it runs)
@@ -22,10 +23,9 @@ PVCS = r"/namespaces/ml/persistentvolumeclaims"
 
 @pytest.fixture
 def core(kube_client: client.ApiClient) -> client.CoreV1Api:
-    api = client.CoreV1Api(kube_client)
     for name in (NS, "gpu-admission", "doomed"):
-        api.create_namespace({"metadata": {"name": name}})
-    return api
+        namespace_ready(kube_client, name)
+    return client.CoreV1Api(kube_client)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ async def controllers(kube_client: client.ApiClient):
 
 
 async def test_a_load_costs_one_job_status_writes_and_two_events_and_no_reads(
-    kubeapi, kube_client, core, s3, tmp_path: Path, controllers
+    kube_api, kube_client, core, s3, tmp_path: Path, controllers
 ) -> None:
     s3.put("counted", dataset_files(files=5, large_bytes=0), public=True)
     controller = await start(controllers, kube_client, make_config(s3.endpoint))
@@ -55,10 +55,8 @@ async def test_a_load_costs_one_job_status_writes_and_two_events_and_no_reads(
         return await real_list(namespace, job, label)
 
     controller.api.list_job_pods = list_job_pods  # type: ignore[method-assign]
-    node = FakeKubelet(kube_client, pvc_base_dir=tmp_path / "pvcs", images=kubelet_images())
-    node.start()
-    try:
-        kubeapi.faults.reset_counts()
+    with node_agent(kube_client, tmp_path / "pvcs"):
+        kube_api.faults.reset_counts()
         create_pvc(core, "counted", "s3://counted")
         # Watched through the controller's own cache: the test makes no reads of its own.
         await asyncio.wait_for(controller.leading.wait(), 30)
@@ -68,13 +66,11 @@ async def test_a_load_costs_one_job_status_writes_and_two_events_and_no_reads(
             what="the load to succeed",
         )
         events = await eventually(
-            lambda: kubeapi.faults.request_count("POST", r"/namespaces/ml/events$") >= 2,
+            lambda: kube_api.faults.request_count("POST", r"/namespaces/ml/events$") >= 2,
             what="the LoadSucceeded event",
         )
         assert events
-    finally:
-        node.stop()
-    count = kubeapi.faults.request_count
+    count = kube_api.faults.request_count
     assert count("POST", r"/namespaces/ml/jobs$") == 1
     # Pending, Loading, Succeeded: each one status write with condition and annotations.
     writes = count("PATCH", rf"{PVCS}/counted/status$")
@@ -82,28 +78,27 @@ async def test_a_load_costs_one_job_status_writes_and_two_events_and_no_reads(
     assert count("PATCH", rf"{PVCS}/counted$") == 0  # no separate annotation write
     assert count("GET", rf"{PVCS}/counted$") == 0  # nothing read before writing
     assert count("POST", r"/namespaces/ml/events$") == 2  # LoadStarted, LoadSucceeded
-    # The summary came from the loader pod informer, not from a LIST per finished load (the
-    # fake kubelet's Job controller lists pods itself, so the emulator's counts cannot tell).
+    # The summary came from the loader pod informer, not from a LIST per finished load.
     assert listed == []
 
 
 async def test_a_terminating_namespace_is_dropped_and_does_not_hold_up_others(
-    kubeapi, kube_client, core, s3, controllers, caplog
+    kube_api, kube_client, core, s3, controllers, caplog
 ) -> None:
     caplog.set_level(logging.INFO, logger="controllers.dataset.controller")
-    kubeapi.server.pause_gc()  # the namespace controller is slow: its PVCs stay a while
+    # The namespace controller waits five seconds before it deletes anything: the PVCs stay.
     for i in range(30):
         create_pvc(core, f"d{i}", f"s3://doomed-{i}", namespace="doomed")
     core.delete_namespace("doomed")  # terminating: nothing new may be created in it
     create_pvc(core, "wanted", "s3://wanted-data")
-    kubeapi.faults.reset_counts()
+    kube_api.faults.reset_counts()
     await start(controllers, kube_client, make_config(s3.endpoint, max_concurrent_loads=100))
     await eventually(
         lambda: any(j["metadata"]["name"].startswith("dl-wanted-") for j in jobs(kube_client)),
         what="the other namespace's Job",
     )
     await asyncio.sleep(1.0)  # time enough for retries, were there any (backoff 0.05 s)
-    attempts = kubeapi.faults.request_count("POST", r"/namespaces/doomed/jobs$")
+    attempts = kube_api.faults.request_count("POST", r"/namespaces/doomed/jobs$")
     assert attempts <= 30  # each tried at most once, never retried
     said = [r for r in caplog.records if "namespace doomed is being deleted" in r.getMessage()]
     assert len(said) == 1

@@ -65,7 +65,7 @@ def write_named_files(directory: Path) -> None:
     )
 
 
-def test_the_readmes_secret_commands_run_as_written(kubeapi, kube_client, tmp_path: Path):
+def test_the_readmes_secret_commands_run_as_written(kube_api, kube_client, tmp_path: Path):
     core = client.CoreV1Api(kube_client)
     core.create_namespace({"metadata": {"name": "ml"}})
     write_named_files(tmp_path)
@@ -75,7 +75,7 @@ def test_the_readmes_secret_commands_run_as_written(kubeapi, kube_client, tmp_pa
     assert KUBECTL
     for command in commands:
         done = subprocess.run(
-            [KUBECTL, "--kubeconfig", str(kubeapi.kubeconfig_path), *command[1:]],
+            [KUBECTL, "--kubeconfig", str(kube_api.kubeconfig_path), *command[1:]],
             cwd=tmp_path,
             capture_output=True,
             text=True,

@@ -107,12 +107,12 @@ async def view(
     assert await asyncio.to_thread(started.join, WAIT)
 
 
-def test_not_ready_until_every_informer_has_listed(kube_client, kubeapi, stopping):
+def test_not_ready_until_every_informer_has_listed(kube_client, kube_api, stopping):
     view = view_for(kube_client)
     assert (
         len(view.ready()) == 11
     )  # nothing started yet (nodes, 4 secret kinds, SAs, PVCs, 3 DRA kinds, snapshots)
-    kubeapi.faults.fail("GET", r"^/api/v1/serviceaccounts$", code=500, times=None)
+    kube_api.faults.fail("GET", r"^/api/v1/serviceaccounts$", code=500, times=None)
     stopping.append(view)
     view.start()
     eventually(
@@ -124,7 +124,7 @@ def test_not_ready_until_every_informer_has_listed(kube_client, kubeapi, stoppin
             ]
         )
     )
-    kubeapi.faults.clear()
+    kube_api.faults.clear()
     eventually(lambda: view.ready() == [])
 
 
@@ -181,8 +181,8 @@ async def test_changes_reach_the_view(view, core):
     )
 
 
-async def test_resolve_waits_for_the_informer_when_the_object_was_just_created(view, core, kubeapi):
-    kubeapi.faults.reset_counts()
+async def test_resolve_waits_for_the_informer_when_the_object_was_just_created(view, core, kube_api):
+    kube_api.faults.reset_counts()
     await asyncio.to_thread(make_secret, core, "fresh", GCP_CREDENTIAL_TYPE, "key.json")
     await asyncio.to_thread(
         core.create_namespaced_service_account, "default", {"metadata": {"name": "fresh-sa"}}
@@ -195,15 +195,15 @@ async def test_resolve_waits_for_the_informer_when_the_object_was_just_created(v
     )
     assert view.secret("default", "fresh").type == GCP_CREDENTIAL_TYPE
     assert view.service_account("default", "fresh-sa") is not None
-    assert kubeapi.faults.request_count("GET", r"/fresh") == 0
+    assert kube_api.faults.request_count("GET", r"/fresh") == 0
 
 
-async def test_resolve_falls_back_to_one_get_when_the_informer_lags(view, core, kubeapi):
+async def test_resolve_falls_back_to_one_get_when_the_informer_lags(view, core, kube_api):
     # Hold the credential Secret informers off: their watches drop and cannot reconnect.
-    kubeapi.faults.fail("GET", SECRETS_WATCH, code=500, times=None)
-    kubeapi.faults.drop_watches()
+    kube_api.faults.fail("GET", SECRETS_WATCH, code=500, times=None)
+    kube_api.faults.drop_watches()
     await asyncio.to_thread(make_secret, core, "lagging", AWS_CREDENTIAL_TYPE, "AWS_ACCESS_KEY_ID")
-    kubeapi.faults.reset_counts()
+    kube_api.faults.reset_counts()
 
     await view.resolve([ObjectRef("Secret", "default", "lagging")])
 
@@ -211,22 +211,22 @@ async def test_resolve_falls_back_to_one_get_when_the_informer_lags(view, core, 
     assert found == SecretInfo(
         "default", "lagging", AWS_CREDENTIAL_TYPE, frozenset({"AWS_ACCESS_KEY_ID"})
     )
-    assert kubeapi.faults.request_count("GET", r"/namespaces/default/secrets/lagging$") == 1
+    assert kube_api.faults.request_count("GET", r"/namespaces/default/secrets/lagging$") == 1
 
 
-async def test_a_secret_of_another_type_is_fetched_once_and_remembered(view, kubeapi):
-    kubeapi.faults.reset_counts()
+async def test_a_secret_of_another_type_is_fetched_once_and_remembered(view, kube_api):
+    kube_api.faults.reset_counts()
     ref = ObjectRef("Secret", "default", "opaque")
     await view.resolve([ref])
     await view.resolve([ref])
     assert view.secret("default", "opaque") == SecretInfo(
         "default", "opaque", "Opaque", frozenset({"password"})
     )
-    assert kubeapi.faults.request_count("GET", r"/secrets/opaque$") == 1
+    assert kube_api.faults.request_count("GET", r"/secrets/opaque$") == 1
 
 
-async def test_a_pvc_without_the_dataset_label_is_cached_so_it_costs_no_get(view, kubeapi):
-    kubeapi.faults.reset_counts()
+async def test_a_pvc_without_the_dataset_label_is_cached_so_it_costs_no_get(view, kube_api):
+    kube_api.faults.reset_counts()
     await view.resolve([ObjectRef("PersistentVolumeClaim", "default", "scratch")])
     assert view.pvc("default", "scratch") == PVCInfo(
         "default",
@@ -235,41 +235,41 @@ async def test_a_pvc_without_the_dataset_label_is_cached_so_it_costs_no_get(view
         annotations={NAMES.data_source: "s3://bucket/prefix"},
         labels={},
     )
-    assert kubeapi.faults.request_count("GET", r"/persistentvolumeclaims/scratch$") == 0
+    assert kube_api.faults.request_count("GET", r"/persistentvolumeclaims/scratch$") == 0
 
 
-async def test_a_missing_object_is_decided_missing(view, kubeapi):
-    kubeapi.faults.reset_counts()
+async def test_a_missing_object_is_decided_missing(view, kube_api):
+    kube_api.faults.reset_counts()
     await view.resolve([ObjectRef("Secret", "default", "nope")])
     assert view.secret("default", "nope") is None
-    assert kubeapi.faults.request_count("GET", r"/secrets/nope$") == 1
+    assert kube_api.faults.request_count("GET", r"/secrets/nope$") == 1
 
 
-async def test_concurrent_misses_of_one_object_share_one_get(view, kubeapi):
-    kubeapi.faults.reset_counts()
-    kubeapi.faults.delay("GET", r"/secrets/opaque$", 0.3)
+async def test_concurrent_misses_of_one_object_share_one_get(view, kube_api):
+    kube_api.faults.reset_counts()
+    kube_api.faults.delay("GET", r"/secrets/opaque$", 0.3)
     ref = ObjectRef("Secret", "default", "opaque")
     await asyncio.gather(*(view.resolve([ref]) for _ in range(10)))
     assert view.secret("default", "opaque") is not None
-    assert kubeapi.faults.request_count("GET", r"/secrets/opaque$") == 1
+    assert kube_api.faults.request_count("GET", r"/secrets/opaque$") == 1
 
 
-async def test_a_failed_get_is_an_error_not_a_missing_object(view, kubeapi):
-    kubeapi.faults.fail("GET", r"/secrets/opaque$", code=500, times=None)
+async def test_a_failed_get_is_an_error_not_a_missing_object(view, kube_api):
+    kube_api.faults.fail("GET", r"/secrets/opaque$", code=500, times=None)
     with pytest.raises(ClusterLookupError) as caught:
         await view.resolve([ObjectRef("Secret", "default", "opaque")])
     message = str(caught.value)
     assert "Secret default/opaque" in message and "HTTP 500" in message and "retry" in message
 
 
-async def test_lookups_of_cached_objects_make_no_api_calls(view, kubeapi):
+async def test_lookups_of_cached_objects_make_no_api_calls(view, kube_api):
     refs = [
         ObjectRef("Secret", "default", "gcp"),
         ObjectRef("Secret", "default", "aws"),
         ObjectRef("ServiceAccount", "default", "trainer"),
         ObjectRef("PersistentVolumeClaim", "default", "dataset"),
     ]
-    kubeapi.faults.reset_counts()
+    kube_api.faults.reset_counts()
     for i in range(1000):
         assert view.node("gpu-1") is not None
         assert len(list(view.nodes())) == 1
@@ -280,8 +280,8 @@ async def test_lookups_of_cached_objects_make_no_api_calls(view, kubeapi):
     # A lookup that missed the cache would GET the object by name. (The informers' own watches
     # may still be opening on a busy machine; those are collection paths.)
     named = r"/(nodes|secrets|serviceaccounts|persistentvolumeclaims)/[^/]+$"
-    assert kubeapi.faults.request_count("GET", named) == 0
-    assert kubeapi.faults.request_count() == kubeapi.faults.request_count("GET")
+    assert kube_api.faults.request_count("GET", named) == 0
+    assert kube_api.faults.request_count() == kube_api.faults.request_count("GET")
 
 
 async def test_the_generation_moves_on_any_change_and_on_a_fetched_miss(view, core):

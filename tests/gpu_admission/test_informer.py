@@ -1,4 +1,8 @@
-"""The generic informer against the API emulator: list, watch, relist, reconnect, bridge."""
+"""The generic informer against the real kube-apiserver: list, watch, relist, reconnect, bridge.
+
+Its ConfigMaps are served straight from etcd (no watch cache; `tests/world/control_plane.py`), so
+compacting etcd really makes a stale watch 410 Gone; the fault proxy in front fails and cuts
+requests on demand."""
 
 from __future__ import annotations
 
@@ -111,20 +115,20 @@ def test_an_object_leaving_the_selector_is_removed(core, running):
     assert informer.get("default/a") is None
 
 
-def test_lists_in_pages(core, running, kubeapi):
+def test_lists_in_pages(core, running, kube_api):
     for i in range(12):
         create(core, f"cm-{i:02}", v=str(i))
-    kubeapi.faults.reset_counts()
+    kube_api.faults.reset_counts()
     informer = make_informer(core, page_size=5)
     running.append(informer)
     informer.start()
     assert informer.wait_synced(WAIT)
     assert names(informer) == {f"cm-{i:02}" for i in range(12)}
     # Three pages of at most 5 (one request each), then the watch.
-    eventually(lambda: kubeapi.faults.request_count("GET", CONFIGMAPS) >= 4)
+    eventually(lambda: kube_api.faults.request_count("GET", CONFIGMAPS) >= 4)
 
 
-def test_relists_after_410_and_notices_what_changed_meanwhile(core, running, kubeapi):
+def test_relists_after_410_and_notices_what_changed_meanwhile(core, running, kube_api):
     for name in ("a", "b", "c"):
         create(core, name, v="1")
     recorder = EventRecorder()
@@ -135,14 +139,14 @@ def test_relists_after_410_and_notices_what_changed_meanwhile(core, running, kub
     stale_version = informer.resource_version
 
     # Keep the informer away while things change and the history it would resume from is gone.
-    kubeapi.faults.fail("GET", CONFIGMAPS, code=500, times=None)
-    kubeapi.faults.drop_watches()
+    kube_api.faults.fail("GET", CONFIGMAPS, code=500, times=None)
+    kube_api.faults.drop_watches()
     core.delete_namespaced_config_map("b", "default")
     set_data(core, "c", v="2")
     create(core, "d", v="1")
-    kubeapi.faults.compact()
+    kube_api.faults.compact()
     eventually(lambda: informer.last_sync_error is not None)
-    kubeapi.faults.clear()
+    kube_api.faults.clear()
 
     recorder.wait_event(EventType.DELETED, lambda r: r[0] == "b")
     recorder.wait_event(EventType.ADDED, lambda r: r[0] == "d")
@@ -157,40 +161,40 @@ def test_relists_after_410_and_notices_what_changed_meanwhile(core, running, kub
     recorder.wait_event(EventType.ADDED, lambda r: r[0] == "e")
 
 
-def test_reconnects_after_the_watch_stream_is_dropped(core, running, kubeapi):
+def test_reconnects_after_the_watch_stream_is_dropped(core, running, kube_api):
     recorder = EventRecorder()
     informer = make_informer(core, recorder)
     running.append(informer)
     informer.start()
     assert informer.wait_synced(WAIT)
     for i in range(3):
-        kubeapi.faults.drop_watches()
+        kube_api.faults.drop_watches()
         create(core, f"after-drop-{i}", v="1")
         recorder.wait_event(EventType.ADDED, lambda r, i=i: r[0] == f"after-drop-{i}")
     assert names(informer) == {"after-drop-0", "after-drop-1", "after-drop-2"}
 
 
 @pytest.mark.parametrize("code", [500, 429])
-def test_retries_through_server_errors(core, running, kubeapi, caplog, code):
+def test_retries_through_server_errors(core, running, kube_api, caplog, code):
     caplog.set_level(logging.WARNING, logger="gpu_admission.cluster.informer")
     recorder = EventRecorder()
     informer = make_informer(core, recorder)
     running.append(informer)
     # More failures than urllib3's own Retry-After retries (3), so the informer sees them.
-    kubeapi.faults.fail("GET", CONFIGMAPS, code=code, times=6, retry_after=0)
+    kube_api.faults.fail("GET", CONFIGMAPS, code=code, times=6, retry_after=0)
     informer.start()
     assert informer.wait_synced(WAIT)
     assert str(code) in caplog.text
 
-    kubeapi.faults.fail("GET", CONFIGMAPS, code=code, times=2, retry_after=0)
-    kubeapi.faults.drop_watches()
+    kube_api.faults.fail("GET", CONFIGMAPS, code=code, times=2, retry_after=0)
+    kube_api.faults.drop_watches()
     create(core, "after-errors", v="1")
     recorder.wait_event(EventType.ADDED, lambda r: r[0] == "after-errors")
     eventually(lambda: informer.last_sync_error is None)
 
 
-def test_reports_list_errors_until_the_first_list_succeeds(core, running, kubeapi):
-    kubeapi.faults.fail("GET", CONFIGMAPS, code=500, times=None)
+def test_reports_list_errors_until_the_first_list_succeeds(core, running, kube_api):
+    kube_api.faults.fail("GET", CONFIGMAPS, code=500, times=None)
     informer = make_informer(core)
     running.append(informer)
     informer.start()
@@ -198,21 +202,31 @@ def test_reports_list_errors_until_the_first_list_succeeds(core, running, kubeap
     assert not informer.wait_synced(0.1)
     assert "HTTP 500" in (informer.last_sync_error or "")
     assert "injected fault" in (informer.last_sync_error or "")
-    kubeapi.faults.clear()
+    kube_api.faults.clear()
     assert informer.wait_synced(WAIT)
     assert informer.last_sync_error is None
 
 
 def test_bookmarks_advance_the_resource_version_without_events(core, running):
+    # Bookmarks come from the API server's watch cache (Secrets have one), about two seconds
+    # before a watch's timeout: a short timeout makes one come soon.
     recorder = EventRecorder()
-    informer = make_informer(core, recorder)
+    informer: Informer[str] = Informer(
+        "secrets",
+        core.list_namespaced_secret,
+        namespace="default",
+        label_selector=SELECTOR,
+        transform=lambda obj: obj["metadata"]["name"],
+        backoff=FAST_BACKOFF,
+        handlers=[recorder],
+        watch_timeout_seconds=4,
+    )
     running.append(informer)
     informer.start()
     assert informer.wait_synced(WAIT)
     # An object the selector hides still moves the server's resourceVersion on.
-    create(core, "hidden", labelled=False, v="1")
-    hidden_version = core.read_namespaced_config_map("hidden", "default").metadata.resource_version
-    eventually(lambda: int(informer.resource_version or 0) >= int(hidden_version))
+    hidden = core.create_namespaced_secret("default", {"metadata": {"name": "hidden"}})
+    eventually(lambda: int(informer.resource_version or 0) >= int(hidden.metadata.resource_version))
     assert recorder.events == []
 
 
@@ -297,9 +311,9 @@ async def test_many_waiters_for_the_same_key_all_wake(core, running):
 
 
 def test_an_optional_informer_counts_an_unserved_resource_as_empty_and_looks_again(
-    kubeapi, kube_client, running
+    kube_api, kube_client, running
 ) -> None:
-    kubeapi.server.unserved_groups.add("resource.k8s.io")
+    kube_api.unserved_groups.add("resource.k8s.io")
     dra = client.ResourceV1Api(kube_client)
     informer: Informer[str] = Informer(
         "deviceclasses",
@@ -314,14 +328,14 @@ def test_an_optional_informer_counts_an_unserved_resource_as_empty_and_looks_aga
     assert informer.wait_synced(WAIT)
     assert not informer.served and informer.values() == []
     assert informer.last_sync_error is None  # not an error: the cluster has no such API
-    kubeapi.server.unserved_groups.clear()
+    kube_api.unserved_groups.clear()
     dra.create_device_class({"metadata": {"name": "gpu.nvidia.com"}, "spec": {}})
     eventually(lambda: informer.values() == ["gpu.nvidia.com"])
     assert informer.served
 
 
-def test_a_required_informer_reports_an_unserved_resource(kubeapi, kube_client, running) -> None:
-    kubeapi.server.unserved_groups.add("resource.k8s.io")
+def test_a_required_informer_reports_an_unserved_resource(kube_api, kube_client, running) -> None:
+    kube_api.unserved_groups.add("resource.k8s.io")
     informer: Informer[str] = Informer(
         "deviceclasses",
         client.ResourceV1Api(kube_client).list_device_class,

@@ -20,29 +20,34 @@ def namespaces(api: client.ApiClient) -> set[str]:
     return {ns.metadata.name for ns in client.CoreV1Api(api).list_namespace().items}
 
 
-def test_kubeconfig_file_reaches_the_cluster(kubeapi):
-    api = api_client(kubeapi.kubeconfig_path)
+def test_kubeconfig_file_reaches_the_cluster(kube_api):
+    api = api_client(kube_api.kubeconfig_path)
     try:
         assert "default" in namespaces(api)
         assert api.configuration.connection_pool_maxsize >= CONNECTION_POOL_SIZE
     finally:
         api.close()
-    assert has_cluster_config(kubeapi.kubeconfig_path, environ={})
+    assert has_cluster_config(kube_api.kubeconfig_path, environ={})
 
 
-def test_in_cluster_service_account_reaches_the_cluster(kubeapi, tmp_path):
+def test_in_cluster_service_account_reaches_the_cluster(kube_api, kube_client, tmp_path):
+    # A real token of the `default` ServiceAccount, as the kubelet projects it into a pod.
+    issued = client.CoreV1Api(kube_client).create_namespaced_service_account_token(
+        "default", "default", {"spec": {"expirationSeconds": 600}}
+    )
     token = tmp_path / "token"
-    token.write_text("service-account-token")
-    address = urlsplit(kubeapi.url)
+    token.write_text(issued.status.token)
+    address = urlsplit(kube_api.url)
     environ = {
         "KUBERNETES_SERVICE_HOST": address.hostname,
         "KUBERNETES_SERVICE_PORT": str(address.port),
     }
     assert has_cluster_config(None, environ=environ, token_file=str(token))
-    api = api_client(None, environ=environ, token_file=str(token), cert_file=str(kubeapi.ca_path))
+    api = api_client(None, environ=environ, token_file=str(token), cert_file=str(kube_api.ca_path))
     try:
-        assert api.configuration.host == kubeapi.url
-        assert "default" in namespaces(api)
+        assert api.configuration.host == kube_api.url
+        review = client.AuthenticationV1Api(api).create_self_subject_review({})
+        assert review.status.user_info.username == "system:serviceaccount:default:default"
     finally:
         api.close()
 

@@ -28,6 +28,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography.hazmat.primitives import serialization
@@ -88,6 +89,9 @@ class ControlPlane:
     port: int
     version: str = ""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    etcd_url: str = ""
+    apiserver_argv: list[str] = field(default_factory=list)
+    apiserver: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -116,9 +120,47 @@ class ControlPlane:
             process.wait()
         self.processes.clear()
 
+    def stop_apiserver(self) -> None:
+        """An API outage: kube-apiserver stops (SIGTERM, as a node drain or an upgrade does)
+        and its port refuses connections until `start_apiserver`."""
+        process = self.apiserver
+        assert process is not None, "kube-apiserver is not running"
+        process.terminate()
+        try:
+            process.wait(timeout=START_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        self.processes.remove(process)
+        self.apiserver = None
+
+    def start_apiserver(self) -> None:
+        """kube-apiserver again, on the same port with the same flags, state and certificate;
+        returns once it is ready."""
+        assert self.apiserver is None, "kube-apiserver is running"
+        self.apiserver = _start(self, "kube-apiserver", self.apiserver_argv)
+        _wait(self, "kube-apiserver", self.apiserver, f"{self.url}/readyz")
+
+    def compact_etcd(self) -> None:
+        """Compact etcd to its current revision: a watch from an older resourceVersion of a
+        resource the API server serves without its watch cache (ConfigMaps, see `start`) is
+        answered 410 Gone, as any watch is once its history has been compacted away."""
+        revision = _etcd_call(self.etcd_url, "kv/range", {"key": "AA=="})["header"]["revision"]
+        _etcd_call(self.etcd_url, "kv/compaction", {"revision": revision, "physical": True})
+
     def log(self, name: str) -> str:
         path = self.folder / f"{name}.log"
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+
+def _etcd_call(base: str, method: str, body: dict[str, object]) -> dict[str, Any]:
+    """etcd's v3 API through its JSON gateway (etcd 3.4 serves it at /v3/)."""
+    request = urllib.request.Request(
+        f"{base}/v3/{method}", data=json.dumps(body).encode(), method="POST"
+    )
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return dict(json.load(answer))
 
 
 def _write_keys(folder: Path) -> None:
@@ -236,52 +278,54 @@ def start(controller_manager: bool = False, scheduler: bool = False) -> ControlP
             ],
         )
         _wait(plane, "etcd", etcd, f"http://127.0.0.1:{client}/health")
-        apiserver = _start(
-            plane,
-            "kube-apiserver",
-            [
-                str(binaries / "kube-apiserver"),
-                "--etcd-servers",
-                f"http://127.0.0.1:{client}",
-                "--bind-address",
-                "127.0.0.1",
-                "--secure-port",
-                str(plane.port),
-                "--cert-dir",
-                str(folder / "certs"),
-                # Tokens are issued by the server's own URL (as EKS or GKE issue them by a URL a
-                # cloud's STS can reach), where it serves OIDC discovery and its JWKS; the
-                # in-cluster name is still accepted.
-                "--service-account-issuer",
-                plane.url,
-                "--service-account-issuer",
-                "https://kubernetes.default.svc.cluster.local",
-                # Else discovery names the keys at the server's advertise address, which is
-                # not this machine's loopback.
-                "--service-account-jwks-uri",
-                f"{plane.url}/openid/v1/jwks",
-                "--service-account-key-file",
-                str(folder / "sa.pub"),
-                "--service-account-signing-key-file",
-                str(folder / "sa.key"),
-                "--token-auth-file",
-                str(folder / "tokens.csv"),
-                "--authorization-mode",
-                "RBAC",
-                # Loopback: a Service's ClusterIP that something dials by mistake (a webhook
-                # registered by Service) is refused on this machine, never sent anywhere.
-                "--service-cluster-ip-range",
-                "127.96.0.0/16",
-                # A played kubelet's address is 127.0.0.1 (InternalIP); by default the server
-                # would first look its Hostname up in DNS, off this machine.
-                "--kubelet-preferred-address-types=InternalIP",
-                "--audit-policy-file",
-                str(folder / "audit-policy.yaml"),
-                "--audit-log-path",
-                str(plane.audit_log),
-            ],
-        )
-        _wait(plane, "kube-apiserver", apiserver, f"{plane.url}/readyz")
+        plane.etcd_url = f"http://127.0.0.1:{client}"
+        plane.apiserver_argv = [
+            str(binaries / "kube-apiserver"),
+            "--etcd-servers",
+            f"http://127.0.0.1:{client}",
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(plane.port),
+            "--cert-dir",
+            str(folder / "certs"),
+            # Tokens are issued by the server's own URL (as EKS or GKE issue them by a URL a
+            # cloud's STS can reach), where it serves OIDC discovery and its JWKS; the
+            # in-cluster name is still accepted.
+            "--service-account-issuer",
+            plane.url,
+            "--service-account-issuer",
+            "https://kubernetes.default.svc.cluster.local",
+            # Else discovery names the keys at the server's advertise address, which is
+            # not this machine's loopback.
+            "--service-account-jwks-uri",
+            f"{plane.url}/openid/v1/jwks",
+            "--service-account-key-file",
+            str(folder / "sa.pub"),
+            "--service-account-signing-key-file",
+            str(folder / "sa.key"),
+            "--token-auth-file",
+            str(folder / "tokens.csv"),
+            "--authorization-mode",
+            "RBAC",
+            # Loopback: a Service's ClusterIP that something dials by mistake (a webhook
+            # registered by Service) is refused on this machine, never sent anywhere.
+            "--service-cluster-ip-range",
+            "127.96.0.0/16",
+            # A played kubelet's address is 127.0.0.1 (InternalIP); by default the server
+            # would first look its Hostname up in DNS, off this machine.
+            "--kubelet-preferred-address-types=InternalIP",
+            "--audit-policy-file",
+            str(folder / "audit-policy.yaml"),
+            "--audit-log-path",
+            str(plane.audit_log),
+            # ConfigMaps straight from etcd: compacting etcd then makes a watch from an
+            # older resourceVersion 410 Gone, which the informer tests need on demand (a
+            # watch-cached resource answers from the cache's own window). The product
+            # watches no ConfigMaps.
+            "--watch-cache-sizes=configmaps#0",
+        ]
+        plane.start_apiserver()
         _write_kubeconfig(plane)
         if controller_manager:
             _start_controller_manager(plane, binaries)
@@ -312,6 +356,10 @@ def _start_controller_manager(plane: ControlPlane, binaries: Path) -> None:
             # Ready, and marks Nodes nobody heartbeats unreachable, as in a cluster.
             "--controllers=*",
             "--node-monitor-period=1s",
+            # Its default client rate (20 requests a second) makes each namespace deletion, a
+            # hundred list and delete-collection calls, take five seconds.
+            "--kube-api-qps=500",
+            "--kube-api-burst=1000",
         ],
     )
 

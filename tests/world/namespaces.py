@@ -13,15 +13,23 @@ GONE_SECONDS = 90.0
 
 
 def namespace_ready(api: client.ApiClient, name: str, labels: dict[str, str] | None = None) -> None:
-    """Create a namespace (unless it exists) and wait for its `default` ServiceAccount
-    (kube-controller-manager makes it; until then the API server refuses pods there)."""
+    """Create a namespace (unless it exists; once an earlier one of that name is gone, if it is
+    being deleted) and wait for its `default` ServiceAccount (kube-controller-manager makes it;
+    until then the API server refuses pods there)."""
     core = client.CoreV1Api(api)
     meta = client.V1ObjectMeta(name=name, labels=labels)
-    try:
-        core.create_namespace(client.V1Namespace(metadata=meta))
-    except client.ApiException as error:
-        if error.status != 409:
-            raise
+
+    def created() -> bool:
+        try:
+            core.create_namespace(client.V1Namespace(metadata=meta))
+        except client.ApiException as error:
+            if error.status != 409:
+                raise
+            # There already; unless an earlier test's is still being deleted, that will do.
+            return core.read_namespace(name).metadata.deletion_timestamp is None
+        return True
+
+    while_running(created, f"namespace {name} (an earlier one being deleted)", {}, GONE_SECONDS)
 
     def has_account() -> bool:
         try:

@@ -1,6 +1,12 @@
 """The real control plane, once per test session: etcd, kube-apiserver, kube-controller-manager
-and kube-scheduler 1.36 from KUBEBUILDER_ASSETS (`control_plane.py`). Tests share it, so each
-gives itself its own namespaces and removes the cluster-scoped objects it made.
+and kube-scheduler 1.36 from KUBEBUILDER_ASSETS (`control_plane.py`), with the fault proxy in
+front of it (`fault_proxy.py`). Tests share it, so each gives itself its own namespaces, and
+`kube_api` removes after each test what it left (`sweep.py`).
+
+Fixtures:
+- `real_cluster`: the control plane; `api`: an admin client of it, straight to the server.
+- `kube_api`: a test's handle: the proxy's kubeconfig (admin), its faults and request counts,
+  the real server's outage and compaction; `kube_client`: an admin client through the proxy.
 
 Without KUBEBUILDER_ASSETS the tests that need it are skipped with the reason; under CI (which
 sets it from ../shared/kube/unpack.sh) they fail instead.
@@ -10,11 +16,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client, config
 
 from tests.world import control_plane
+from tests.world.fault_proxy import FaultProxy
+from tests.world.faults import Faults
+from tests.world.sweep import snapshot, sweep
 
 
 def unavailable(reason: str) -> None:
@@ -39,3 +51,84 @@ def real_cluster() -> Iterator[control_plane.ControlPlane]:
 @pytest.fixture(scope="session")
 def api(real_cluster: control_plane.ControlPlane) -> client.ApiClient:
     return config.new_client_from_config(str(real_cluster.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def fault_proxy(real_cluster: control_plane.ControlPlane) -> Iterator[FaultProxy]:
+    certs = real_cluster.folder / "certs"
+    proxy = FaultProxy(real_cluster.url, certs / "apiserver.crt", certs / "apiserver.key")
+    proxy.faults._compact = real_cluster.compact_etcd
+    proxy.start()
+    kubeconfig = yaml.safe_load(real_cluster.kubeconfig.read_text())
+    kubeconfig["clusters"][0]["cluster"]["server"] = proxy.url
+    (real_cluster.folder / "kubeconfig-proxy").write_text(yaml.safe_dump(kubeconfig))
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@dataclass
+class KubeApi:
+    """A test's view of the shared control plane, through the fault proxy."""
+
+    plane: control_plane.ControlPlane
+    proxy: FaultProxy
+
+    @property
+    def url(self) -> str:
+        return self.proxy.url
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.plane.folder / "kubeconfig-proxy"
+
+    @property
+    def ca_path(self) -> Path:
+        return self.plane.ca_path  # the proxy serves the API server's own certificate
+
+    @property
+    def issuer(self) -> str:
+        """The service-account token issuer: the real server's URL, where it serves OIDC
+        discovery and its keys."""
+        return self.plane.url
+
+    @property
+    def faults(self) -> Faults:
+        return self.proxy.faults
+
+    @property
+    def unserved_groups(self) -> set[str]:
+        return self.proxy.unserved_groups
+
+    def go_offline(self) -> None:
+        """An API outage: the real kube-apiserver stops."""
+        self.plane.stop_apiserver()
+
+    def come_back(self) -> None:
+        self.plane.start_apiserver()
+
+
+@pytest.fixture
+def kube_api(
+    real_cluster: control_plane.ControlPlane, api: client.ApiClient, fault_proxy: FaultProxy
+) -> Iterator[KubeApi]:
+    before = snapshot(api)
+    handle = KubeApi(real_cluster, fault_proxy)
+    try:
+        yield handle
+    finally:
+        fault_proxy.reset()
+        if real_cluster.apiserver is None:
+            real_cluster.start_apiserver()  # a test that failed during an outage
+        sweep(api, before)
+
+
+@pytest.fixture
+def kube_client(kube_api: KubeApi) -> Iterator[client.ApiClient]:
+    """The official client configured from the proxy's kubeconfig (admin)."""
+    api_client = config.new_client_from_config(str(kube_api.kubeconfig_path))
+    try:
+        yield api_client
+    finally:
+        api_client.close()

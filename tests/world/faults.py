@@ -1,5 +1,6 @@
-"""Fault injection and request accounting for reliability tests. Thread-safe: tests call it from
-their own thread while the emulator serves on its loop."""
+"""Fault injection and request accounting for reliability tests, applied by the fault proxy in
+front of the real API server (`fault_proxy.py`). Thread-safe: tests call it from their own thread
+while the proxy serves on its loop."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ class Faults:
         self._errors: list[_ErrorRule] = []
         self._delays: list[_DelayRule] = []
         self._counts: Counter[tuple[str, str]] = Counter()
-        # Set by the server: callables that must run on the server's loop.
+        # Set by the proxy (ending its streams) and the control plane (compacting etcd).
         self._drop_watches: Callable[[], None] = lambda: None
         self._compact: Callable[[], None] = lambda: None
 
@@ -82,7 +83,7 @@ class Faults:
         self._drop_watches()
 
     def compact(self) -> None:
-        """Forget the event history: a watch from an older resourceVersion now gets 410 Gone."""
+        """Compact the real etcd: a watch from an older resourceVersion now gets 410 Gone."""
         self._compact()
 
     # ----------------------------------------------------------- accounting
@@ -100,7 +101,7 @@ class Faults:
         with self._lock:
             self._counts.clear()
 
-    # ----------------------------------------------------------- used by the server
+    # ----------------------------------------------------------- used by the proxy
     def record(self, method: str, path: str) -> tuple[_ErrorRule | None, float]:
         with self._lock:
             self._counts[(method.upper(), path)] += 1
