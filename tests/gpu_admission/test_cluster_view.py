@@ -181,7 +181,9 @@ async def test_changes_reach_the_view(view, core):
     )
 
 
-async def test_resolve_waits_for_the_informer_when_the_object_was_just_created(view, core, kube_api):
+async def test_resolve_waits_for_the_informer_when_the_object_was_just_created(
+    view, core, kube_api
+):
     kube_api.faults.reset_counts()
     await asyncio.to_thread(make_secret, core, "fresh", GCP_CREDENTIAL_TYPE, "key.json")
     await asyncio.to_thread(

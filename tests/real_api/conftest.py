@@ -15,13 +15,8 @@ from kubernetes import client
 from tests.world import control_plane
 from tests.world.harness import KUBECTL
 from tests.world.namespaces import namespace_ready
-from tests.world.real_cluster import unavailable
 
 __all__ = ["namespace_ready"]  # the tier's modules import it from here
-
-# The real CRDs of the projects the manifests use (Prometheus Operator, cert-manager, ...), as
-# their projects publish them.
-CRDS = Path(__file__).resolve().parents[3] / "shared" / "crds"
 
 
 class Kubectl:
@@ -72,15 +67,6 @@ def no_webhook_leaves_this_machine(request: pytest.FixtureRequest) -> Iterator[N
 @pytest.fixture(scope="session")
 def kubectl(real_cluster: control_plane.ControlPlane) -> Kubectl:
     return Kubectl(real_cluster.kubeconfig)
-
-
-@pytest.fixture(scope="session")
-def crds(kubectl: Kubectl) -> None:
-    """Every CRD the manifests' overlays need, installed from the projects' own YAML."""
-    if not CRDS.is_dir():
-        unavailable(f"the projects' CRDs are not at {CRDS}")
-    kubectl("apply", "--server-side", "-f", str(CRDS))
-    kubectl("wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all")
 
 
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")

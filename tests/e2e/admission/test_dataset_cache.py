@@ -171,7 +171,7 @@ async def test_without_snapshots_loads_still_succeed_and_say_so_once(
     words: str,
 ) -> None:
     if missing == "the snapshot API":
-        cluster.kubeapi.server.unserved_groups.add(GROUP)
+        cluster.kube_api.unserved_groups.add(GROUP)
     else:
         client.CustomObjectsApi(cluster.api).delete_cluster_custom_object(
             GROUP, VERSION, "volumesnapshotclasses", "csi-snapshots"

@@ -143,9 +143,9 @@ def test_a_cluster_without_dra_stays_ready_and_serves_pods(
     admission_cluster_factory: AdmissionClusterFactory,
 ) -> None:
     cluster = admission_cluster_factory()
-    cluster.kubeapi.server.unserved_groups.add("resource.k8s.io")
+    cluster.kube_api.unserved_groups.add("resource.k8s.io")
     # The informers relist after a dropped watch and learn the group is gone.
-    cluster.kubeapi.faults.drop_watches()
+    cluster.kube_api.faults.drop_watches()
     cluster.wait_until(
         lambda: not cluster.view.claim_template_informer.served, "the DRA informers to notice"
     )

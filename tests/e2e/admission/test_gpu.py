@@ -155,7 +155,9 @@ def test_two_shared_gpus_are_denied_and_kubectl_shows_why(
         'container "main" asks for 2 of nvidia.com/gpu.shared in limits and requests'
     ) in done.stderr
     assert "request 1 nvidia.com/gpu.shared, or a whole GPU with nvidia.com/gpu" in done.stderr
-    assert admission_cluster.kubeapi.server.get_object("pods", NS, "notebook-shared-2") is None
+    with pytest.raises(ApiException) as missing:
+        admission_cluster.core.read_namespaced_pod("notebook-shared-2", NS)
+    assert missing.value.status == 404
 
 
 def test_gpu_container_setting_visible_devices_is_denied(

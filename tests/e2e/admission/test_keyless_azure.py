@@ -38,9 +38,9 @@ def az() -> Iterator[Azurite]:
 
 
 @pytest.fixture
-def entra(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[EntraId]:
-    context = ssl.create_default_context(cafile=str(cluster.kubeapi.ca_path))
-    started = EntraId(cluster.kubeapi.url, context, tmp_path)
+def entra(cluster: AdmissionCluster, tmp_path: Path, public_discovery: None) -> Iterator[EntraId]:
+    context = ssl.create_default_context(cafile=str(cluster.kube_api.ca_path))
+    started = EntraId(cluster.kube_api.issuer, context, tmp_path)
     started.federated[CLIENT] = f"system:serviceaccount:{NS}:default"
     yield started
     started.stop()

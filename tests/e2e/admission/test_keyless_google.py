@@ -40,9 +40,9 @@ def gcs() -> Iterator[GcsStore]:
 
 
 @pytest.fixture
-def sts(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[GoogleSts]:
-    context = ssl.create_default_context(cafile=str(cluster.kubeapi.ca_path))
-    started = GoogleSts(cluster.kubeapi.url, context, tmp_path)
+def sts(cluster: AdmissionCluster, tmp_path: Path, public_discovery: None) -> Iterator[GoogleSts]:
+    context = ssl.create_default_context(cafile=str(cluster.kube_api.ca_path))
+    started = GoogleSts(cluster.kube_api.issuer, context, tmp_path)
     yield started
     started.stop()
 
@@ -155,6 +155,12 @@ async def test_pods_get_the_tokens_their_sdks_read(
             "volumes": [{"name": "out", "persistentVolumeClaim": {"claimName": "out"}}],
         },
     }
+    # Where the pod leaves what it read (kube-scheduler holds a pod whose claim is missing).
+    out_claim = {
+        "metadata": {"name": "out"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}},
+    }
+    core.create_namespaced_persistent_volume_claim(NS, out_claim)
     core.create_namespaced_pod(NS, pod)
 
     def done() -> bool:
@@ -164,10 +170,10 @@ async def test_pods_get_the_tokens_their_sdks_read(
     assert core.read_namespaced_pod("trainer", NS).status.phase == "Succeeded"
     out = kubelet.pvc_dir(NS, "out")
     jwks = fetch_jwks(
-        cluster.kubeapi.url, ssl.create_default_context(cafile=str(cluster.kubeapi.ca_path))
+        cluster.kube_api.issuer, ssl.create_default_context(cafile=str(cluster.kube_api.ca_path))
     )
-    aws = verify((out / "aws").read_text(), jwks, cluster.kubeapi.url, "sts.amazonaws.com")
-    gcp = verify((out / "gcp").read_text(), jwks, cluster.kubeapi.url, "https:" + PROVIDER)
+    aws = verify((out / "aws").read_text(), jwks, cluster.kube_api.issuer, "sts.amazonaws.com")
+    gcp = verify((out / "gcp").read_text(), jwks, cluster.kube_api.issuer, "https:" + PROVIDER)
     assert aws["kubernetes.io"]["pod"]["name"] == "trainer" == gcp["kubernetes.io"]["pod"]["name"]
     assert (out / "role").read_text().strip() == ROLE
     assert json.loads((out / "key.json").read_text())["credential_source"]["file"] == TOKEN_PATH

@@ -80,33 +80,6 @@ def private_store() -> Iterator[tuple[S3Store, str, str, tuple[str, str]]]:
         yield store, roles[0], roles[1], (key["AccessKeyId"], key["SecretAccessKey"])
 
 
-@pytest.fixture(scope="module")
-def public_discovery(real_cluster: ControlPlane, api: client.ApiClient) -> Iterator[None]:
-    """OIDC discovery readable without credentials, as an identity provider reads it: the
-    binding Kubernetes' docs give for it."""
-    rbac = client.RbacAuthorizationV1Api(api)
-    name = "service-account-issuer-discovery-public"
-    rbac.create_cluster_role_binding(
-        {
-            "metadata": {"name": name},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "system:service-account-issuer-discovery",
-            },
-            "subjects": [
-                {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Group",
-                    "name": "system:unauthenticated",
-                }
-            ],
-        }
-    )
-    yield
-    rbac.delete_cluster_role_binding(name)
-
-
 @pytest.fixture
 def gate(
     real_cluster: ControlPlane,
