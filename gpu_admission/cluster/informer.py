@@ -297,7 +297,9 @@ class Informer(Generic[T]):
                     continue
                 error: BaseException = WatchError("the watch ended at once without any event")
             except _Expired:
-                log.info("informer %s: resourceVersion expired, relisting", self.name)
+                # Routine: after an API server restart every watch resumes from a version
+                # its new watch cache no longer holds. DEBUG, as client-go's reflector has it.
+                log.debug("informer %s: resourceVersion expired, relisting", self.name)
                 self._resource_version = None
                 continue
             except ApiException as exc:
