@@ -121,16 +121,14 @@ class ControlPlane:
         self.processes.clear()
 
     def stop_apiserver(self) -> None:
-        """An API outage: kube-apiserver stops (SIGTERM, as a node drain or an upgrade does)
-        and its port refuses connections until `start_apiserver`."""
+        """An API outage: kube-apiserver is killed, as when it crashes or its node is lost, so
+        every connection drops at once and its port refuses new ones until `start_apiserver`.
+        (A SIGTERM is a rolling restart instead: it keeps serving open watches for up to a
+        minute while it drains.)"""
         process = self.apiserver
         assert process is not None, "kube-apiserver is not running"
-        process.terminate()
-        try:
-            process.wait(timeout=START_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        process.kill()
+        process.wait()
         self.processes.remove(process)
         self.apiserver = None
 

@@ -263,19 +263,18 @@ def delete_webhooks(registration: client.AdmissionregistrationV1Api, name: str) 
                 raise
 
 
-def register_webhooks(api: client.ApiClient, ca_pem: bytes, address: str) -> None:
-    """Both webhook configurations, calling the service at `address` and trusting `ca_pem`, and
-    the pod checks' ValidatingAdmissionPolicy and its binding, as the manifests declare them."""
+def register_webhooks(api: client.ApiClient, ca_pem: bytes | None, address: str) -> None:
+    """Both webhook configurations, calling the service at `address` and trusting `ca_pem`
+    (without, their caBundle is left for the service to publish), and the pod checks'
+    ValidatingAdmissionPolicy and its binding, as the manifests declare them."""
     registration = client.AdmissionregistrationV1Api(api)
     (mutating,) = manifest_objects("MutatingWebhookConfiguration")
     (validating,) = manifest_objects("ValidatingWebhookConfiguration")
+    if ca_pem is not None:
+        mutating, validating = with_ca_bundle(mutating, ca_pem), with_ca_bundle(validating, ca_pem)
     delete_webhooks(registration, mutating["metadata"]["name"])  # left by another test
-    registration.create_mutating_webhook_configuration(
-        body(by_url(with_ca_bundle(mutating, ca_pem), address))
-    )
-    registration.create_validating_webhook_configuration(
-        body(by_url(with_ca_bundle(validating, ca_pem), address))
-    )
+    registration.create_mutating_webhook_configuration(body(by_url(mutating, address)))
+    registration.create_validating_webhook_configuration(body(by_url(validating, address)))
     (policy,) = manifest_objects("ValidatingAdmissionPolicy")
     (binding,) = manifest_objects("ValidatingAdmissionPolicyBinding")
     for delete, name in (
