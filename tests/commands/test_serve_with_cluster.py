@@ -1,6 +1,7 @@
-"""The service against the API emulator, end to end: certificates in a TLS Secret, caBundle
+"""The service against the real kube-apiserver, end to end: certificates in a TLS Secret, caBundle
 published to the webhook configurations from manifests/, readiness waiting for the informers, and
-pods created with the real client mutated or denied by the service over HTTPS."""
+pods created with the real client mutated or denied by the service over HTTPS (the server calls
+it by URL, 127.0.0.1, which its certificate names too: nothing routes the Service here)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes import config as config_loader
 from kubernetes.client.exceptions import ApiException
 
 import commands.controller as controller_module
@@ -22,8 +24,8 @@ from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
 from tests import ROOT
 from tests.support.ports import free_port
-from tests.world.harness import register_webhooks
-from tests.world.kubeapi.admission import WebhookAdmission
+from tests.world.harness import register_webhooks, wait_in_force
+from tests.world.namespaces import namespace_ready
 
 pytestmark = pytest.mark.e2e  # runs real processes or waits on real time: not in the fast tier
 
@@ -58,33 +60,42 @@ async def wait_until(condition: Any, what: str) -> None:
 
 
 @pytest.fixture
-def cluster(kubeapi, kube_client):
+def cluster(kube_api, kube_client):
     port = free_port()
-    admission = WebhookAdmission(kubeapi.server.list_objects)
-    admission.register_service(NAMESPACE, SERVICE, f"127.0.0.1:{port}")
-    kubeapi.server.admission = admission
     core = client.CoreV1Api(kube_client)
     registration = client.AdmissionregistrationV1Api(kube_client)
-    core.create_namespace(
-        {"metadata": {"name": NAMESPACE, "labels": {"gpu-admission.io/exempt": "true"}}}
-    )
-    core.create_namespace({"metadata": {"name": "ml"}})
-    register_webhooks(kube_client)  # and the pod checks' ValidatingAdmissionPolicy
+    namespace_ready(kube_client, NAMESPACE)
+    core.patch_namespace(NAMESPACE, {"metadata": {"labels": {"gpu-admission.io/exempt": "true"}}})
+    namespace_ready(kube_client, "ml")
+    # caBundle left for the service to publish; and the pod checks' ValidatingAdmissionPolicy.
+    register_webhooks(kube_client, None, f"127.0.0.1:{port}")
     config = Config.model_validate(
         {
             "server": {"host": "127.0.0.1", "port": port, "metrics_port": 0},
-            "certs": {"service_name": SERVICE, "namespace": NAMESPACE, "secret_name": TLS_SECRET},
+            "certs": {
+                "service_name": SERVICE,
+                "namespace": NAMESPACE,
+                "secret_name": TLS_SECRET,
+                "extra_ips": ["127.0.0.1"],
+            },
         }
     )
-    return config, kube_client, core, registration
+    return config, kube_client, core, registration, kube_api
+
+
+async def in_force(kube_api) -> None:
+    """Until kube-apiserver calls the service with the caBundle it published."""
+    with config_loader.new_client_from_config(str(kube_api.plane.kubeconfig)) as direct:
+        await asyncio.to_thread(wait_in_force, direct, "ml")
 
 
 async def test_service_in_a_cluster_publishes_its_ca_and_admits_pods(cluster):
-    config, api, core, registration = cluster
+    config, api, core, registration, kube_api = cluster
     server = AdmissionServer(config, api, metrics=Metrics(process_metrics=False), extra_services=[])
     await server.start()
     try:
         await wait_until(lambda: server.readiness() == [], "certificates and informer sync")
+        await in_force(kube_api)
 
         secret = await asyncio.to_thread(core.read_namespaced_secret, TLS_SECRET, NAMESPACE)
         assert secret.type == "kubernetes.io/tls"
@@ -125,7 +136,7 @@ async def test_the_webhooks_label_a_dataset_pvc_and_the_controller_process_loads
     frozen: list[str] = []
     for module in (serve_module, controller_module):
         monkeypatch.setattr(module, "freeze_long_lived", frozen.append)
-    config, api, core, _ = cluster
+    config, api, core, _, kube_api = cluster
     config = config.model_copy(
         update={
             "leader_election": config.leader_election.model_copy(
@@ -140,6 +151,7 @@ async def test_the_webhooks_label_a_dataset_pvc_and_the_controller_process_loads
     await controller.start()
     try:
         await wait_until(lambda: server.readiness() == [], "certificates and informer sync")
+        await in_force(kube_api)
         claim = {
             "metadata": {
                 "name": "imagenet",
