@@ -1,5 +1,5 @@
 """Certificates in a TLS Secret and caBundle in the webhook configurations, through the official
-client against the API emulator; and the emulator's admission calls verifying the served
+client against the real kube-apiserver; and its admission calls verifying the served
 certificate against the published caBundle across a CA rotation."""
 
 from __future__ import annotations
@@ -8,12 +8,14 @@ import asyncio
 import base64
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from aiohttp import web
 from kubernetes import client
+from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from certs.cabundle import MUTATING, VALIDATING, CABundleSyncer, bundle_patch
@@ -27,19 +29,20 @@ from certs.issue import (
 )
 from certs.reloader import CertReloader
 from certs.store import TLS_SECRET_TYPE, SecretStore
-from tests.world.kubeapi.admission import WebhookAdmission
+from tests.world.namespaces import namespace_ready
 
 NAMESPACE = "gpu-system"
 SERVICE = "gpu-admission"
 SPEC = ServingSpec(service=SERVICE, namespace=NAMESPACE)
+# The certificate of a webhook kube-apiserver calls by URL (nothing routes the Service here).
+BY_URL = ServingSpec(service=SERVICE, namespace=NAMESPACE, ips=["127.0.0.1"])
 TIMEOUT = 30.0
 
 
 @pytest.fixture
 def core(kube_client: client.ApiClient) -> client.CoreV1Api:
-    api = client.CoreV1Api(kube_client)
-    api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-    return api
+    namespace_ready(kube_client, NAMESPACE)
+    return client.CoreV1Api(kube_client)
 
 
 @pytest.fixture
@@ -130,10 +133,13 @@ async def test_replicas_managing_one_secret_serve_one_certificate(core: client.C
 # ------------------------------------------------------------------------------ caBundle
 
 
-def webhook(kind: str, name: str, path: str, ca_bundle: str | None = None) -> dict[str, Any]:
+def webhook(name: str, path: str, url: str | None) -> dict[str, Any]:
+    """A pod webhook for NAMESPACE only; by `url` when given, else by the Service."""
+    target: dict[str, Any] = {"namespace": NAMESPACE, "name": SERVICE, "path": path}
     hook: dict[str, Any] = {
         "name": name,
-        "clientConfig": {"service": {"namespace": NAMESPACE, "name": SERVICE, "path": path}},
+        "clientConfig": {"url": f"{url}{path}"} if url else {"service": target},
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
         "rules": [
             {
                 "apiGroups": [""],
@@ -147,13 +153,13 @@ def webhook(kind: str, name: str, path: str, ca_bundle: str | None = None) -> di
         "admissionReviewVersions": ["v1"],
         "timeoutSeconds": 5,
     }
-    if ca_bundle is not None:
-        hook["clientConfig"]["caBundle"] = ca_bundle
     return hook
 
 
 def create_configurations(
-    api: client.AdmissionregistrationV1Api, names: tuple[str, ...] = ("a", "b")
+    api: client.AdmissionregistrationV1Api,
+    names: tuple[str, ...] = ("a", "b"),
+    url: str | None = None,
 ) -> None:
     """Both configurations, with webhooks as a fresh `kubectl apply` leaves them: no caBundle."""
     for kind, create in (
@@ -161,7 +167,7 @@ def create_configurations(
         (VALIDATING, api.create_validating_webhook_configuration),
     ):
         path = "/mutate/pods" if kind == MUTATING else "/validate/pods"
-        hooks = [webhook(kind, f"{n}.gpu-admission.io", path) for n in names]
+        hooks = [webhook(f"{n}.gpu-admission.io", path, url) for n in names]
         create(
             {
                 "apiVersion": "admissionregistration.k8s.io/v1",
@@ -185,7 +191,7 @@ def published(api: client.AdmissionregistrationV1Api) -> list[str]:
 
 
 def test_ca_bundle_is_set_on_every_webhook_and_only_written_when_it_differs(
-    kubeapi, admission_api: client.AdmissionregistrationV1Api, bundle: CertBundle
+    kube_api, admission_api: client.AdmissionregistrationV1Api, bundle: CertBundle
 ) -> None:
     create_configurations(admission_api)
     syncer = CABundleSyncer(admission_api)
@@ -193,11 +199,11 @@ def test_ca_bundle_is_set_on_every_webhook_and_only_written_when_it_differs(
     assert first.updated == [MUTATING, VALIDATING] and first.complete
     assert published(admission_api) == [bundle.ca_bundle_pem.decode()] * 4
 
-    kubeapi.faults.reset_counts()
+    kube_api.faults.reset_counts()
     again = syncer.sync(bundle.ca_bundle_pem)
     assert again.unchanged == [MUTATING, VALIDATING]
-    assert kubeapi.faults.request_count("PATCH") == 0
-    assert kubeapi.faults.request_count("PUT") == 0
+    assert kube_api.faults.request_count("PATCH") == 0
+    assert kube_api.faults.request_count("PUT") == 0
 
     rotated = renew_bundle(bundle, SPEC, now=bundle.ca_renew_at())
     assert syncer.sync(rotated.ca_bundle_pem).updated == [MUTATING, VALIDATING]
@@ -235,11 +241,13 @@ async def test_the_sync_loop_restores_a_bundle_that_was_reset(
 
 
 async def test_an_api_server_outage_is_said_once_by_the_sync_loop_and_its_end_once(
-    kubeapi, admission_api: client.AdmissionregistrationV1Api, bundle: CertBundle, caplog
+    kube_api, admission_api: client.AdmissionregistrationV1Api, bundle: CertBundle, caplog
 ) -> None:
     caplog.set_level(logging.INFO, logger="certs.cabundle")
     await asyncio.to_thread(create_configurations, admission_api)
-    syncer = CABundleSyncer(admission_api)
+    # Straight to kube-apiserver, which the outage stops (the fault proxy would answer 503).
+    direct = kube_config.new_client_from_config(str(kube_api.plane.kubeconfig))
+    syncer = CABundleSyncer(client.AdmissionregistrationV1Api(direct))
     attempts = 0
     publish = syncer.publish
 
@@ -258,15 +266,16 @@ async def test_an_api_server_outage_is_said_once_by_the_sync_loop_and_its_end_on
             assert loop.time() < deadline, f"timed out waiting for {what}"
             await asyncio.sleep(0.05)  # polling a condition, bounded by the deadline
 
-    kubeapi.go_offline()
+    kube_api.go_offline()
     task = asyncio.create_task(syncer.run(lambda: bundle, interval=0.05, stop=stop))
     try:
         await until(lambda: attempts >= 5, "five failed attempts")
-        kubeapi.come_back()
+        kube_api.come_back()  # on this thread: the server dies with the thread that started it
         await until(lambda: "can be updated again" in caplog.text, "the recovery line")
     finally:
         stop.set()
         await asyncio.wait_for(task, TIMEOUT)
+        direct.close()
     ours = [r for r in caplog.records if r.name == "certs.cabundle"]
     said = [(r.levelname, r.getMessage()) for r in ours if r.levelno >= logging.INFO]
     outage = [message for level, message in said if level == "WARNING"]
@@ -299,15 +308,25 @@ def test_a_patch_computed_before_the_webhooks_changed_does_not_apply(
 # ------------------------------------------------------------------------------ end to end
 
 
+@dataclass
+class WebhookServer:
+    reloader: CertReloader
+    url: str
+
+
 @pytest.fixture
-async def webhook_server(kubeapi) -> AsyncIterator[CertReloader]:
-    """An HTTPS webhook that allows everything, registered with the emulator as the Service."""
+async def webhook_server(kube_api) -> AsyncIterator[WebhookServer]:
+    """An HTTPS webhook that allows everything, for kube-apiserver to call by URL. It closes
+    each connection after its answer, so every call is a new TLS handshake with the certificate
+    served at that moment (kube-apiserver would otherwise keep the connection alive)."""
     reloader = CertReloader()
 
     async def allow(request: web.Request) -> web.Response:
         review = await request.json()
         answer = {"uid": review["request"]["uid"], "allowed": True}
-        return web.json_response({**review, "response": answer})
+        response = web.json_response({**review, "response": answer})
+        response.force_close()
+        return response
 
     app = web.Application()
     app.router.add_post("/validate/pods", allow)
@@ -316,53 +335,68 @@ async def webhook_server(kubeapi) -> AsyncIterator[CertReloader]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=reloader.context)
     await site.start()
-    address = f"127.0.0.1:{runner.addresses[0][1]}"
-    kubeapi.server.admission = WebhookAdmission(
-        kubeapi.server.list_objects, {(NAMESPACE, SERVICE): address}
-    )
     try:
-        yield reloader
+        yield WebhookServer(reloader, f"https://127.0.0.1:{runner.addresses[0][1]}")
     finally:
-        kubeapi.server.admission = None
         await runner.cleanup()
 
 
-def create_pod(core: client.CoreV1Api, name: str) -> None:
+def create_pod(core: client.CoreV1Api, name: str, dry_run: bool = False) -> None:
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {"containers": [{"name": "main", "image": "busybox"}]},
     }
-    core.create_namespaced_pod(NAMESPACE, pod)
+    if dry_run:
+        core.create_namespaced_pod(NAMESPACE, pod, dry_run="All")
+    else:
+        core.create_namespaced_pod(NAMESPACE, pod)
+
+
+async def once_trusted(core: client.CoreV1Api, name: str) -> None:
+    """Create the pod once kube-apiserver trusts the webhook: it loads a changed caBundle from
+    its own informer, a moment after the write (dry runs until then)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    while True:
+        try:
+            await asyncio.to_thread(create_pod, core, name, True)
+            break
+        except ApiException as error:
+            assert loop.time() < deadline, f"the webhook never became trusted: {error.body}"
+            await asyncio.sleep(0.05)  # polling a condition, bounded by the deadline
+    await asyncio.to_thread(create_pod, core, name)
 
 
 async def test_api_server_keeps_trusting_the_service_across_a_ca_rotation(
     core: client.CoreV1Api,
     admission_api: client.AdmissionregistrationV1Api,
-    webhook_server: CertReloader,
+    webhook_server: WebhookServer,
 ) -> None:
     syncer = CABundleSyncer(admission_api)
-    await asyncio.to_thread(create_configurations, admission_api, ("only",))
+    serving = webhook_server.reloader
+    await asyncio.to_thread(create_configurations, admission_api, ("only",), webhook_server.url)
     # A CA two days into a three-day life (past its renewal point) with a fresh serving cert.
     spec = ServingSpec(
         service=SERVICE,
         namespace=NAMESPACE,
+        ips=["127.0.0.1"],
         validity=timedelta(days=1),
         ca_validity=timedelta(days=3),
     )
     ca_cert, ca_key = issue_ca(validity=spec.ca_validity, now=datetime.now(UTC) - timedelta(days=2))
     first = CertBundle(ca_cert, ca_key, *issue_serving(ca_cert, ca_key, spec))
     await syncer.publish(first)
-    webhook_server.reload(first)
-    await asyncio.to_thread(create_pod, core, "before-rotation")
+    serving.reload(first)
+    await once_trusted(core, "before-rotation")
 
     # Serving a certificate from a CA that was not published: the API server refuses it.
-    webhook_server.reload(issue_bundle(SPEC))
+    serving.reload(issue_bundle(BY_URL))
     with pytest.raises(ApiException) as caught:
         await asyncio.to_thread(create_pod, core, "untrusted")
     assert "x509: certificate signed by unknown authority" in str(caught.value.body)
-    webhook_server.reload(first)
+    serving.reload(first)
 
     # The watcher's order: publish both CAs, then serve the certificate from the new CA.
     rotated = renew_bundle(first, spec)
@@ -370,6 +404,6 @@ async def test_api_server_keeps_trusting_the_service_across_a_ca_rotation(
     await syncer.publish(rotated)
     # A replica still serving the old certificate is trusted during the overlap...
     await asyncio.to_thread(create_pod, core, "overlap-old-certificate")
-    webhook_server.reload(rotated)
-    # ...and so is the new certificate.
-    await asyncio.to_thread(create_pod, core, "after-rotation")
+    serving.reload(rotated)
+    # ...and so is the new certificate, once the server has the new bundle.
+    await once_trusted(core, "after-rotation")

@@ -24,6 +24,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -205,6 +206,9 @@ def _die_with_parent() -> None:
 
 
 def _start(plane: ControlPlane, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    # PR_SET_PDEATHSIG fires when the starting *thread* ends: a server started from a worker
+    # thread (asyncio.to_thread) would be killed with it.
+    assert threading.current_thread() is threading.main_thread(), f"start {name} on the main thread"
     log = (plane.folder / f"{name}.log").open("wb")
     process = subprocess.Popen(
         argv,
