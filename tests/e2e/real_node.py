@@ -33,19 +33,16 @@ def node_agent(
     api: client.ApiClient,
     pvc_base: Path,
     volume_source: Callable[[str, str, Path], None] | None = None,
-    run_all_pods: bool = False,
 ) -> Iterator[FakeKubelet]:
-    """A Ready node whose Job pods run here (every pod bound to it, with `run_all_pods`);
-    `volume_source` fills a new claim's volume (a snapshot restore)."""
+    """A Ready node whose pods run here; `volume_source` fills a new claim's volume (a
+    snapshot restore)."""
     provisioner = Provisioner(api, pvc_base).start()
     node = FakeKubelet(
         api,
         node_name=NODE,
         pvc_base_dir=pvc_base,
         images=kubelet_images(),
-        real_control_plane=True,
         volume_source=volume_source,
-        run_all_pods=run_all_pods,
     )
     try:
         node.start()

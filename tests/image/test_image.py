@@ -22,13 +22,13 @@ import aiohttp
 import jsonpatch
 import pytest
 
+from certs.issue import issue_ca
 from gpu_admission import __version__
 from tests import REVIEW_FIXTURES, ROOT
 from tests.image.pods import container_run, deployment_pod
 from tests.support.ports import free_port
 from tests.support.waits import while_running
 from tests.world.containers.engine import ContainerRun, Engine, ImageConfig
-from tests.world.kubeapi.tls import tls_material
 
 WAIT = 60.0  # a cold container imports the kubernetes client on a shared CPU
 SERVICE_DNS = "gpu-admission.gpu-admission.svc"
@@ -151,7 +151,7 @@ async def test_the_controller_says_why_it_is_not_ready_when_no_api_server_answer
     account.mkdir()
     (account / "token").write_text("not-a-real-token")
     (account / "namespace").write_text("gpu-admission")
-    (account / "ca.crt").write_bytes(tls_material().ca_path.read_bytes())
+    (account / "ca.crt").write_bytes(issue_ca()[0])  # a CA no server here uses
     for path in [account, *account.iterdir()]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     env = {

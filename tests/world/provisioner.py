@@ -3,7 +3,7 @@ PersistentVolumeClaim a PersistentVolume, as an external provisioner (a CSI driv
 does, and lets kube-controller-manager's PV controller bind the two.
 
     provisioner = Provisioner(api_client, pvc_base_dir=base).start()
-    kubelet = FakeKubelet(api_client, pvc_base_dir=base, real_control_plane=True)
+    kubelet = FakeKubelet(api_client, pvc_base_dir=base)
 
 Without it a claim stays Pending and kube-scheduler keeps every pod that mounts it unscheduled
 ("unbound immediate PersistentVolumeClaims"), as in a cluster with no provisioner. The volume is

@@ -27,7 +27,7 @@ def cluster(admission_cluster_factory: AdmissionClusterFactory) -> AdmissionClus
 
 @pytest.fixture
 def kubelet(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[FakeKubelet]:
-    with node_agent(cluster.api, tmp_path / "pvcs", run_all_pods=True) as node:
+    with node_agent(cluster.api, tmp_path / "pvcs") as node:
         yield node
 
 
@@ -35,9 +35,7 @@ def kubelet(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[FakeKubelet]:
 def storage(cluster: AdmissionCluster, tmp_path: Path, crds: None) -> Iterator[FakeKubelet]:
     snapshots = FakeSnapshotter(cluster.api, pvc_base_dir=tmp_path / "pvcs").start()
     try:
-        with node_agent(
-            cluster.api, tmp_path / "pvcs", snapshots.restore, run_all_pods=True
-        ) as kubelet:
+        with node_agent(cluster.api, tmp_path / "pvcs", snapshots.restore) as kubelet:
             storage_api = client.StorageV1Api(cluster.api)
             storage_api.create_storage_class(
                 {"metadata": {"name": STORAGE_CLASS}, "provisioner": snapshots.driver}

@@ -1,12 +1,12 @@
-"""The fake kubelet's log endpoint, and the API server's side of `pods/log`.
+"""The played kubelet's log endpoint.
 
-As in a real cluster, `GET /api/v1/namespaces/NS/pods/NAME/log` is answered by the node: the API
-server validates the container (pkg/registry/core/pod/strategy.go LogLocation), finds the node's
-address and kubelet port in the Node's status (`daemonEndpoints.kubeletEndpoint.Port`) and
-proxies to the kubelet's `/containerLogs/NS/NAME/CONTAINER`, which applies `tailLines` and
-`limitBytes` to the container's log. For the emulator the fake kubelet serves plain HTTP on
-loopback; for the real kube-apiserver, HTTPS, as a real kubelet does on 10250 (the server does
-not verify a kubelet's certificate unless --kubelet-certificate-authority is set).
+As in a real cluster, `GET /api/v1/namespaces/NS/pods/NAME/log` is answered by the node: the real
+kube-apiserver validates the container (pkg/registry/core/pod/strategy.go LogLocation), finds
+the node's address and kubelet port in the Node's status (`daemonEndpoints.kubeletEndpoint.Port`)
+and proxies to the kubelet's `/containerLogs/NS/NAME/CONTAINER`, which applies `tailLines` and
+`limitBytes` to the container's log. It is served over HTTPS, as a real kubelet does on 10250
+(the server does not verify a kubelet's certificate unless --kubelet-certificate-authority is
+set).
 """
 
 from __future__ import annotations
@@ -18,10 +18,6 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-
-import aiohttp
-
-from tests.world.kubeapi.errors import StatusError, bad_request
 
 LogPath = Callable[[str, str, str], Path]
 
@@ -50,7 +46,7 @@ def _int_param(query: Mapping[str, list[str]], name: str) -> int | None:
 class KubeletLogServer:
     """`/containerLogs/{namespace}/{pod}/{container}` over the fake kubelet's log files."""
 
-    def __init__(self, log_path: LogPath, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, log_path: LogPath, tls: ssl.SSLContext) -> None:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,8 +59,7 @@ class KubeletLogServer:
         self._log_path = log_path
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        if tls is not None:
-            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+        self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="kubelet-logs", daemon=True
@@ -101,51 +96,3 @@ class KubeletLogServer:
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
         handler.wfile.write(body)
-
-
-def log_container(pod: Mapping[str, Any], name: str, container: str) -> str:
-    """The container a log request is for, or the API server's 400 saying which to name."""
-    spec = pod.get("spec") or {}
-    names = [c.get("name", "") for c in spec.get("containers") or []]
-    init = [c.get("name", "") for c in spec.get("initContainers") or []]
-    if not container:
-        if len(names) == 1:
-            return names[0]
-        message = f"a container name must be specified for pod {name}, choose one of: "
-        message += f"[{' '.join(names)}]"
-        if init:
-            message += f" or one of the init containers: [{' '.join(init)}]"
-        raise bad_request(message)
-    if container not in names and container not in init:
-        raise bad_request(f"container {container} is not valid for pod {name}")
-    return container
-
-
-def kubelet_address(node: Mapping[str, Any] | None) -> tuple[str, int] | None:
-    status = (node or {}).get("status") or {}
-    port = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port")
-    address = next(
-        (a.get("address") for a in status.get("addresses") or [] if a.get("type") == "InternalIP"),
-        None,
-    )
-    return (address, int(port)) if address and port else None
-
-
-async def fetch_log(
-    node: Mapping[str, Any] | None, namespace: str, pod: str, container: str, query: str
-) -> bytes:
-    """The kubelet's answer, as the API server passes it on (its errors become a 400 Status)."""
-    address = kubelet_address(node)
-    if address is None:
-        raise StatusError(
-            500, "InternalError", f"no kubelet endpoint is known for the node of pod {pod}"
-        )
-    quoted = "/".join(urllib.parse.quote(p, safe="") for p in (namespace, pod, container))
-    url = f"http://{address[0]}:{address[1]}/containerLogs/{quoted}"
-    if query:
-        url += f"?{query}"
-    async with aiohttp.ClientSession() as session, session.get(url) as response:
-        body = await response.read()
-        if response.status != 200:
-            raise bad_request(body.decode(errors="replace").strip())
-        return body

@@ -1,23 +1,21 @@
-"""A fake scheduler + kubelet + Job controller: a client of the emulator through the real client.
+"""A played kubelet: a node agent of the real kube-apiserver, beside the real kube-scheduler and
+kube-controller-manager, through the real client.
 
-    kubelet = FakeKubelet(api_client, pvc_base_dir=tmp_path / "pvcs", create_node=True)
-    kubelet.start()          # background threads; returns once its watches have listed
-    ...                      # create Jobs / Pods through the API
+    kubelet = FakeKubelet(api_client, pvc_base_dir=tmp_path / "pvcs")
+    kubelet.start()          # registers its Node; returns once its watch has listed
+    ...                      # create Jobs / Pods through the API; the scheduler binds them
     kubelet.pvc_dir("ml", "imagenet"), kubelet.logs("ml", pod_name, "main")
-    kubelet.stop()           # kills running processes and stops the watches
+    kubelet.stop()           # kills running processes and stops the watch
 
-Everything is driven by watches on Pods, Jobs and Nodes (no polling). Ungated pending pods are
-bound (``pods/binding``) to a Ready node whose labels satisfy ``nodeSelector``, then marked
-Running with the usual conditions. Job pods — and every pod with ``run_all_pods=True`` — really
-run: each container's command as a local process (see kubelet_run), init containers first, then
-the others one after another. Their exit codes become container states and the pod phase
-(Succeeded/Failed; a ``restartPolicy: Always`` pod stays Running). Pod deletion, Job deadlines
-and ``stop()`` kill the processes.
-
-With ``real_control_plane=True`` it is a node agent of a real kube-apiserver, beside the real
-kube-scheduler and kube-controller-manager: it binds nothing and plays no Job controller (they
-do), serves logs over HTTPS as a kubelet does, and finishes a deleted pod's deletion (a delete
-with grace period 0 once its processes are gone), as the kubelet does.
+It registers its Node (labels, allocatable, its log endpoint) and renews its Lease and Ready
+condition, so kube-controller-manager's node lifecycle controller lifts the not-ready taint the
+API server puts on every new Node. Every pod bound to it runs: each container's command as a
+local process (see run.py), from the project's image where it can (image_run.py), init
+containers first, then the others one after another. Their exit codes and termination messages
+become container states and the pod phase (Succeeded/Failed; a `restartPolicy: Always` pod stays
+Running), written over what the server holds. It serves `pods/log` over HTTPS at its InternalIP
+(logs.py), and finishes a deleted pod's deletion (grace period 0, by uid) once its processes
+are gone. Everything is driven by a watch on Pods (no polling).
 """
 
 from __future__ import annotations
@@ -38,13 +36,6 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.world.kubelet.env import ConfigError, build_env, command_line
 from tests.world.kubelet.image_run import ImageContainerProcess, Images
-from tests.world.kubelet.jobs import (
-    CONTROLLER_UID_LABEL,
-    decide,
-    finished,
-    pod_for_job,
-    rfc3339,
-)
 from tests.world.kubelet.logs import KubeletLogServer
 from tests.world.kubelet.run import (
     DEFAULT_TERMINATION_MESSAGE_PATH,
@@ -67,7 +58,7 @@ NODE_LEASE_NAMESPACE = "kube-node-lease"
 
 
 def _now() -> str:
-    return rfc3339(dt.datetime.now(dt.UTC))
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -144,12 +135,9 @@ class FakeKubelet:
         kubeconfig: str | Path | None = None,
         pvc_base_dir: str | Path | None = None,
         node_name: str = DEFAULT_NODE,
-        create_node: bool = True,
         node_labels: Mapping[str, str] | None = None,
-        run_all_pods: bool = False,
         volume_source: Callable[[str, str, Path], None] | None = None,
         images: Images | None = None,
-        real_control_plane: bool = False,
     ) -> None:
         if api_client is None:
             if kubeconfig is None:
@@ -157,51 +145,34 @@ class FakeKubelet:
             api_client = config.new_client_from_config(str(kubeconfig))
         # Typed as Any: plain dicts go in and raw responses come out (_preload_content=False).
         self._core: Any = client.CoreV1Api(api_client)
-        self._batch: Any = client.BatchV1Api(api_client)
         self._sources = _ApiSources(self._core)
         self._workdir = Path(tempfile.mkdtemp(prefix="fake-kubelet-"))
         self._pvc_base = Path(pvc_base_dir) if pvc_base_dir else self._workdir / "pvcs"
         self.node_name = node_name
-        self._create_node = create_node
         self._node_labels = dict(node_labels or {})
-        self._run_all_pods = run_all_pods
         # Fills a PVC's directory when it is first made (a provisioner restoring a snapshot).
         self._volume_source = volume_source
         self.images = images
         self._volume_lock = threading.Lock()
-        self._queue: queue.Queue[tuple[str, tuple[str, str]] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self._lock = threading.Lock()
         self._pods: dict[tuple[str, str], dict[str, Any]] = {}
-        self._nodes: dict[str, dict[str, Any]] = {}
         self._runners: dict[tuple[str, str], _PodRun] = {}
         self._started: set[str] = set()  # pod uids this kubelet has started
-        self._timers: list[threading.Timer] = []
         self._mount_points = MountPoints()
         self._next_ip = 10
-        self._real = real_control_plane
-        self._watchers = [
-            Watcher(self._core.list_pod_for_all_namespaces, self._on_pod, "pods"),
-            Watcher(self._core.list_node, self._on_node, "nodes"),
-        ]
-        if not real_control_plane:
-            self._watchers.append(
-                Watcher(self._batch.list_job_for_all_namespaces, self._on_job, "jobs")
-            )
+        self._watchers = [Watcher(self._core.list_pod_for_all_namespaces, self._on_pod, "pods")]
         self._worker = threading.Thread(target=self._work, name="kubelet-worker", daemon=True)
         self._stopping = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name="kubelet-heartbeat", daemon=True)
-        self._log_server = KubeletLogServer(
-            self._log_path, _serving_context() if real_control_plane else None
-        )
+        self._log_server = KubeletLogServer(self._log_path, _serving_context())
 
     # ------------------------------------------------------------------ lifecycle and queries
     def start(self) -> FakeKubelet:
         self._log_server.start()
-        if self._create_node:
-            self._ensure_node()
-            if self._real:
-                self._renew()
-                self._heartbeat.start()
+        self._ensure_node()
+        self._renew()
+        self._heartbeat.start()
         self._worker.start()
         for watcher in self._watchers:
             watcher.start()
@@ -214,8 +185,6 @@ class FakeKubelet:
         self._stopping.set()
         for watcher in self._watchers:
             watcher.stop()
-        for timer in self._timers:
-            timer.cancel()
         self._queue.put(None)
         if self._worker.is_alive():
             self._worker.join(timeout=10)
@@ -259,46 +228,21 @@ class FakeKubelet:
                 self._pods.pop(key, None)
             else:
                 self._pods[key] = pod
-        self._queue.put(("pod", key))
-        if self._real:
-            return  # the real Job controller follows its pods
-        for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
-            if owner.get("kind") == "Job" and owner.get("controller"):
-                self._queue.put(("job", (key[0], owner.get("name", ""))))
-
-    def _on_job(self, event: str, job: dict[str, Any]) -> None:
-        self._queue.put(("job", _key(job)))
-
-    def _on_node(self, event: str, node: dict[str, Any]) -> None:
-        name = (node.get("metadata") or {}).get("name", "")
-        with self._lock:
-            if event == "DELETED":
-                self._nodes.pop(name, None)
-            else:
-                self._nodes[name] = node
-            pending = [
-                k for k, p in self._pods.items() if not (p.get("spec") or {}).get("nodeName")
-            ]
-        for key in pending:
-            self._queue.put(("pod", key))
+        self._queue.put(key)
 
     def _work(self) -> None:
         while True:
             item = self._queue.get()
             if item is None:
                 return
-            kind, key = item
             try:
-                if kind == "pod":
-                    self._sync_pod(key)
-                else:
-                    self._sync_job(key)
+                self._sync_pod(item)
             except ApiException as error:
                 if error.status in (404, 409):
                     continue  # gone or changed meanwhile: a newer event follows
                 raise
 
-    # ------------------------------------------------------------------ scheduler + kubelet
+    # ------------------------------------------------------------------ the node
     def _ensure_node(self) -> None:
         labels = {
             "kubernetes.io/hostname": self.node_name,
@@ -377,21 +321,6 @@ class FakeKubelet:
             _preload_content=False,
         )
 
-    def _pick_node(self, pod: dict[str, Any]) -> str | None:
-        selector = (pod.get("spec") or {}).get("nodeSelector") or {}
-        with self._lock:
-            nodes = list(self._nodes.values())
-        for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-            labels = node["metadata"].get("labels") or {}
-            ready = any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (node.get("status") or {}).get("conditions") or []
-            )
-            schedulable = not (node.get("spec") or {}).get("unschedulable")
-            if ready and schedulable and all(labels.get(k) == v for k, v in selector.items()):
-                return str(node["metadata"]["name"])
-        return None
-
     def _sync_pod(self, key: tuple[str, str]) -> None:
         with self._lock:
             pod = self._pods.get(key)
@@ -399,47 +328,23 @@ class FakeKubelet:
         if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
             if run is not None:
                 run.kill()
-            if pod is not None and self._real and self._runs_here(pod):
+            if pod is not None and self._runs_here(pod):
                 if run is not None:
                     run.join()
                 self._finish_deletion(pod)
             return
-        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        status = pod.get("status") or {}
         uid = (pod.get("metadata") or {}).get("uid", "")
         if status.get("phase") in ("Succeeded", "Failed") or run is not None:
             return
         with self._lock:
             if uid in self._started:
                 return
-        if not spec.get("nodeName"):
-            if self._real:
-                return  # kube-scheduler binds it; the binding's event brings it back
-            if spec.get("schedulingGates"):
-                return  # the scheduler ignores gated pods until every gate is removed
-            node = self._pick_node(pod)
-            if node is None:
-                return  # a node event will bring the pod back
-            binding = {
-                "apiVersion": "v1",
-                "kind": "Binding",
-                "metadata": {"name": key[1], "namespace": key[0]},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-            }
-            self._core.create_namespaced_pod_binding(
-                key[1], key[0], binding, _preload_content=False
-            )
-            return  # the binding's watch event brings the pod back with its node
-        if not self._runs_here(pod):
-            return
-        self._start_pod(key, pod)
+        if self._runs_here(pod):  # kube-scheduler binds it; the binding's event brings it here
+            self._start_pod(key, pod)
 
     def _runs_here(self, pod: Mapping[str, Any]) -> bool:
-        """Whether this kubelet runs the pod: bound to its node (with the emulator, to any node
-        it knows: one fake kubelet plays every node)."""
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node:
-            return False
-        return node == self.node_name or (not self._real and self._node_exists(node))
+        return bool((pod.get("spec") or {}).get("nodeName") == self.node_name)
 
     def _finish_deletion(self, pod: Mapping[str, Any]) -> None:
         """The kubelet's last word on a deleted pod: its processes are gone, so the API server
@@ -450,17 +355,12 @@ class FakeKubelet:
             meta.get("name"), meta.get("namespace"), body=body, _preload_content=False
         )
 
-    def _node_exists(self, name: str) -> bool:
-        with self._lock:
-            return name in self._nodes
-
     def _start_pod(self, key: tuple[str, str], pod: dict[str, Any]) -> None:
         with self._lock:
             self._started.add(pod["metadata"].get("uid", ""))
             self._next_ip += 1
             pod_ip = f"10.244.0.{self._next_ip}"
         pod.setdefault("status", {})["podIP"] = pod_ip
-        runs = self._run_all_pods or _owned_by_job(pod)
         containers = pod["spec"].get("containers") or []
         now = _now()
         status = {
@@ -481,8 +381,6 @@ class FakeKubelet:
             ],
         }
         self._write_pod_status(key, status)
-        if not runs:
-            return
         run = _PodRun(self, key, pod, status)
         with self._lock:
             self._runners[key] = run
@@ -504,44 +402,6 @@ class FakeKubelet:
         with self._lock:
             self._runners.pop(key, None)
 
-    # ------------------------------------------------------------------ Job controller
-    def _sync_job(self, key: tuple[str, str]) -> None:
-        namespace, name = key
-        try:
-            job = json.loads(
-                self._batch.read_namespaced_job(name, namespace, _preload_content=False).data
-            )
-        except ApiException as error:
-            if error.status != 404:
-                raise
-            return
-        if finished(job):
-            return
-        selector = f"{CONTROLLER_UID_LABEL}={job['metadata']['uid']}"
-        listing = self._core.list_namespaced_pod(
-            namespace, label_selector=selector, _preload_content=False
-        )
-        pods = json.loads(listing.data).get("items") or []
-        decision = decide(job, pods, dt.datetime.now(dt.UTC))
-        for pod_name in decision.kill_active or []:
-            self._core.delete_namespaced_pod(pod_name, namespace, _preload_content=False)
-        for index, failures in decision.create_pods:
-            pod = pod_for_job(job, index, failures)
-            self._core.create_namespaced_pod(namespace, pod, _preload_content=False)
-        if decision.status != (job.get("status") or {}):
-            self._batch.patch_namespaced_job_status(
-                name,
-                namespace,
-                [{"op": "add", "path": "/status", "value": decision.status}],
-                _preload_content=False,
-            )
-        if decision.deadline is not None:
-            delay = (decision.deadline - dt.datetime.now(dt.UTC)).total_seconds()
-            timer = threading.Timer(max(delay, 0) + 0.05, self._queue.put, [("job", key)])
-            timer.daemon = True
-            self._timers.append(timer)
-            timer.start()
-
 
 def _serving_context() -> ssl.SSLContext:
     """A serving certificate for 127.0.0.1, as a kubelet's self-signed one."""
@@ -551,13 +411,6 @@ def _serving_context() -> ssl.SSLContext:
     reloader = CertReloader()
     reloader.reload(issue_bundle(ServingSpec("kubelet", "node", ips=[NODE_ADDRESS])))
     return reloader.context
-
-
-def _owned_by_job(pod: Mapping[str, Any]) -> bool:
-    return any(
-        ref.get("kind") == "Job" and ref.get("controller")
-        for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
-    )
 
 
 def _container_status(container: Mapping[str, Any], state: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""Fixtures for the test world's own tests: a namespace, the batch API, a running fake kubelet."""
+"""Fixtures for the test world's own tests, on the session's real control plane: a namespace of
+their own, the batch API, and a node agent (the played kubelet) beside the real scheduler and
+Job controller."""
 
 from __future__ import annotations
 
@@ -8,15 +10,16 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from tests.e2e.real_node import node_agent
 from tests.world.kubelet.node import FakeKubelet
+from tests.world.namespaces import namespace_ready
 from tests.world.tests.workloads import NAMESPACE
 
 
 @pytest.fixture
 def core(kube_client: client.ApiClient) -> client.CoreV1Api:
-    api = client.CoreV1Api(kube_client)
-    api.create_namespace({"metadata": {"name": NAMESPACE}})
-    return api
+    namespace_ready(kube_client, NAMESPACE)
+    return client.CoreV1Api(kube_client)
 
 
 @pytest.fixture
@@ -28,5 +31,5 @@ def batch(kube_client: client.ApiClient) -> client.BatchV1Api:
 def kubelet(
     kube_client: client.ApiClient, core: client.CoreV1Api, tmp_path: Path
 ) -> Iterator[FakeKubelet]:
-    with FakeKubelet(kube_client, pvc_base_dir=tmp_path / "pvcs") as running:
+    with node_agent(kube_client, tmp_path / "pvcs") as running:
         yield running

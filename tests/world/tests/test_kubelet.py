@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from tests.world.kubelet.env import ConfigError, build_env, command_line, expand
-from tests.world.kubelet.node import FakeKubelet
 from tests.world.kubelet.run import tail_of_log
 from tests.world.tests.workloads import NAMESPACE, job, job_condition, job_pods, wait_for
 
@@ -109,10 +109,19 @@ def test_log_tail_keeps_last_80_lines_and_2048_bytes():
     assert len(tail_of_log(b"x" * 5000).encode()) == 2048
 
 
-# --- through the emulator ------------------------------------------------------------------
+# --- on the real control plane --------------------------------------------------------------
+
+
+def claim(core: client.CoreV1Api, name: str) -> None:
+    """A claim for a pod to mount (kube-scheduler holds a pod whose claim is missing)."""
+    spec = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}
+    core.create_namespaced_persistent_volume_claim(
+        NAMESPACE, {"metadata": {"name": name}, "spec": spec}
+    )
 
 
 def test_job_writing_into_a_pvc_completes_with_the_file_on_the_host(kubelet, core, batch):
+    claim(core, "imagenet")
     container = {
         "name": "load",
         "command": ["sh", "-c", "echo loaded > /data/imagenet/done && echo ok"],
@@ -167,7 +176,7 @@ def test_fallback_to_logs_on_error_uses_the_log_tail(kubelet, core, batch):
     assert message == "first\nfatal: no credentials\n"
 
 
-def test_secret_env_and_secret_volume_are_visible_to_the_process(kube_client, core, tmp_path):
+def test_secret_env_and_secret_volume_are_visible_to_the_process(kubelet, core):
     core.create_namespaced_secret(
         NAMESPACE,
         {
@@ -214,13 +223,13 @@ def test_secret_env_and_secret_volume_are_visible_to_the_process(kube_client, co
             ],
         },
     }
-    with FakeKubelet(kube_client, pvc_base_dir=tmp_path, run_all_pods=True) as kubelet:
-        core.create_namespaced_pod(NAMESPACE, pod)
-        wait_for(core.list_namespaced_pod, "reader", lambda p: p.status.phase == "Succeeded")
-        assert kubelet.logs(NAMESPACE, "reader", "main") == "AKIAEXAMPLE\nregion=eu400\n"
+    core.create_namespaced_pod(NAMESPACE, pod)
+    wait_for(core.list_namespaced_pod, "reader", lambda p: p.status.phase == "Succeeded")
+    assert kubelet.logs(NAMESPACE, "reader", "main") == "AKIAEXAMPLE\nregion=eu400\n"
 
 
 def test_read_only_pvc_mount_cannot_be_written(kubelet, core, batch):
+    claim(core, "imagenet")
     kubelet.pvc_dir(NAMESPACE, "imagenet").joinpath("train.txt").write_text("data")
     container = {
         "name": "train",
@@ -267,33 +276,7 @@ def test_gated_pod_is_bound_only_after_its_gate_is_removed(kubelet, core):
     assert ready["PodScheduled"] == ready["Ready"] == "True"
 
 
-def test_node_selector_is_respected(kubelet, core):
-    pod = {
-        "metadata": {"name": "picky"},
-        "spec": {
-            "nodeSelector": {"nvidia.com/gpu.present": "true"},
-            "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
-        },
-    }
-    core.create_namespaced_pod(NAMESPACE, pod)
-    core.create_node(
-        {"metadata": {"name": "gpu-node", "labels": {"nvidia.com/gpu.present": "true"}}}
-    )
-    core.patch_node_status(
-        "gpu-node",
-        [
-            {
-                "op": "add",
-                "path": "/status",
-                "value": {"conditions": [{"type": "Ready", "status": "True"}]},
-            }
-        ],
-    )
-    running = wait_for(core.list_namespaced_pod, "picky", lambda p: p.status.phase == "Running")
-    assert running.spec.node_name == "gpu-node"
-
-
-def test_env_var_expansion_reaches_the_command(kube_client, core, tmp_path):
+def test_env_var_expansion_reaches_the_command(kubelet, core):
     pod = {
         "metadata": {"name": "expand", "labels": {"app": "demo"}},
         "spec": {
@@ -312,14 +295,13 @@ def test_env_var_expansion_reaches_the_command(kube_client, core, tmp_path):
             ],
         },
     }
-    with FakeKubelet(kube_client, pvc_base_dir=tmp_path, run_all_pods=True) as kubelet:
-        core.create_namespaced_pod(NAMESPACE, pod)
-        done = wait_for(core.list_namespaced_pod, "expand", lambda p: p.status.phase == "Succeeded")
-        assert done.status.container_statuses[0].state.terminated.exit_code == 0
-        assert (
-            kubelet.logs(NAMESPACE, "expand", "main")
-            == "hello world from expand $(GREETING) $(MISSING)\n"
-        )
+    core.create_namespaced_pod(NAMESPACE, pod)
+    done = wait_for(core.list_namespaced_pod, "expand", lambda p: p.status.phase == "Succeeded")
+    assert done.status.container_statuses[0].state.terminated.exit_code == 0
+    assert (
+        kubelet.logs(NAMESPACE, "expand", "main")
+        == "hello world from expand $(GREETING) $(MISSING)\n"
+    )
 
 
 def test_active_deadline_kills_the_pod_and_fails_the_job(kubelet, core, batch):

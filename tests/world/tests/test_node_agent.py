@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.real_api.conftest import namespace_ready
 from tests.support.waits import while_running
 from tests.world.control_plane import ControlPlane
 from tests.world.kubelet.node import FakeKubelet
+from tests.world.namespaces import namespace_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -33,7 +33,6 @@ def kubelet(
         api,
         node_name=NODE,
         pvc_base_dir=Path(tmp_path_factory.mktemp("pvcs")),
-        real_control_plane=True,
     )
     node.start()
     try:

@@ -1,6 +1,6 @@
-"""Volume snapshots in the emulator (the external-snapshotter CRDs' validation) and the fake
-snapshotter: a snapshot is a point-in-time copy of the PVC's data, and a PVC whose
-dataSourceRef names a ready snapshot starts with it."""
+"""Volume snapshots on the real kube-apiserver with the real external-snapshotter CRDs (their
+validation is the CRDs' own), and the played snapshotter: a snapshot is a point-in-time copy of
+the PVC's data, and a PVC whose dataSourceRef names a ready snapshot starts with it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.e2e.real_node import node_agent
 from tests.world.kubelet.node import FakeKubelet
 from tests.world.snapshotter import FakeSnapshotter
 
@@ -22,7 +23,7 @@ GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
 
 
 @pytest.fixture
-def custom(kube_client: client.ApiClient) -> client.CustomObjectsApi:
+def custom(kube_client: client.ApiClient, crds: None) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(kube_client)
 
 
@@ -31,13 +32,10 @@ def storage(
     kube_client: client.ApiClient, tmp_path: Path, core: client.CoreV1Api
 ) -> Iterator[tuple[FakeSnapshotter, FakeKubelet]]:
     snapshots = FakeSnapshotter(kube_client, pvc_base_dir=tmp_path / "pvcs").start()
-    kubelet = FakeKubelet(
-        kube_client, pvc_base_dir=tmp_path / "pvcs", volume_source=snapshots.restore
-    ).start()
     try:
-        yield snapshots, kubelet
+        with node_agent(kube_client, tmp_path / "pvcs", snapshots.restore) as kubelet:
+            yield snapshots, kubelet
     finally:
-        kubelet.stop()
         snapshots.stop()
 
 
@@ -125,8 +123,7 @@ def test_snapshot_validation_as_the_crds_have_it(custom, core):
     both = {"persistentVolumeClaimName": "a", "volumeSnapshotContentName": "b"}
     assert rejected(custom, snapshot("x", both)) == (
         'VolumeSnapshot.snapshot.storage.k8s.io "x" is invalid: spec.source: Invalid value: '
-        '"object": exactly one of volumeSnapshotContentName and persistentVolumeClaimName must '
-        "be set"
+        "exactly one of volumeSnapshotContentName and persistentVolumeClaimName must be set"
     )
     body = snapshot("y", {"persistentVolumeClaimName": "a"})
     body["spec"]["volumeSnapshotClassName"] = ""
@@ -142,8 +139,8 @@ def test_snapshot_validation_as_the_crds_have_it(custom, core):
     assert "persistentVolumeClaimName is immutable" in json.loads(caught.value.body)["message"]
 
 
-def test_a_cluster_without_the_snapshot_crds_answers_404(kubeapi, custom, core):
-    kubeapi.server.unserved_groups.add(GROUP)
+def test_a_cluster_without_the_snapshot_crds_answers_404(kube_api, custom, core):
+    kube_api.unserved_groups.add(GROUP)  # the fault proxy: the CRDs are installed for the session
     with pytest.raises(ApiException) as caught:
         custom.list_namespaced_custom_object(GROUP, VERSION, NS, "volumesnapshots")
     assert caught.value.status == 404
