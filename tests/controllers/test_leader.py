@@ -1,4 +1,5 @@
-"""Leader election through a Lease in the API emulator: one leader; a clean stop hands over."""
+"""Leader election through a Lease in the real kube-apiserver: one leader; a clean stop hands
+over."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from kubernetes import client
 from controllers.dataset import DatasetController
 from controllers.leader import LeaderElector
 from gpu_admission.config import Config
+from tests.world.namespaces import namespace_ready
 
 pytestmark = pytest.mark.e2e  # runs real processes or waits on real time: not in the fast tier
 
@@ -53,7 +55,7 @@ def holder(api: client.ApiClient) -> str:
 
 
 async def test_one_leader_and_handover_on_stop(kube_client: client.ApiClient) -> None:
-    client.CoreV1Api(kube_client).create_namespace({"metadata": {"name": "gpu-admission"}})
+    namespace_ready(kube_client, "gpu-admission")
     log: list[str] = []
     a, b = elector(kube_client, "a", log), elector(kube_client, "b", log)
     a.start()
@@ -76,7 +78,7 @@ async def test_one_leader_and_handover_on_stop(kube_client: client.ApiClient) ->
 async def test_standby_takes_over_after_the_lease_expires_when_the_leader_dies(
     kube_client: client.ApiClient,
 ) -> None:
-    client.CoreV1Api(kube_client).create_namespace({"metadata": {"name": "gpu-admission"}})
+    namespace_ready(kube_client, "gpu-admission")
     log: list[str] = []
     a, b = elector(kube_client, "a", log), elector(kube_client, "b", log)
     a.start()
@@ -91,7 +93,7 @@ async def test_standby_takes_over_after_the_lease_expires_when_the_leader_dies(
 
 
 async def test_two_controllers_one_leads_then_hands_over(kube_client: client.ApiClient) -> None:
-    client.CoreV1Api(kube_client).create_namespace({"metadata": {"name": "gpu-admission"}})
+    namespace_ready(kube_client, "gpu-admission")
     config = Config.model_validate(
         {
             "leader_election": {

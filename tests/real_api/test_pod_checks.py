@@ -17,13 +17,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
-from gpu_admission.config import Config
+from gpu_admission.cluster.view import StaticClusterView
+from gpu_admission.config import Config, FailureMode
 from tests import ROOT
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
+from tests.webhooks.policy_helpers import make_request
+from webhooks import chain
 from webhooks.admission_policy import denial_text, policy_denial
 from webhooks.pod_defaults import default_pod
+from webhooks.registry import build_policy_set
 
 NAMESPACE = "ml"  # the examples' namespace
+POLICIES = build_policy_set(Config()).validating_for("Pod")
 # Exempt from the policy: a dry run there answers the pod as the server stores it (requests
 # defaulted from limits, quantities in canonical form, `2000m` as `2`).
 EXEMPT = "exempt-probe"
@@ -129,4 +134,10 @@ def pods(draw: Any) -> dict[str, Any]:
 @given(pod=pods())
 def test_the_real_server_and_the_python_policies_agree(core: client.CoreV1Api, pod: dict) -> None:
     # The Python policies read the pod as the webhook receives it: as the server stores it.
-    assert server_denial(core, pod) == expected(stored(core, pod))
+    as_stored = stored(core, pod)
+    denied = server_denial(core, pod)
+    assert denied == expected(as_stored)
+    # The webhook's own validating chain, which runs where the policy cannot, agrees too.
+    request = make_request(as_stored, resource="pods", operation="CREATE", namespace=NAMESPACE)
+    outcome = chain.run_validating(request, POLICIES, StaticClusterView(), FailureMode.DENY)
+    assert outcome.allowed is (denied is None), (outcome.message, denied)
