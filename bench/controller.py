@@ -1,24 +1,27 @@
-"""Dataset controller benchmarks against the Kubernetes API emulator (tests/world/kubeapi).
+"""Dataset controller benchmarks against the real kube-apiserver and etcd (KUBEBUILDER_ASSETS, as
+the tests' real control plane: `tests/world/control_plane.py`), behind the tests' fault proxy,
+which counts the requests.
 
-Three processes, so that no two of them share a GIL: the emulator, the controller
-(DatasetController, leader election off), and this one, which writes PVCs and watches Jobs.
+Three processes, so that no two of them share a GIL: the API child (which starts etcd and
+kube-apiserver and runs the proxy), the controller (DatasetController, leader election off),
+and this one, which writes PVCs and watches Jobs.
 
 - `burst`: once the controller has synced, 1,000 dataset PVCs are written as fast as several
   client threads can. For each PVC: (Job seen on a watch) - (its create call returned), and
-  (Job seen) - (the last create returned), all on this process's monotonic clock (the emulator's
-  creationTimestamp has whole seconds only). Jobs are only created, never run (no kubelet).
-  Baseline in the same run: the same writers creating 1,000 PVCs that the controller does not
-  select (label value `false`), with the controller running.
-- `memory`: the emulator is seeded with 10,000 dataset PVCs (in process, before anything
-  connects), each already loaded (phase Succeeded, its Job cleaned up: the steady state) or,
-  with `--with-jobs`, each with an unfinished loader Job (both caches full). The controller's
-  RSS: after imports, after its informers synced, after every PVC was reconciled; and an idle
-  process with the same imports and an API client. A full reconcile pass writes nothing here,
-  which the emulator's request counts confirm.
+  (Job seen) - (the last create returned), all on this process's monotonic clock. Jobs are only
+  created, never run (no kubelet, no controller-manager). Baseline in the same run: the same
+  writers creating 1,000 PVCs that the controller does not select (label value `false`), with
+  the controller running.
+- `memory`: the API server is seeded with 10,000 dataset PVCs (through the API, before the
+  controller starts), each already loaded (phase Succeeded, its Job cleaned up: the steady
+  state) or, with `--with-jobs`, each with an unfinished loader Job (both caches full). The
+  controller's RSS: after imports, after its informers synced, after every PVC was reconciled;
+  and an idle process with the same imports and an API client. A full reconcile pass writes
+  nothing here, which the proxy's request counts confirm.
 
-Run: `python -m bench.controller [burst|memory] [--json FILE]` (both by default). The figures
-vary with the machine's load; the emulator is Python too, so absolute latencies say as much
-about it as about the controller: the baseline is there to tell them apart.
+Run: `KUBEBUILDER_ASSETS=$(../shared/kube/unpack.sh) python -m bench.controller [burst|memory]
+[--json FILE]` (both by default). The figures vary with the machine's load; the baseline is
+there to tell the controller's share from the API server's.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -176,37 +180,48 @@ def say(out: IO[str], **message: Any) -> None:
     out.flush()
 
 
-# -- child: the emulator ----------------------------------------------------------------------
+# -- child: the API server ------------------------------------------------------------------
 
 
-async def seed(server: Any, count: int, with_jobs: bool, prefix: str) -> None:
-    """Write `count` dataset PVCs through the emulator's own write pipeline (no HTTP: setup only,
-    nothing is measured here), each already loaded or, `with_jobs`, with its loader Job."""
+def _create_all(api: Any, calls: list[Callable[[], Any]], threads: int = 16) -> None:
+    """Setup writes, from several threads (the API server takes them in parallel)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(threads) as pool:
+        for done in [pool.submit(call) for call in calls]:
+            done.result()
+
+
+def seed(api: Any, count: int, with_jobs: bool, prefix: str) -> None:
+    """Write `count` dataset PVCs (setup only, nothing is measured here), each already loaded
+    or, `with_jobs`, with its unfinished loader Job."""
+    from kubernetes import client
+
     from controllers.dataset.jobspec import build_loader_job
     from gpu_admission.datasource import loader_job_name, parse_data_source
     from gpu_admission.names import PHASE_PENDING, PHASE_SUCCEEDED
-    from tests.world.kubeapi.resources import by_plural
-    from tests.world.kubeapi.server import Request
-    from tests.world.kubeapi.tls import ADMIN_GROUPS, ADMIN_USER
 
     config = bench_config(max_loads=10, workers=1, prefix=prefix)
     names = config.names
-    pvcs, jobs = by_plural("persistentvolumeclaims"), by_plural("jobs", "batch")
-    request = Request({"username": ADMIN_USER, "groups": list(ADMIN_GROUPS)}, {})
+    core: Any = client.CoreV1Api(api)
+    batch: Any = client.BatchV1Api(api)
     phase = PHASE_PENDING if with_jobs else PHASE_SUCCEEDED
-    for i in range(count):
+
+    def one(i: int) -> None:
         name, source = f"data-{i:05d}", SOURCE.format(i=i)
-        stored = await server.create(pvcs, NS, pvc_body(name, source, True, prefix), request)
-        uid = stored["metadata"]["uid"]
+        body = pvc_body(name, source, True, prefix)
+        body["metadata"]["annotations"][names.data_load_phase] = phase
+        created = json.loads(
+            core.create_namespaced_persistent_volume_claim(NS, body, _preload_content=False).data
+        )
+        uid = created["metadata"]["uid"]
         job_name = loader_job_name(name, uid, source)
-
-        def annotate(obj: dict[str, Any], job_name: str = job_name) -> dict[str, Any]:
-            obj["metadata"]["annotations"].update(
-                {names.data_load_phase: phase, names.data_load_job: job_name}
-            )
-            return obj
-
-        await server.update(pvcs, NS, name, "", annotate, request)
+        core.patch_namespaced_persistent_volume_claim(
+            name,
+            NS,
+            {"metadata": {"annotations": {names.data_load_job: job_name}}},
+            _preload_content=False,
+        )
         if with_jobs:
             job = build_loader_job(
                 job_name=job_name,
@@ -218,85 +233,78 @@ async def seed(server: Any, count: int, with_jobs: bool, prefix: str) -> None:
                 sync=False,
                 config=config,
             )
-            await server.create(jobs, NS, job, request)
+            batch.create_namespaced_job(NS, job, _preload_content=False)
+
+    _create_all(api, [functools.partial(one, i) for i in range(count)])
 
 
-async def seed_state(server: Any, path: Path) -> int:
+def seed_state(api: Any, path: Path) -> int:
     """Create the objects of a cluster-state file (as `gpu-admission review --cluster-state`
-    reads it) through the emulator's own write pipeline; those of kinds it does not serve, or
-    already there, are skipped. Returns how many were created."""
+    reads it); those already there are skipped. Returns how many were created."""
     import yaml
+    from kubernetes import utils
 
-    from tests.world.kubeapi.resources import RESOURCES
-    from tests.world.kubeapi.server import Request
-    from tests.world.kubeapi.tls import ADMIN_GROUPS, ADMIN_USER
-
-    request = Request({"username": ADMIN_USER, "groups": list(ADMIN_GROUPS)}, {})
     created = 0
     for obj in yaml.safe_load(path.read_text()) or []:
-        kind, api_version = obj.get("kind"), obj.get("apiVersion", "")
-        resource = next(
-            (r for r in RESOURCES if r.kind == kind and r.group_version == api_version), None
-        )
-        if resource is None:
-            continue
-        namespace = obj["metadata"].get("namespace", "default") if resource.namespaced else ""
         with contextlib.suppress(Exception):  # already there (the namespaces made above)
-            await server.create(resource, namespace, obj, request)
+            utils.create_from_dict(api, obj, namespace=obj["metadata"].get("namespace"))
             created += 1
     return created
 
 
-def run_emulator(args: argparse.Namespace) -> int:
+def run_cluster(args: argparse.Namespace) -> int:
+    """etcd and the real kube-apiserver (from KUBEBUILDER_ASSETS), behind the fault proxy that
+    counts requests. No controller-manager: no kubelet runs the Jobs here, and nothing is
+    deleted."""
     from kubernetes import client, config
 
-    from tests.world.kubeapi.runner import start_kubeapi
+    from tests.world import control_plane
+    from tests.world.fault_proxy import FaultProxy, kubeconfig_through
 
-    handle = start_kubeapi(history_size=args.history)
-    if not args.gc:
-        # The emulator's garbage collector compares every object with every other after each
-        # update (O(n^2): ~1.6 s a pass at 2,000 objects), stalling its loop. Nothing here needs
-        # it (no deletions; every Job's owner exists), and the real API server's collector works
-        # from an owner index, so it would only measure the emulator.
-        handle.server._wake_gc = lambda: None  # type: ignore[method-assign]
+    plane = control_plane.start()
+    certs = plane.folder / "certs"
+    proxy = FaultProxy(plane.url, certs / "apiserver.crt", certs / "apiserver.key").start()
     try:
-        api = config.new_client_from_config(str(handle.kubeconfig_path))
+        kubeconfig = kubeconfig_through(proxy, plane.kubeconfig)
+        api = config.new_client_from_config(str(plane.kubeconfig))
         core: Any = client.CoreV1Api(api)  # raw responses: the client's stubs do not say so
         for namespace in (NS, BASELINE_NS, LEASE_NS):
             core.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
-        api.close()
         started = time.monotonic()
-        loop = handle.server.loop
-        assert loop is not None  # set once the server has started
         if args.state:
-            asyncio.run_coroutine_threadsafe(seed_state(handle.server, args.state), loop).result()
+            seed_state(api, args.state)
         if args.seed:
-            future = asyncio.run_coroutine_threadsafe(
-                seed(handle.server, args.seed, args.with_jobs, args.prefix), loop
-            )
-            future.result()
+            seed(api, args.seed, args.with_jobs, args.prefix)
+        api.close()
         say(
             sys.stdout,
-            kubeconfig=str(handle.kubeconfig_path),
+            kubeconfig=str(kubeconfig),
             seeded=args.seed,
             seed_seconds=time.monotonic() - started,
         )
-        faults = handle.server.faults
-        cpu_at_reset = cpu_seconds()
+        servers = [p.pid for p in plane.processes]  # etcd and kube-apiserver
+
+        def server_cpu() -> float:
+            return sum(cpu_seconds(pid) for pid in servers)
+
+        faults = proxy.faults
+        cpu_at_reset = server_cpu()
         for line in sys.stdin:  # commands until the parent closes stdin
             if line.strip() == "reset":
                 faults.reset_counts()
-                cpu_at_reset = cpu_seconds()
+                cpu_at_reset = server_cpu()
                 say(sys.stdout, ok=True)
             elif line.strip() == "counts":
+                sizes = [rss_mib(pid) for pid in servers]
                 say(
                     sys.stdout,
                     **{m: faults.request_count(m) for m in ("GET", "POST", "PATCH", "DELETE")},
-                    rss=rss_mib(),
-                    cpu_seconds=cpu_seconds() - cpu_at_reset,
+                    rss={k: sum(s[k] for s in sizes) for k in ("rss", "peak")},
+                    cpu_seconds=server_cpu() - cpu_at_reset,
                 )
     finally:
-        handle.stop()
+        proxy.stop()
+        plane.stop()
     return 0
 
 
@@ -435,7 +443,7 @@ class JobWatch:
         batch: Any = client.BatchV1Api(self._api)
         listed = batch.list_namespaced_job(namespace, limit=1, _preload_content=False)
         version = json.loads(listed.data)["metadata"]["resourceVersion"]
-        # Returns once the response headers arrived: the emulator has registered the watch.
+        # Returns once the response headers arrived: the server has registered the watch.
         self._response = batch.list_namespaced_job(
             namespace,
             watch=True,
@@ -469,13 +477,13 @@ class JobWatch:
         self._api.close()
 
 
-def settled_counts(emulator: Child, quiet: float = 1.0, limit: float = 60.0) -> dict[str, Any]:
-    """The emulator's request counts once they stop moving for `quiet` seconds."""
-    counts = emulator.ask("counts")
+def settled_counts(apiserver: Child, quiet: float = 1.0, limit: float = 60.0) -> dict[str, Any]:
+    """The apiserver's request counts once they stop moving for `quiet` seconds."""
+    counts = apiserver.ask("counts")
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         time.sleep(quiet)  # a benchmark measuring a quiet period, not a test synchronising
-        again = emulator.ask("counts")
+        again = apiserver.ask("counts")
         if all(again[m] == counts[m] for m in ("GET", "POST", "PATCH", "DELETE")):
             return again
         counts = again
@@ -483,10 +491,8 @@ def settled_counts(emulator: Child, quiet: float = 1.0, limit: float = 60.0) -> 
 
 
 def burst(args: argparse.Namespace) -> dict[str, Any]:
-    history = 20 * args.pvcs + 10_000  # every write of the run stays in the watch history
-    emulator_argv = ["child-emulator", "--prefix", args.prefix, "--history", str(history)]
-    with child(emulator_argv + (["--gc"] if args.emulator_gc else [])) as emulator:
-        kubeconfig = emulator.message()["kubeconfig"]
+    with child(["child-cluster", "--prefix", args.prefix]) as apiserver:
+        kubeconfig = apiserver.message()["kubeconfig"]
         controller_argv = ["child-controller", "--kubeconfig", kubeconfig, "--prefix", args.prefix]
         controller_argv += ["--max-loads", str(args.max_loads), "--workers", str(args.workers)]
         with child(controller_argv) as controller:
@@ -498,7 +504,7 @@ def burst(args: argparse.Namespace) -> dict[str, Any]:
             )
             del base
             watch = JobWatch(kubeconfig, NS, args.pvcs)
-            emulator.ask("reset")
+            apiserver.ask("reset")
             controller_cpu = cpu_seconds(controller.process.pid)
             print(f"writing {args.pvcs} dataset PVCs from {args.threads} threads")
             created, start, end = write_burst(
@@ -506,7 +512,7 @@ def burst(args: argparse.Namespace) -> dict[str, Any]:
             )
             all_seen = watch.done.wait(args.timeout)
             last_job = time.monotonic()
-            counts = settled_counts(emulator)  # the status writes and Events after the Jobs
+            counts = settled_counts(apiserver)  # the status writes and Events after the Jobs
             controller_cpu = cpu_seconds(controller.process.pid) - controller_cpu
             watch.close()
             controller_rss = rss_mib(controller.process.pid)
@@ -530,9 +536,9 @@ def burst(args: argparse.Namespace) -> dict[str, Any]:
         "job_minus_burst_end": summary_ms(after_burst) if after_burst else None,
         "api_requests_during_burst": {k: counts[k] for k in ("GET", "POST", "PATCH", "DELETE")},
         "wall_seconds": last_job - start,
-        "emulator_cpu_seconds": counts["cpu_seconds"],
+        "apiserver_cpu_seconds": counts["cpu_seconds"],
         "controller_cpu_seconds": controller_cpu,
-        "emulator_rss_mib": counts["rss"]["rss"],
+        "apiserver_rss_mib": counts["rss"]["rss"],
         "controller_rss_mib": controller_rss.get("rss"),
     }
     if not all_seen:
@@ -570,12 +576,12 @@ def print_burst(f: dict[str, Any]) -> None:
     )
     print(f"controller CPU per PVC: {1000 * f['controller_cpu_seconds'] / f['pvcs']:.2f} ms")
     print(
-        f"CPU from the burst's start to the last Job ({f['wall_seconds']:.1f} s): emulator "
-        f"{f['emulator_cpu_seconds']:.1f} s, controller {f['controller_cpu_seconds']:.1f} s"
+        f"CPU from the burst's start to the last Job ({f['wall_seconds']:.1f} s): API server "
+        f"{f['apiserver_cpu_seconds']:.1f} s, controller {f['controller_cpu_seconds']:.1f} s"
     )
     print(
         f"RSS: controller {f['controller_rss_mib']:.1f} MiB, "
-        f"emulator {f['emulator_rss_mib']:.1f} MiB"
+        f"API server {f['apiserver_rss_mib']:.1f} MiB"
     )
 
 
@@ -583,29 +589,26 @@ def print_burst(f: dict[str, Any]) -> None:
 
 
 def memory(args: argparse.Namespace) -> dict[str, Any]:
-    history = max(10_000, 3 * args.watched)
-    emulator_argv = ["child-emulator", "--prefix", args.prefix, "--history", str(history)]
-    emulator_argv += ["--seed", str(args.watched)]
+    apiserver_argv = ["child-cluster", "--prefix", args.prefix, "--seed", str(args.watched)]
     if args.with_jobs:
-        emulator_argv.append("--with-jobs")
-    if args.emulator_gc:
-        emulator_argv.append("--gc")
-    with child(emulator_argv) as emulator:
-        ready = emulator.message(timeout=args.timeout)
+        apiserver_argv.append("--with-jobs")
+    with child(apiserver_argv) as apiserver:
+        ready = apiserver.message(timeout=args.timeout)
         kubeconfig = ready["kubeconfig"]
-        print(f"emulator seeded with {args.watched} dataset PVCs in {ready['seed_seconds']:.1f} s")
+        seconds = ready["seed_seconds"]
+        print(f"kube-apiserver seeded with {args.watched} dataset PVCs in {seconds:.1f} s")
         common = ["child-controller", "--kubeconfig", kubeconfig, "--prefix", args.prefix]
         common += ["--max-loads", str(args.max_loads), "--workers", str(args.workers)]
         with child([*common, "--idle"]) as idle:
             idle_rss = idle.message()
-        emulator.ask("reset")
+        apiserver.ask("reset")
         argv = [*common, "--expect", str(args.watched)]
         argv += ["--timeout", str(args.timeout)]
         with child(argv) as controller:
             imported = controller.message()
             synced = controller.message(timeout=args.timeout)
             reconciled = controller.message(timeout=args.timeout + CHILD_TIMEOUT)
-        counts = emulator.ask("counts")
+        counts = apiserver.ask("counts")
     return {
         "watched_pvcs": args.watched,
         "cached": "PVCs and Jobs" if args.with_jobs else "PVCs (loaded; Jobs cleaned up)",
@@ -660,11 +663,6 @@ def parser() -> argparse.ArgumentParser:
     run = argparse.ArgumentParser(add_help=False, parents=[controller])
     run.add_argument("--json", type=Path, help="also write the figures here")
     run.add_argument("--timeout", type=float, default=120.0, help="seconds to wait at most")
-    run.add_argument(
-        "--emulator-gc",
-        action="store_true",
-        help="keep the emulator's garbage collector (quadratic in objects: slows it down)",
-    )
     burst_options = argparse.ArgumentParser(add_help=False)
     burst_options.add_argument("--pvcs", type=int, default=1000)
     burst_options.add_argument("--threads", type=int, default=8, help="client threads writing")
@@ -680,11 +678,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("burst", parents=[run, burst_options], help="Job latency after a PVC burst")
     sub.add_parser("memory", parents=[run, memory_options], help="controller RSS, many PVCs")
     # Internal: the child processes the benchmarks start.
-    e = sub.add_parser("child-emulator", parents=[shared])
-    e.add_argument("--history", type=int, required=True)
+    e = sub.add_parser("child-cluster", parents=[shared])
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--with-jobs", action="store_true")
-    e.add_argument("--gc", action="store_true")
     e.add_argument("--state", type=Path, help="a cluster-state file to create first")
     c = sub.add_parser("child-controller", parents=[controller])
     c.add_argument("--kubeconfig", required=True)
@@ -700,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["all", *argv]
     args = parser().parse_args(argv)
     children: dict[str, Callable[[argparse.Namespace], int]] = {
-        "child-emulator": run_emulator,
+        "child-cluster": run_cluster,
         "child-controller": run_controller,
     }
     if args.command in children:

@@ -1,7 +1,8 @@
 """Admission latency while the dataset controller works: does a controller burst slow the
 webhooks down?
 
-Against the Kubernetes API emulator (tests/world/kubeapi, seeded with examples/cluster-state.yaml),
+Against the real kube-apiserver and etcd (KUBEBUILDER_ASSETS; seeded with
+examples/cluster-state.yaml, behind the tests' fault proxy, as bench/controller.py starts them),
 the webhook server answers `/mutate/pods` (the Deployment pod asking for a shared GPU, bench/data)
 at a fixed offered rate, in alternate windows with the cluster idle and while 1,000 dataset PVCs
 are written and the controller creates a loader Job for each (max_concurrent_loads raised so that
@@ -18,7 +19,7 @@ Layouts (`--layout`, repeatable; default `same-process` and `separate`, run in t
 - `separate-shared-cpu`: the two processes on one CPU: what the split buys without more CPU.
 - `no-controller`: `serve` alone; the burst reaches it only through its own informers.
 
-The webhook server runs on CPU 0; the emulator, the PVC writers, the load generator and (in
+The webhook server runs on CPU 0; the API server, the PVC writers, the load generator and (in
 `separate`) the controller on CPU 1. The load generator is open-loop (requests go out on a fixed
 schedule, latency counts from the scheduled time, so a stall is not hidden by requests that were
 never sent), warms its connections before each window, and runs at a real-time priority where
@@ -199,7 +200,7 @@ def environment() -> dict[str, str]:
         {
             # Every PVC of the burst gets its Job at once: the most work for the controller.
             "GPU_ADMISSION_DATASET__MAX_CONCURRENT_LOADS": "5000",
-            # No webhook configurations in the emulator: nothing to patch a CA bundle into.
+            # No webhook configurations are installed: nothing to patch a CA bundle into.
             "GPU_ADMISSION_CERTS__MANAGE_CA_BUNDLE": "false",
             "GPU_ADMISSION_CERTS__EXTRA_DNS": "[localhost]",  # the name the benchmark calls
             "GPU_ADMISSION_SERVER__LOG_LEVEL": "warning",
@@ -355,7 +356,7 @@ def measure(
 
 def one_round(
     processes: Processes,
-    emulator: Child,
+    apiserver: Child,
     kubeconfig: str,
     namespace: str,
     layout: str,
@@ -368,7 +369,7 @@ def one_round(
     with contextlib.closing(_client(kubeconfig)) as api:
         core: Any = client.CoreV1Api(api)
         core.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
-    settled_counts(emulator)  # idle means idle: the last round's writes and Events are done
+    settled_counts(apiserver)  # idle means idle: the last round's writes and Events are done
     idle = measure(processes, args.rate, args.duration)
     watch = JobWatch(kubeconfig, namespace, args.pvcs)
     results: dict[str, Any] = {}
@@ -396,16 +397,14 @@ def _client(kubeconfig: str) -> Any:
 
 
 def one_run(layout: str, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Fresh emulator and processes; `--rounds` idle/burst pairs, alternating, so that drift in
+    """A fresh API server and processes; `--rounds` idle/burst pairs, alternating, so that drift in
     the machine's speed falls on both windows alike."""
-    history = 20 * args.pvcs * args.rounds + 10_000
-    emulator_argv = ["child-emulator", "--prefix", PREFIX, "--history", str(history)]
-    emulator_argv += ["--state", str(STATE)]
-    with tempfile.TemporaryDirectory() as tmpdir, child(emulator_argv, OTHER_CPU) as emulator:
-        kubeconfig = emulator.message()["kubeconfig"]
+    apiserver_argv = ["child-cluster", "--prefix", PREFIX, "--state", str(STATE)]
+    with tempfile.TemporaryDirectory() as tmpdir, child(apiserver_argv, OTHER_CPU) as apiserver:
+        kubeconfig = apiserver.message()["kubeconfig"]
         with start_layout(layout, kubeconfig, Path(tmpdir)) as processes:
             return [
-                one_round(processes, emulator, kubeconfig, f"{NS}-{i}", layout, args)
+                one_round(processes, apiserver, kubeconfig, f"{NS}-{i}", layout, args)
                 for i in range(args.rounds)
             ]
 

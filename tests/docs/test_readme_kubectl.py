@@ -1,5 +1,5 @@
 """The `kubectl create secret` commands of the README and the docs, run as written with the real
-kubectl against the API emulator (kubectl sends them as protobuf), in a directory holding the
+kubectl against the real kube-apiserver (kubectl sends them as protobuf), in a directory holding the
 files they name; the Secrets they make are what the credential webhook accepts."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The informer-fed ClusterView and its miss resolver, against the API emulator."""
+"""The informer-fed ClusterView and its miss resolver, against the real kube-apiserver (through
+the fault proxy, which counts the requests)."""
 
 from __future__ import annotations
 

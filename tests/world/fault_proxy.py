@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 
 import aiohttp
+import yaml
 from aiohttp import web
 
 from tests.world.faults import Faults
@@ -162,6 +163,11 @@ class FaultProxy:
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
+        # Handlers still waiting on the server (an open watch) end here, not with the loop.
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         error, delay = self.faults.record(request.method, request.path)
@@ -226,3 +232,12 @@ class FaultProxy:
             "Internal error occurred: injected fault",
             causes=[{"message": "injected fault"}],
         )
+
+
+def kubeconfig_through(proxy: FaultProxy, kubeconfig: Path) -> Path:
+    """A copy of `kubeconfig` (beside it) whose server is the proxy: same user, same CA."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = proxy.url
+    path = kubeconfig.with_name(f"{kubeconfig.name}-proxy")
+    path.write_text(yaml.safe_dump(config))
+    return path

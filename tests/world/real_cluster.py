@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client, config
 
 from tests import ROOT
 from tests.world import control_plane
-from tests.world.fault_proxy import FaultProxy
+from tests.world.fault_proxy import FaultProxy, kubeconfig_through
 from tests.world.faults import Faults
 from tests.world.sweep import snapshot, sweep
 
@@ -117,9 +116,7 @@ def fault_proxy(real_cluster: control_plane.ControlPlane) -> Iterator[FaultProxy
     proxy = FaultProxy(real_cluster.url, certs / "apiserver.crt", certs / "apiserver.key")
     proxy.faults._compact = real_cluster.compact_etcd
     proxy.start()
-    kubeconfig = yaml.safe_load(real_cluster.kubeconfig.read_text())
-    kubeconfig["clusters"][0]["cluster"]["server"] = proxy.url
-    (real_cluster.folder / "kubeconfig-proxy").write_text(yaml.safe_dump(kubeconfig))
+    kubeconfig_through(proxy, real_cluster.kubeconfig)
     try:
         yield proxy
     finally:

@@ -1,5 +1,5 @@
 """A fake CSI driver with snapshots, with the snapshot controller and sidecar in front of it: a
-client of the emulator through the real client, beside the fake kubelet.
+client of the real kube-apiserver through the real client, beside the played kubelet.
 
     snapshots = FakeSnapshotter(api_client, pvc_base_dir=base).start()
     kubelet = FakeKubelet(api_client, pvc_base_dir=base, volume_source=snapshots.restore)

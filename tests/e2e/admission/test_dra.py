@@ -1,6 +1,7 @@
 """GPUs through Dynamic Resource Allocation, end to end: kubectl and the client create
-DeviceClasses, templates, claims and pods in the API emulator, which calls the real HTTPS webhook
-service; what is checked is what the API stores, the warnings kubectl prints and the metrics."""
+DeviceClasses, templates, claims and pods in the real kube-apiserver, which calls the real HTTPS
+webhook service; what is checked is what the API stores, the warnings kubectl prints and the
+metrics."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """GPU policies end to end, through the webhook configurations the manifests register.
 
-kubectl and the kubernetes client talk to the API emulator; the emulator calls the real HTTPS
+kubectl and the kubernetes client talk to the real kube-apiserver; it calls the real HTTPS
 webhook service by its service name, exactly as `kubectl apply -k manifests/` wires it. What is
 checked is what the API stores (or the error the user sees), never the webhook's raw answer.
 """

@@ -1,5 +1,6 @@
 """Admission never waits on the Kubernetes API: with the caches synced, reviews are answered from
-memory. The emulator counts every request it gets, so "zero" is measured, not assumed."""
+memory. The fault proxy in front of the API server counts every request it gets, so "zero" is
+measured, not assumed."""
 
 from __future__ import annotations
 
@@ -106,7 +107,7 @@ def test_a_thousand_admissions_make_no_request_to_the_api(
 
 def test_the_count_sees_the_lookup_a_cache_miss_costs(admission_cluster: AdmissionCluster) -> None:
     """The control for the test above: a Secret the caches cannot hold (it does not exist) is
-    looked up with one GET, and the emulator's count shows it."""
+    looked up with one GET, and the proxy's count shows it."""
     review = deployment_pod_review()
     annotations = review["request"]["object"]["metadata"]["annotations"]
     annotations["gpu-admission.io/cloud-credentials"] = "not-created-yet"

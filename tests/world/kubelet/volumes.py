@@ -6,7 +6,7 @@ the pod (``pvc_dir``). Projected volumes are written from their sources: a
 ``serviceAccountToken`` is requested from the API (TokenRequest for the pod's ServiceAccount,
 bound to the pod, with the source's audience and expirationSeconds, as the kubelet does; it is
 not refreshed, pods here live minutes), secrets and configMaps as above (a missing configMap
-source is skipped: the emulator publishes no kube-root-ca.crt), downwardAPI fieldRefs. Other
+source is skipped, as an optional one), downwardAPI fieldRefs. Other
 volume types (hostPath, ...) are not provided and their mounts are skipped. subPath is not
 supported.
 """

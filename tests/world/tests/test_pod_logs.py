@@ -1,5 +1,5 @@
-"""`pods/log` through the emulator: proxied to the fake kubelet of the pod's node, with the API
-server's container checks and the kubelet's tailLines/limitBytes."""
+"""`pods/log` through the real kube-apiserver: proxied to the played kubelet of the pod's node,
+with the API server's container checks and the kubelet's tailLines/limitBytes."""
 
 from __future__ import annotations
 
