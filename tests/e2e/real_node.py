@@ -1,4 +1,4 @@
-"""A journey's world on the session's real control plane: its workload namespace (removed
+"""A journey's world on the session's real control plane: its workload namespace (emptied
 afterwards, so the next journey starts from nothing) and a node (the played kubelet as a node
 agent, with the played provisioner for its claims). Journeys' fixtures call these."""
 
@@ -12,20 +12,18 @@ from kubernetes import client
 
 from tests.e2e.datasets import NS, kubelet_images
 from tests.world.kubelet.node import FakeKubelet
-from tests.world.namespaces import namespace_ready, remove_namespace
+from tests.world.namespaces import namespace_ready
 from tests.world.provisioner import Provisioner
 
 NODE = "journey-node"
 
 
-@contextlib.contextmanager
-def workload_namespace(api: client.ApiClient) -> Iterator[client.CoreV1Api]:
+def workload_namespace(api: client.ApiClient) -> client.CoreV1Api:
+    """The journey's namespace, and the controller's (for its Lease); `kube_api` empties them
+    after the journey (tests/world/sweep.py)."""
     namespace_ready(api, NS)
-    namespace_ready(api, "gpu-admission")  # the controller's Lease; shared, never removed
-    try:
-        yield client.CoreV1Api(api)
-    finally:
-        remove_namespace(api, NS)
+    namespace_ready(api, "gpu-admission")
+    return client.CoreV1Api(api)
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
+from tests.support.loops import run_until_stopped
 from tests.world.faults import Faults
 
 START_SECONDS = 30.0
@@ -88,7 +89,9 @@ class FaultProxy:
         self._ca_path = ca_path
         self._key_path = key_path
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="fault-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=run_until_stopped, args=(self._loop,), name="fault-proxy", daemon=True
+        )
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._watches: dict[int, web.Request] = {}
@@ -130,12 +133,6 @@ class FaultProxy:
         asyncio.run_coroutine_threadsafe(cut(), self._loop).result(START_SECONDS)
 
     # ----------------------------------------------------------------- serving
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_forever()
-        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-        self._loop.close()
-
     async def _serve(self) -> int:
         upstream_tls = ssl.create_default_context(cafile=str(self._ca_path))
         # No pool limit: every open watch holds a connection.

@@ -52,6 +52,7 @@ from gpu_admission.cluster.informers import InformerClusterView
 from gpu_admission.config import Config, load_config
 from gpu_admission.metrics import Metrics
 from tests import ROOT
+from tests.support.loops import run_until_stopped
 from tests.world.faults import Faults
 from tests.world.namespaces import namespace_ready
 from tests.world.real_cluster import KubeApi
@@ -133,7 +134,9 @@ class WebhookServiceThread:
         self._ssl_context = ssl_context
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
-        self._thread = threading.Thread(target=self._run, name="webhook-service", daemon=True)
+        self._thread = threading.Thread(
+            target=run_until_stopped, args=(self._loop,), name="webhook-service", daemon=True
+        )
         self.port = 0
 
     def start(self) -> None:
@@ -149,12 +152,6 @@ class WebhookServiceThread:
             cleanup.result(timeout=WAIT_SECONDS)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=WAIT_SECONDS)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_forever()
-        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-        self._loop.close()
 
     async def _serve(self) -> int:
         self._runner = make_runner(self._app_factory(), shutdown_timeout=1.0)

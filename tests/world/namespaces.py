@@ -1,9 +1,7 @@
-"""Namespaces of their own on the shared real control plane: each test makes its namespaces
-and removes them, so the next one starts from nothing."""
+"""Namespaces on the shared real control plane: a test makes the namespaces it needs (or finds
+them emptied by the sweep after the test before, tests/world/sweep.py)."""
 
 from __future__ import annotations
-
-import time
 
 from kubernetes import client
 
@@ -46,36 +44,3 @@ def namespace_ready(api: client.ApiClient, name: str, labels: dict[str, str] | N
         return True
 
     while_running(has_account, f"the default ServiceAccount of {name}", {}, 60)
-
-
-def remove_namespace(api: client.ApiClient, name: str) -> None:
-    """Delete a namespace and wait until it is gone. Pods on a node whose kubelet has stopped
-    would keep it Terminating, as in a cluster; they are deleted with grace period 0, as
-    `kubectl delete pod --force` does."""
-    core = client.CoreV1Api(api)
-    try:
-        core.delete_namespace(name)
-    except client.ApiException as error:
-        if error.status == 404:
-            return
-        raise
-
-    def gone() -> bool:
-        try:
-            core.read_namespace(name)
-        except client.ApiException as error:
-            if error.status == 404:
-                return True
-            raise
-        for pod in core.list_namespaced_pod(name).items:
-            try:
-                core.delete_namespaced_pod(pod.metadata.name, name, grace_period_seconds=0)
-            except client.ApiException as error:
-                if error.status != 404:
-                    raise
-        return False
-
-    deadline = time.monotonic() + GONE_SECONDS
-    while not gone():
-        assert time.monotonic() < deadline, f"namespace {name} is still there"
-        time.sleep(0.2)  # polling a condition, bounded by the deadline

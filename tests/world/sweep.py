@@ -1,23 +1,31 @@
 """What a test left on the shared real control plane, removed after it: the objects of the
 kinds tests make that were not there when it began.
 
-New namespaces are deleted whole, without waiting (the namespace controller takes five seconds
-at least: it waits that long before acting, `namespaceDeletionGracePeriod`);
-`namespaces.namespace_ready` waits for a namespace of the same name to be gone before it
-creates it again. In namespaces that were there before (`default`, `kube-system`, a namespace
-still being deleted), each new object is deleted; pods with grace period 0, as no kubelet may
-be left to confirm. CRDs are left: they are installed once per session, and are idempotent.
+Namespaces are emptied, not deleted: each test finds the namespaces it asks for as new (nothing
+in them but what kube-controller-manager puts in every namespace: the `default` ServiceAccount
+and `kube-root-ca.crt`). Deleting them would cost every test that reuses a name five seconds:
+the namespace controller waits that long before it acts (`namespaceDeletionGracePeriod`), and a
+namespace of that name cannot be made again until it is gone. Tests that delete a namespace on
+purpose still meet the real namespace controller.
+
+Each new object is deleted (pods with grace period 0: no kubelet may be left to confirm), and
+the sweep waits until they are gone, so the next test can reuse their names. CRDs are left: they
+are installed once per session, and are idempotent.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 
 from kubernetes import client
 
-# The service's own namespace: every admission cluster and controller uses it; kept.
-SHARED_NAMESPACES = frozenset({"gpu-admission"})
+GONE_SECONDS = 60.0
+# What kube-controller-manager puts in every namespace, kept with it.
+PER_NAMESPACE = frozenset(
+    {("/api/v1/serviceaccounts", "default"), ("/api/v1/configmaps", "kube-root-ca.crt")}
+)
 
 # Listed across namespaces; one request each.
 NAMESPACED = (
@@ -33,6 +41,8 @@ NAMESPACED = (
     "/apis/rbac.authorization.k8s.io/v1/roles",
     "/apis/rbac.authorization.k8s.io/v1/rolebindings",
     "/apis/resource.k8s.io/v1/resourceclaims",
+    "/apis/resource.k8s.io/v1/resourceclaimtemplates",
+    "/apis/snapshot.storage.k8s.io/v1/volumesnapshots",
 )
 CLUSTER_SCOPED = (
     "/api/v1/namespaces",
@@ -47,6 +57,7 @@ CLUSTER_SCOPED = (
     "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
     "/apis/resource.k8s.io/v1/deviceclasses",
     "/apis/snapshot.storage.k8s.io/v1/volumesnapshotclasses",
+    "/apis/snapshot.storage.k8s.io/v1/volumesnapshotcontents",
 )
 
 
@@ -97,18 +108,24 @@ def snapshot(api: client.ApiClient) -> set[Found]:
 
 
 def sweep(api: client.ApiClient, before: set[Found]) -> None:
-    """Delete what is new since `before`."""
-    namespaces = {f.name for f in before if f.collection == "/api/v1/namespaces"}
+    """Delete what is new since `before` (namespaces emptied, not deleted), and wait until it
+    is gone."""
+    deleted = set()
     for found in sorted(snapshot(api) - before, key=lambda f: f.collection):
-        if found.namespace and found.namespace not in namespaces:
-            continue  # goes with its namespace
-        if found.collection == "/api/v1/namespaces" and found.name in SHARED_NAMESPACES:
+        if found.collection == "/api/v1/namespaces":
             continue
-        options = {"propagationPolicy": "Background"}
+        if (found.collection, found.name) in PER_NAMESPACE:
+            continue
+        options: dict[str, object] = {"propagationPolicy": "Background"}
         if found.collection == "/api/v1/pods":
-            options["gracePeriodSeconds"] = 0  # type: ignore[assignment]
+            options["gracePeriodSeconds"] = 0
         try:
             _call(api, "DELETE", found.path, options)
         except client.ApiException as error:
             if error.status not in (404, 409):
                 raise
+        deleted.add(found.uid)
+    deadline = time.monotonic() + GONE_SECONDS
+    while left := deleted & {f.uid for f in snapshot(api)}:
+        assert time.monotonic() < deadline, f"{len(left)} objects a test made are still there"
+        time.sleep(0.05)  # polling a condition, bounded by the deadline

@@ -16,20 +16,13 @@ from kubernetes import client
 
 from controllers.dataset import DatasetController
 from tests.e2e.real_node import node_agent, workload_namespace
-from tests.world.control_plane import ControlPlane
 from tests.world.kubelet.node import FakeKubelet
 
 
 @pytest.fixture
-def kube_client(real_cluster: ControlPlane, api: client.ApiClient) -> client.ApiClient:
-    return api  # the session's real control plane
-
-
-@pytest.fixture
-def core(kube_client: client.ApiClient) -> Iterator[client.CoreV1Api]:
-    """This journey's namespace, removed afterwards, so the next starts from nothing."""
-    with workload_namespace(kube_client) as core:
-        yield core
+def core(kube_client: client.ApiClient) -> client.CoreV1Api:
+    """This journey's namespace; emptied afterwards, so the next starts from nothing."""
+    return workload_namespace(kube_client)
 
 
 @pytest.fixture
