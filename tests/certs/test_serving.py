@@ -14,6 +14,7 @@ from certs.issue import ServingSpec, issue_bundle, renew_bundle
 from certs.serving import ServingCertificates
 from certs.store import FileStore, SecretStore
 from gpu_admission.config import CertConfig, ConfigError
+from tests.world.namespaces import namespace_ready
 
 NAMESPACE = "gpu-system"
 TIMEOUT = 30.0
@@ -68,7 +69,7 @@ async def test_replicas_sharing_a_secret_serve_one_certificate(
     kube_client: client.ApiClient,
 ) -> None:
     core = client.CoreV1Api(kube_client)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+    namespace_ready(core.api_client, NAMESPACE)
     config = CertConfig(secret_name="gpu-admission-tls", namespace=NAMESPACE)
     replicas = [ServingCertificates(config, kube_client) for _ in range(2)]
     await asyncio.gather(*(r.load() for r in replicas))

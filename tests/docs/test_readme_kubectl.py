@@ -15,6 +15,7 @@ from kubernetes import client
 from tests.docs.test_readme import EVERYTHING, code_blocks
 from tests.support.keys import new_rsa_pem
 from tests.world.harness import KUBECTL
+from tests.world.namespaces import namespace_ready
 from webhooks.credentials.aws import validate_aws
 from webhooks.credentials.gcp import validate_gcp
 
@@ -67,7 +68,7 @@ def write_named_files(directory: Path) -> None:
 
 def test_the_readmes_secret_commands_run_as_written(kube_api, kube_client, tmp_path: Path):
     core = client.CoreV1Api(kube_client)
-    core.create_namespace({"metadata": {"name": "ml"}})
+    namespace_ready(core.api_client, "ml")
     write_named_files(tmp_path)
     commands = readme_commands()
     names = [c[4] for c in commands]

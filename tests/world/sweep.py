@@ -110,7 +110,7 @@ def snapshot(api: client.ApiClient) -> set[Found]:
 def sweep(api: client.ApiClient, before: set[Found]) -> None:
     """Delete what is new since `before` (namespaces emptied, not deleted), and wait until it
     is gone."""
-    deleted = set()
+    deleted: set[str] = set()
     for found in sorted(snapshot(api) - before, key=lambda f: f.collection):
         if found.collection == "/api/v1/namespaces":
             continue
@@ -126,6 +126,6 @@ def sweep(api: client.ApiClient, before: set[Found]) -> None:
                 raise
         deleted.add(found.uid)
     deadline = time.monotonic() + GONE_SECONDS
-    while left := deleted & {f.uid for f in snapshot(api)}:
-        assert time.monotonic() < deadline, f"{len(left)} objects a test made are still there"
+    while left := [f for f in snapshot(api) if f.uid in deleted]:
+        assert time.monotonic() < deadline, f"still there after the test: {[f.path for f in left]}"
         time.sleep(0.05)  # polling a condition, bounded by the deadline
