@@ -26,6 +26,7 @@ from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from tests.real_api.test_pod_checks import EXEMPT, pods
 from tests.support.waits import while_running
 from tests.webhooks.policy_helpers import make_request
+from tests.world.harness import delete_policy
 from webhooks import chain
 from webhooks.admission_policy import admission_policy, admission_policy_binding
 from webhooks.pod_webhook_condition import webhook_condition
@@ -201,18 +202,8 @@ def policies(core: client.CoreV1Api) -> Iterator[client.AdmissionregistrationV1A
     registration = client.AdmissionregistrationV1Api(core.api_client)
     yield registration
     for policy in registration.list_validating_admission_policy().items:
-        name = policy.metadata.name
-        if not name.endswith("-probe"):
-            continue
-        for delete in (
-            registration.delete_validating_admission_policy_binding,
-            registration.delete_validating_admission_policy,
-        ):
-            try:
-                delete(name)
-            except client.ApiException as error:
-                if error.status != 404:
-                    raise
+        if policy.metadata.name.endswith("-probe"):
+            delete_policy(registration, policy.metadata.name)
 
 
 def in_force(check: Any) -> Any:

@@ -26,6 +26,7 @@ from tests.real_api.nodes import renamed_shared_node
 from tests.real_api.service import served
 from tests.support.waits import while_running
 from tests.world.control_plane import ControlPlane
+from tests.world.harness import delete_policy
 from webhooks.pod_check_policies import admission_policy_objects
 
 pytestmark = pytest.mark.e2e
@@ -100,15 +101,7 @@ def install_policies(api: client.ApiClient, config: Config) -> None:
     """The pod checks' policies and bindings for `config`, in place of any earlier ones."""
     admission = client.AdmissionregistrationV1Api(api)
     for name in POLICY_NAMES:
-        for delete in (
-            admission.delete_validating_admission_policy_binding,
-            admission.delete_validating_admission_policy,
-        ):
-            try:
-                delete(name)
-            except client.ApiException as error:
-                if error.status != 404:
-                    raise
+        delete_policy(admission, name)
     for obj in admission_policy_objects(config):
         if obj["kind"] == "ValidatingAdmissionPolicy":
             admission.create_validating_admission_policy(obj)

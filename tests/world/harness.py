@@ -248,16 +248,30 @@ def by_url(configuration: dict[str, Any], address: str) -> dict[str, Any]:
     return configuration
 
 
-def delete_webhooks(registration: client.AdmissionregistrationV1Api, name: str) -> None:
-    for delete in (
-        registration.delete_mutating_webhook_configuration,
-        registration.delete_validating_webhook_configuration,
-    ):
+def delete_if_there(*deletes: Callable[[], Any]) -> None:
+    """Each delete call in turn; a 404 (nothing of that name) is fine."""
+    for delete in deletes:
         try:
-            delete(name)
+            delete()
         except client.ApiException as error:
             if error.status != 404:
                 raise
+
+
+def delete_webhooks(registration: client.AdmissionregistrationV1Api, name: str) -> None:
+    """Both webhook configurations named `name`, where they exist."""
+    delete_if_there(
+        lambda: registration.delete_mutating_webhook_configuration(name),
+        lambda: registration.delete_validating_webhook_configuration(name),
+    )
+
+
+def delete_policy(registration: client.AdmissionregistrationV1Api, name: str) -> None:
+    """The ValidatingAdmissionPolicy `name` and its binding of the same name, where they exist."""
+    delete_if_there(
+        lambda: registration.delete_validating_admission_policy_binding(name),
+        lambda: registration.delete_validating_admission_policy(name),
+    )
 
 
 def register_webhooks(api: client.ApiClient, ca_pem: bytes | None, address: str) -> None:
@@ -274,15 +288,12 @@ def register_webhooks(api: client.ApiClient, ca_pem: bytes | None, address: str)
     registration.create_validating_webhook_configuration(body(by_url(validating, address)))
     (policy,) = manifest_objects("ValidatingAdmissionPolicy")
     (binding,) = manifest_objects("ValidatingAdmissionPolicyBinding")
-    for delete, name in (
-        (registration.delete_validating_admission_policy_binding, binding["metadata"]["name"]),
-        (registration.delete_validating_admission_policy, policy["metadata"]["name"]),
-    ):
-        try:
-            delete(name)  # left by a test that registered them another way
-        except client.ApiException as error:
-            if error.status != 404:
-                raise
+    delete_if_there(  # left by a test that registered them another way
+        lambda: registration.delete_validating_admission_policy_binding(
+            binding["metadata"]["name"]
+        ),
+        lambda: registration.delete_validating_admission_policy(policy["metadata"]["name"]),
+    )
     registration.create_validating_admission_policy(body(policy))
     registration.create_validating_admission_policy_binding(body(binding))
 
