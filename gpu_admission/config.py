@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gpu_admission.config_adoption import AuditConfig, PolicySettings, known_policy_names
 from gpu_admission.config_base import _Model
+from gpu_admission.config_environ import ENV_PREFIX, UnknownSetting, read_environ
 from gpu_admission.names import DEFAULT_PREFIX, HF_DEFAULT_ENDPOINT, Names
 from gpu_admission.policy_modes import (
     TUNABLE_POLICIES,
@@ -30,7 +31,6 @@ from gpu_admission.policy_modes import (
     family,
 )
 
-ENV_PREFIX = "GPU_ADMISSION_"
 _TEMPLATE_FIELDS = ("fraction", "replicas", "limit_mib")
 
 
@@ -427,22 +427,6 @@ class Config(_Model):
         return self.server.failure_modes.get(path, self.server.default_failure_mode)
 
 
-def _set_nested(target: dict[str, Any], dotted: list[str], value: Any) -> None:
-    for key in dotted[:-1]:
-        target = target.setdefault(key, {})
-    target[dotted[-1]] = value
-
-
-def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for key, raw in environ.items():
-        if not key.startswith(ENV_PREFIX):
-            continue
-        path = [part.lower() for part in key[len(ENV_PREFIX) :].split("__")]
-        _set_nested(values, path, yaml.safe_load(raw) if raw else raw)
-    return values
-
-
 def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in override.items():
@@ -480,7 +464,12 @@ def load_config(
             raise ConfigError(f"config file {path} must hold a mapping at the top level")
         data = loaded
         sources.append(str(path))
-    env_values = _from_environ(os.environ if environ is None else environ)
+    try:
+        env_values = read_environ(os.environ if environ is None else environ, Config.model_fields)
+    except UnknownSetting as exc:
+        raise ConfigError(
+            f"invalid configuration ({ENV_PREFIX}* environment variables):\n{exc}"
+        ) from None
     if env_values:
         data = _merge(data, env_values)
         sources.append(f"{ENV_PREFIX}* environment variables")

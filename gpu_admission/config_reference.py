@@ -38,7 +38,12 @@ read the same configuration.
   keys; values are read as YAML, so lists and maps work:
   `GPU_ADMISSION_MEMORY_SHARE__HEADROOM=0.9`,
   `GPU_ADMISSION_GPU__RESOURCE_PATTERNS='[nvidia.com/gpu, nvidia.com/mig-*]'`,
-  `GPU_ADMISSION_SERVER__FAILURE_MODES='{/mutate/pods: allow}'`.
+  `GPU_ADMISSION_SERVER__FAILURE_MODES='{/mutate/pods: allow}'`. The variables the kubelet
+  makes from Services named `gpu-admission` or `gpu-admission-*` (`GPU_ADMISSION_SERVICE_HOST`,
+  `GPU_ADMISSION_PORT_443_TCP`, ...: name and value of the kubelet's shape) are passed over; any
+  other `GPU_ADMISSION_*` variable must name a key, or start-up stops naming the variable
+  (`GPU_ADMISSION_MEMORY_SHAR__HEADROOM: no setting 'memory_shar'; did you mean
+  memory_share?`). Values are never repeated in messages.
 - Flags: `--host`, `--port`, `--metrics-port`, `--log-level`, `--log-format` set the `server`
   keys of the same names, `--cert-dir` sets `certs.cert_dir`, `--kubeconfig` sets `kubeconfig`.
   A flag that is not given overrides nothing.

@@ -38,7 +38,11 @@ def test_deployment_is_highly_available_non_root_and_read_only(docs):
     deployment = one(docs, "Deployment")
     spec = deployment["spec"]["template"]["spec"]
     assert deployment["spec"]["replicas"] == 2
-    assert spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert "podAntiAffinity" not in spec.get("affinity", {})  # a one-node cluster runs both
+    (spread,) = spec["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["maxSkew"] == 1
+    assert spread["whenUnsatisfiable"] == "DoNotSchedule" and spread["nodeTaintsPolicy"] == "Honor"
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     assert spec["securityContext"]["runAsNonRoot"] is True
     container = spec["containers"][0]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -47,6 +51,12 @@ def test_deployment_is_highly_available_non_root_and_read_only(docs):
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["resources"]["requests"] and container["resources"]["limits"]
     assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+@pytest.mark.parametrize("name", ["gpu-admission", "gpu-admission-controller"])
+def test_no_service_variables_reach_the_pods(docs, name):
+    # The kubelet's GPU_ADMISSION_SERVICE_HOST etc. are nothing the processes read.
+    assert one(docs, "Deployment", name)["spec"]["template"]["spec"]["enableServiceLinks"] is False
 
 
 def test_webhooks_follow_the_contract(docs):
