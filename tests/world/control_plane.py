@@ -37,10 +37,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.support.ports import free_port
 from tests.support.waits import while_running
+from tests.world.node.pki import ClusterCA
 
 ASSETS_VARIABLE = "KUBEBUILDER_ASSETS"
 ADMIN_TOKEN = "gpu-admission-tests-admin"
 START_SECONDS = 60.0
+SERVICE_RANGE = "127.96.0.0/16"
+FIRST_SERVICE_IP = "127.96.0.1"  # the `kubernetes` Service's ClusterIP
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -93,10 +96,12 @@ class ControlPlane:
     etcd_url: str = ""
     apiserver_argv: list[str] = field(default_factory=list)
     apiserver: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"
+    ca_file: Path | None = None  # set for a cluster with a real node: its CA
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.host}:{self.port}"
 
     @property
     def kubeconfig(self) -> Path:
@@ -104,8 +109,9 @@ class ControlPlane:
 
     @property
     def ca_path(self) -> Path:
-        """The CA of the server's serving certificate (self-signed; names 127.0.0.1)."""
-        return self.folder / "certs" / "apiserver.crt"
+        """The CA of the server's serving certificate (self-signed, naming 127.0.0.1; or the
+        cluster CA of a control plane for a real node)."""
+        return self.ca_file or self.folder / "certs" / "apiserver.crt"
 
     @property
     def audit_log(self) -> Path:
@@ -187,7 +193,7 @@ def _write_kubeconfig(plane: ControlPlane) -> None:
                 "name": "test",
                 "cluster": {
                     "server": plane.url,
-                    "certificate-authority": str(plane.folder / "certs" / "apiserver.crt"),
+                    "certificate-authority": str(plane.ca_path),
                 },
             }
         ],
@@ -249,12 +255,51 @@ rules:
 """
 
 
-def start(controller_manager: bool = False, scheduler: bool = False) -> ControlPlane:
+def _node_flags(plane: ControlPlane, ca: ClusterCA) -> list[str]:
+    """What a real kubelet needs of the API server (`../shared/kube/README.md`, "A real node"):
+    a serving certificate naming the address pods dial, client certificates from the cluster CA
+    (kubelets are `system:node:<name>` in `system:nodes`), the Node authorizer beside RBAC and
+    NodeRestriction, a client certificate of its own for the kubelets' logs and exec, and
+    webhooks called at their Service's endpoint (no kube-proxy routes a ClusterIP here)."""
+    serving = ca.issue(
+        "apiserver",
+        "kube-apiserver",
+        dns_names=("kubernetes", "kubernetes.default", "kubernetes.default.svc", "localhost"),
+        ip_addresses=(plane.host, "127.0.0.1", FIRST_SERVICE_IP),
+        server=True,
+    )
+    kubelet_client = ca.issue(
+        "apiserver-kubelet-client",
+        "kube-apiserver-kubelet-client",
+        ("system:masters",),
+        client=True,
+    )
+    return [
+        f"--advertise-address={plane.host}",
+        f"--tls-cert-file={serving.cert}",
+        f"--tls-private-key-file={serving.key}",
+        f"--client-ca-file={ca.pair.cert}",
+        "--enable-admission-plugins=NodeRestriction",
+        f"--kubelet-client-certificate={kubelet_client.cert}",
+        f"--kubelet-client-key={kubelet_client.key}",
+        "--enable-aggregator-routing=true",
+    ]
+
+
+def start(
+    controller_manager: bool = False,
+    scheduler: bool = False,
+    node_ca: ClusterCA | None = None,
+    host: str = "127.0.0.1",
+) -> ControlPlane:
     """Start etcd and kube-apiserver (and kube-controller-manager, kube-scheduler) and wait
-    until they serve."""
+    until they serve. With `node_ca`, the API server serves on `host` (the pod network's
+    address, tests/world/node) for a real kubelet."""
     binaries = assets()
     folder = Path(tempfile.mkdtemp(prefix="kube-"))
-    plane = ControlPlane(folder=folder, port=free_port())
+    plane = ControlPlane(folder=folder, port=free_port(), host=host)
+    if node_ca is not None:
+        plane.ca_file = node_ca.pair.cert
     try:
         _write_keys(folder)
         (folder / "tokens.csv").write_text(f"{ADMIN_TOKEN},admin,admin,system:masters\n")
@@ -286,7 +331,7 @@ def start(controller_manager: bool = False, scheduler: bool = False) -> ControlP
             "--etcd-servers",
             f"http://127.0.0.1:{client}",
             "--bind-address",
-            "127.0.0.1",
+            plane.host,
             "--secure-port",
             str(plane.port),
             "--cert-dir",
@@ -309,11 +354,11 @@ def start(controller_manager: bool = False, scheduler: bool = False) -> ControlP
             "--token-auth-file",
             str(folder / "tokens.csv"),
             "--authorization-mode",
-            "RBAC",
+            "RBAC" if node_ca is None else "Node,RBAC",
             # Loopback: a Service's ClusterIP that something dials by mistake (a webhook
             # registered by Service) is refused on this machine, never sent anywhere.
             "--service-cluster-ip-range",
-            "127.96.0.0/16",
+            SERVICE_RANGE,
             # A played kubelet's address is 127.0.0.1 (InternalIP); by default the server
             # would first look its Hostname up in DNS, off this machine.
             "--kubelet-preferred-address-types=InternalIP",
@@ -327,6 +372,8 @@ def start(controller_manager: bool = False, scheduler: bool = False) -> ControlP
             # watches no ConfigMaps.
             "--watch-cache-sizes=configmaps#0",
         ]
+        if node_ca is not None:
+            plane.apiserver_argv += _node_flags(plane, node_ca)
         plane.start_apiserver()
         _write_kubeconfig(plane)
         if controller_manager:
@@ -352,7 +399,7 @@ def _start_controller_manager(plane: ControlPlane, binaries: Path) -> None:
             str(plane.folder / "sa.key"),
             "--use-service-account-credentials",
             "--root-ca-file",
-            str(plane.folder / "certs" / "apiserver.crt"),
+            str(plane.ca_path),
             # All of them, the node lifecycle controller included: it lifts the not-ready taint
             # the API server puts on every new Node once the node's kubelet (played) says
             # Ready, and marks Nodes nobody heartbeats unreachable, as in a cluster.
@@ -386,7 +433,7 @@ def _start_component(plane: ControlPlane, binaries: Path, name: str, flags: list
 def _server_version(plane: ControlPlane) -> str:
     request = urllib.request.Request(f"{plane.url}/version")
     request.add_header("Authorization", f"Bearer {ADMIN_TOKEN}")
-    context = ssl.create_default_context(cafile=str(plane.folder / "certs" / "apiserver.crt"))
+    context = ssl.create_default_context(cafile=str(plane.ca_path))
     context.check_hostname = False
     with urllib.request.urlopen(request, timeout=5, context=context) as answer:
         return str(json.load(answer)["gitVersion"])
