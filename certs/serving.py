@@ -18,13 +18,17 @@ from kubernetes.client.exceptions import ApiException
 
 from certs.cabundle import CABundleSyncer
 from certs.issue import CertBundle, KeyType, ServingSpec
+from certs.pem import CertificateError
 from certs.reloader import DEFAULT_POLL_INTERVAL, CertReloader
 from certs.store import CertStore, FileStore, SecretStore
 from gpu_admission.config import CertConfig, ConfigError
+from gpu_admission.reachability import API_SERVER, unreachable_reason
 
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_SECONDS = 5.0
+FIRST_RETRY_SECONDS = 0.5
+MAX_RETRY_SECONDS = 8.0
 
 
 class ServingCertificates:
@@ -80,7 +84,50 @@ class ServingCertificates:
 
     async def load(self) -> None:
         """Load (issuing first if the store is empty) the certificate to serve. Raises
-        CertificateError naming the file or Secret key when the stored pair is unusable."""
+        CertificateError naming the file or Secret key when the stored pair is unusable, or
+        the Secret when the API server refuses it. While the API server cannot be reached (a
+        node starting before the network, an outage) it retries, said in one warning line,
+        as the controller does for its Lease."""
+        delay = FIRST_RETRY_SECONDS
+        while True:
+            try:
+                await self._load_once()
+            except ApiException as error:
+                if unreachable_reason(error) is None:
+                    raise CertificateError(self._refused(error)) from None
+                await self._wait_for_api(error, delay)
+            except Exception as error:
+                if unreachable_reason(error) is None:
+                    raise
+                await self._wait_for_api(error, delay)
+            else:
+                API_SERVER.answered(self)
+                return
+            delay = min(delay * 2, MAX_RETRY_SECONDS)
+
+    def _where(self) -> str:
+        if isinstance(self.store, SecretStore):
+            return f"Secret {self.store.namespace}/{self.store.name}"
+        return f"directory {self.config.cert_dir}"
+
+    def _refused(self, error: ApiException) -> str:
+        hint = (
+            "the ServiceAccount needs get, create and update on it (manifests/base/rbac.yaml)"
+            if error.status in (401, 403)
+            else "check the API server's message"
+        )
+        return (
+            f"the serving certificate's {self._where()} cannot be read or written: the API "
+            f"server answered HTTP {error.status} {error.reason or ''}".rstrip()
+            + f"; {hint}"
+        )
+
+    async def _wait_for_api(self, error: BaseException, delay: float) -> None:
+        reason = unreachable_reason(error) or type(error).__name__
+        API_SERVER.lost(self, reason, f"the serving certificate ({self._where()})")
+        await asyncio.sleep(delay)  # back-off between attempts, not synchronisation
+
+    async def _load_once(self) -> None:
         stored = await asyncio.to_thread(self.store.load)
         if stored is None or stored.has_ca_key:
             self.spec = self._serving_spec()

@@ -15,6 +15,7 @@ listener last; then the process exits 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -235,7 +236,17 @@ async def serve(config: Config) -> None:
     try:
         with stop_signals() as received:
             server = AdmissionServer(config, api)
-            await server.start()
+            # A stop signal while starting (waiting for an unreachable API server, say) ends
+            # the start: `start` stops what it had started when cancelled.
+            starting = asyncio.ensure_future(server.start())
+            await asyncio.wait({starting, received}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
+                log.info("received %s while starting: stopped", received.result())
+                return
+            starting.result()  # a failed start raises here
             name = await received
             log.info("received %s: shutting down", name)
             await server.stop()

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from pathlib import Path
 
 import pytest
+import urllib3
 from kubernetes import client
 
+from certs import serving
 from certs.issue import ServingSpec, issue_bundle, renew_bundle
+from certs.pem import CertificateError
 from certs.serving import ServingCertificates
 from certs.store import FileStore, SecretStore
 from gpu_admission.config import CertConfig, ConfigError
@@ -117,3 +121,54 @@ async def test_the_configured_key_type_is_issued(tmp_path: Path) -> None:
     cert = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
     assert isinstance(cert.public_key(), rsa.RSAPublicKey)
     assert cert.public_key().key_size == 2048
+
+
+class _ApiStore(SecretStore):
+    """The Secret store, its API calls answered as the kubernetes client answers them."""
+
+    def __init__(self, failures: list[BaseException]) -> None:
+        self.namespace, self.name = "gpu-admission", "gpu-admission-tls"
+        self.failures = failures
+        self.saved = None
+
+    def load(self):  # type: ignore[no-untyped-def]
+        if self.failures:
+            raise self.failures.pop(0)
+        return None
+
+    def save(self, bundle):  # type: ignore[no-untyped-def]
+        self.saved = bundle
+        return bundle
+
+
+def _refused() -> BaseException:
+    cause = urllib3.exceptions.NewConnectionError(None, "[Errno 111] Connection refused")  # type: ignore[arg-type]
+    return urllib3.exceptions.MaxRetryError(None, "/api/v1/...", cause)  # type: ignore[arg-type]
+
+
+async def test_an_unreachable_api_server_is_waited_for_in_one_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(serving, "FIRST_RETRY_SECONDS", 0.01)
+    certificates = ServingCertificates(CertConfig(cert_dir=Path("/nonexistent")), None)
+    certificates.store = store = _ApiStore([_refused(), _refused(), _refused()])
+    with caplog.at_level(logging.INFO):
+        await certificates.load()
+    assert store.saved is not None and certificates.reloader.current is not None
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "the Kubernetes API server cannot be reached (connection refused; first noticed by the "
+        "serving certificate (Secret gpu-admission/gpu-admission-tls)); retrying quietly until "
+        "it answers"
+    ]
+    assert any("reachable again" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_refused_secret_names_it_and_the_permission() -> None:
+    certificates = ServingCertificates(CertConfig(cert_dir=Path("/nonexistent")), None)
+    certificates.store = _ApiStore([client.ApiException(status=403, reason="Forbidden")])
+    with pytest.raises(CertificateError) as error:
+        await certificates.load()
+    message = str(error.value)
+    assert "Secret gpu-admission/gpu-admission-tls" in message and "HTTP 403 Forbidden" in message
+    assert "manifests/base/rbac.yaml" in message

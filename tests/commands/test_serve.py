@@ -168,3 +168,47 @@ def test_certs_issue_is_a_sub_command(tmp_path, capsys):
     argv = ["certs", "issue", "--out", str(out), "--service", "gpu-admission"]
     assert cli.main([*argv, "--namespace", "ops", "--ip", "127.0.0.1"]) == 0
     assert (out / "tls.crt").exists() and (out / "ca.crt").exists()
+
+
+def test_sigterm_while_waiting_for_the_api_server_stops_at_once(tmp_path):
+    # A pod whose node starts before the API server answers: the service waits, saying so once,
+    # and a SIGTERM meanwhile (a rollout, a delete) ends it cleanly instead of at SIGKILL.
+    kubeconfig = tmp_path / "kubeconfig"
+    dead = f"https://127.0.0.1:{free_port()}"  # nothing listens there
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": dead}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text("certs:\n  secret_name: gpu-admission-tls\n  namespace: gpu-admission\n")
+    log_path = tmp_path / "serve.log"
+    argv = [sys.executable, "-m", "commands", "serve", "--config", str(config)]
+    argv += ["--kubeconfig", str(kubeconfig), "--port", str(free_port()), "--metrics-port", "0"]
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=log_file, env=offline_environment(), cwd=ROOT
+        )
+        try:
+            deadline = time.monotonic() + START_TIMEOUT
+            while "cannot be reached" not in log_path.read_text():
+                assert process.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "no word about the API server"
+                time.sleep(0.1)  # polling a condition, bounded by the deadline
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=30) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    messages = [json.loads(line)["message"] for line in log_path.read_text().splitlines() if line]
+    assert any("connection refused" in m and "gpu-admission-tls" in m for m in messages)
+    assert messages[-1] == "received SIGTERM while starting: stopped"
+    assert "Traceback" not in log_path.read_text()
