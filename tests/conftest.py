@@ -15,7 +15,7 @@ pytest_plugins = [
 # Journeys across parts, the image tier (it builds and runs the container image) and the real-API
 # tier (it starts kube-apiserver).
 SLOW_FOLDERS = tuple(
-    Path(__file__).resolve().parent / name for name in ("e2e", "image", "real_api")
+    Path(__file__).resolve().parent / name for name in ("e2e", "image", "real_api", "install")
 )
 
 
@@ -30,6 +30,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say how the project's image was run, if anything ran it: a skipped image tier, or loader
     pods run as host processes, must never read as the image having been tested."""
     from tests.e2e.datasets import loader_images
+    from tests.install.conftest import NOT_RUN, RAN_ON
     from tests.world import control_plane
     from tests.world.containers.engine import Unavailable, engine
 
@@ -38,6 +39,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if control_plane.SKIPPED and not control_plane.STARTED:
         reason = control_plane.SKIPPED[0]
         terminalreporter.write_line(f"real-API tier: NOT RUN ({reason})", yellow=True)
+
+    for version in dict.fromkeys(RAN_ON):
+        terminalreporter.write_line(f"install tier: ran on kubelet {version}")
+    if NOT_RUN and not RAN_ON:
+        terminalreporter.write_line(f"install tier: NOT RUN ({NOT_RUN[0]})", yellow=True)
 
     if engine.cache_info().currsize == 0:
         return  # nothing in this run needed the image

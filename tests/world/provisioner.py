@@ -32,9 +32,14 @@ def volume_name(claim: dict[str, Any]) -> str:
 
 
 class Provisioner:
-    def __init__(self, api_client: client.ApiClient, pvc_base_dir: Path) -> None:
+    def __init__(
+        self, api_client: client.ApiClient, pvc_base_dir: Path, make_directories: bool = False
+    ) -> None:
         self._core: Any = client.CoreV1Api(api_client)
         self._base = Path(pvc_base_dir)
+        # For a real kubelet: it mounts a hostPath as it is, with no fsGroup, so the directory is
+        # made world-writable first, as local-path-provisioner does (`mkdir -m 0777`).
+        self._make_directories = make_directories
         self._lock = threading.Lock()
         self._made: dict[str, str] = {}  # claim uid -> volume name
         self._watcher = Watcher(
@@ -66,6 +71,9 @@ class Provisioner:
                 return
             self._made[uid] = volume_name(claim)
         directory = self._base / meta.get("namespace", "") / meta.get("name", "")
+        if self._make_directories:
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(0o777)
         volume = {
             "apiVersion": "v1",
             "kind": "PersistentVolume",

@@ -46,8 +46,9 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 class S3Store:
-    def __init__(self) -> None:
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        # `host`: the pod network's address (tests/world/node) when pods on a real node read it.
+        self._server = ThreadedMotoServer(ip_address=host, port=0, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"

