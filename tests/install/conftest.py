@@ -13,6 +13,7 @@ import pytest
 from tests.install.cluster import InstallCluster, start
 from tests.world import control_plane
 from tests.world.containers.engine import Unavailable, build_image
+from tests.world.node import node as real_node
 
 # The kubelet versions the tier ran on, or why it did not run: the run's summary says which.
 RAN_ON: list[str] = []
@@ -28,6 +29,9 @@ def _unavailable(reason: str) -> None:
 
 @pytest.fixture(scope="session")
 def install_cluster() -> Iterator[InstallCluster]:
+    reason = real_node.unavailable_reason()  # cheap: before the image is built
+    if reason:
+        _unavailable(reason)
     built = build_image()
     if isinstance(built, Unavailable):
         _unavailable(built.reason)
