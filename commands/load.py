@@ -17,7 +17,7 @@ from typing import Any
 from gpu_admission.datasource import DataSource, DataSourceError, parse_data_source
 from gpu_admission.names import DATA_MOUNT_PATH
 from loaders.hub import run_hub_load
-from loaders.rclone import PERMANENT_EXIT_CODE, TERMINATION_LOG, run_load
+from loaders.rclone import DEFAULT_STALL_SECONDS, PERMANENT_EXIT_CODE, TERMINATION_LOG, run_load
 
 USAGE_EXIT_CODE = 2
 INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by the Job controller in every Indexed Job pod
@@ -68,6 +68,13 @@ def add_load_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--stats-seconds", type=float, default=5.0, help="how often to print progress"
     )
+    parser.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=DEFAULT_STALL_SECONDS,
+        help="give up when no data arrives (and nothing is listed or checked) for this many "
+        "seconds; 0: never (rclone sources)",
+    )
     parser.add_argument("--rclone", default="rclone", help="the rclone executable")
     parser.add_argument("--termination-log", default=TERMINATION_LOG)
     parser.set_defaults(func=main_load)
@@ -105,6 +112,9 @@ def main_load(args: argparse.Namespace) -> int:
     if args.stats_seconds <= 0:
         print("gpu-admission load: --stats-seconds must be positive", file=sys.stderr)
         return USAGE_EXIT_CODE
+    if args.stall_timeout < 0:
+        print("gpu-admission load: --stall-timeout must be 0 (never) or more", file=sys.stderr)
+        return USAGE_EXIT_CODE
     if source.scheme == "hf":
         return run_hub(source, args, index, count)
     if args.include:
@@ -122,6 +132,7 @@ def main_load(args: argparse.Namespace) -> int:
         shard_count=count,
         stats_seconds=args.stats_seconds,
         sha256=args.sha256,
+        stall_seconds=args.stall_timeout,
     )
 
 

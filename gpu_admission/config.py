@@ -244,6 +244,11 @@ class DatasetConfig(_Model):
     """Loader Job retries before the load is Failed."""
     active_deadline_seconds: Annotated[int, Field(ge=60)] = 6 * 3600
     """A load running longer (6 h) is Failed."""
+    stall_timeout_seconds: Annotated[int, Field(ge=0)] = 600
+    """A loader that receives no byte (and lists or checks nothing) for this long gives up: a
+    transient failure, retried within backoff_limit, what was copied kept. 0 turns the
+    watchdog off. s3://, gs://, az:// and https:// loads; hf:// loads time out reads
+    themselves (huggingface_hub's HF_HUB_DOWNLOAD_TIMEOUT)."""
     ttl_seconds_after_finished: Annotated[int, Field(ge=0)] = 3600
     """Finished loader Jobs are deleted after an hour."""
     max_concurrent_loads: Annotated[int, Field(ge=1)] = 10

@@ -23,12 +23,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import IO, Any
 
 from gpu_admission.datasource import DataSource
-from gpu_admission.load_progress import from_stats
+from gpu_admission.load_progress import from_stats, human_bytes
 from gpu_admission.names import (
     AWS_WEB_IDENTITY_TOKEN_FILE,
     AZURE_FEDERATED_TOKEN_FILE,
@@ -38,16 +38,21 @@ from loaders.report import RunLog, summary, token_identity, write_summary
 from loaders.shards import (
     ListingError,
     ShardPlan,
+    SourceObject,
     list_source,
     plan_shard,
     prune,
     write_file_list,
 )
 from loaders.sources import REMOTE, rclone_env
+from loaders.space import free_bytes, shortfall, still_to_fetch
 from loaders.verify import verify_sha256
+from loaders.watchdog import StallWatchdog
 
 TERMINATION_LOG = "/dev/termination-log"
 LISTING_FAILED_EXIT_CODE = 1
+STALLED_EXIT_CODE = 1  # transient: the Job retries
+DEFAULT_STALL_SECONDS = 600.0
 PERMANENT_EXIT_CODE = LOADER_PERMANENT_EXIT_CODE
 
 
@@ -117,16 +122,22 @@ def run_load(
     shard_count: int = 1,
     stats_seconds: float = 5.0,
     sha256: str | None = None,
+    stall_seconds: float = DEFAULT_STALL_SECONDS,
 ) -> int:
     """Run rclone, stream its log to `out`, write the summary; return rclone's exit code (or
-    PERMANENT_EXIT_CODE). `sha256`: a single file's expected digest, checked after the copy."""
+    PERMANENT_EXIT_CODE). `sha256`: a single file's expected digest, checked after the copy.
+    Before copying, what is still to fetch must fit the volume (loaders.space); while copying,
+    `stall_seconds` without progress ends the load (loaders.watchdog; 0: never)."""
     out = out or sys.stdout
+    if stall_seconds > 0:  # ticks often enough that a moving transfer is seen moving
+        stats_seconds = min(stats_seconds, stall_seconds / 4)
     env = rclone_env(source, os.environ if environ is None else environ)
     log = RunLog()
     started = time.monotonic()
     interrupted = False
     shard: ShardPlan | None = None
     exit_code: int | None = None
+    failure: tuple[str, bool] | None = None
     with contextlib.ExitStack() as stack:  # a scratch directory only for a shard's file list
         files_from = None
         if shard_count > 1:
@@ -137,6 +148,10 @@ def run_load(
                 exit_code = LISTING_FAILED_EXIT_CODE
             else:
                 shard = plan_shard(objects, shard_index, shard_count)
+                label = f"shard {shard.index + 1} of {shard.count}: "
+                refused = _too_big(shard.objects, dest, out, label)
+                if refused:
+                    exit_code, failure = PERMANENT_EXIT_CODE, (refused, True)
                 scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="load-"))
                 files_from = str(Path(scratch) / "files")
                 write_file_list(shard, Path(files_from))
@@ -145,6 +160,10 @@ def run_load(
                     removed = prune(Path(dest), (o.path for o in objects))
                     out.write(json.dumps({"level": "notice", "msg": f"pruned {removed} files"}))
                     out.write("\n")
+        else:
+            refused = _fits_or_why(rclone, source, env, dest, out)
+            if refused:
+                exit_code, failure = PERMANENT_EXIT_CODE, (refused, True)
         if exit_code is None:
             command = rclone_command(
                 rclone,
@@ -156,11 +175,14 @@ def run_load(
                 stats_seconds=stats_seconds,
                 files_from=files_from,
             )
-            exit_code, interrupted = _run_rclone(command, env, log, out, shard, shard_count)
+            exit_code, interrupted, stalled = _run_rclone(
+                command, env, log, out, shard, shard_count, stall_seconds
+            )
+            if stalled:
+                exit_code, failure = STALLED_EXIT_CODE, (stalled, False)
     # Who a web identity token says the loader is, to name it if the role refused it.
     token_file = env.get(AWS_WEB_IDENTITY_TOKEN_FILE) or env.get(AZURE_FEDERATED_TOKEN_FILE)
     identity = token_identity(token_file) if exit_code else {}
-    failure = None
     if exit_code == 0 and sha256 and source.single_file:
         problem = verify_sha256(Path(dest) / source.remote_path, sha256)
         if problem:
@@ -171,6 +193,32 @@ def run_load(
     return PERMANENT_EXIT_CODE if result.get("permanent") else exit_code
 
 
+def _too_big(
+    objects: Iterable[SourceObject], dest: str, out: IO[str], label: str = ""
+) -> str | None:
+    """Why what is still to fetch cannot fit the volume, or None; says the figures either way."""
+    needed = still_to_fetch(objects, Path(dest))
+    free = free_bytes(Path(dest))
+    note = f"{label}{human_bytes(needed.bytes)} in {needed.files} files to fetch"
+    note += f", {human_bytes(free)} free"
+    out.write(json.dumps({"level": "notice", "msg": f"size check: {note}"}) + "\n")
+    return shortfall(needed, free, label)
+
+
+def _fits_or_why(
+    rclone: str, source: DataSource, env: Mapping[str, str], dest: str, out: IO[str]
+) -> str | None:
+    """The size check of an unsharded load: one listing first. A listing that fails skips the
+    check, said in the log: the copy then meets the same cause and reports it as its own."""
+    try:
+        objects = list_source(rclone, f"{REMOTE}:{source.remote_path}", env)
+    except ListingError as exc:
+        message = f"size check skipped: listing the source failed ({str(exc)[:300]})"
+        out.write(json.dumps({"level": "warning", "msg": message}) + "\n")
+        return None
+    return _too_big(objects, dest, out)
+
+
 def _run_rclone(
     command: list[str],
     env: Mapping[str, str],
@@ -178,8 +226,10 @@ def _run_rclone(
     out: IO[str],
     shard: ShardPlan | None,
     shards: int,
-) -> tuple[int, bool]:
-    """Run rclone to the end, forwarding SIGTERM; (exit code, whether it was interrupted)."""
+    stall_seconds: float = 0,
+) -> tuple[int, bool, str | None]:
+    """Run rclone to the end, forwarding SIGTERM; (exit code, whether it was interrupted, the
+    stall that ended it)."""
     interrupted = False
     try:
         process = subprocess.Popen(
@@ -192,7 +242,7 @@ def _run_rclone(
         )
     except OSError as exc:
         log.errors.append(f"cannot start {command[0]}: {exc.strerror}")
-        return 127, False
+        return 127, False, None
 
     def forward(signum: int, _frame: Any) -> None:
         nonlocal interrupted
@@ -202,8 +252,9 @@ def _run_rclone(
     previous = signal.signal(signal.SIGTERM, forward)
     try:
         assert process.stdout is not None
-        _pump(process.stdout, log, out, shard, shards)
-        exit_code = process.wait()
+        with StallWatchdog(stall_seconds, lambda: log.stats, process.terminate) as watchdog:
+            _pump(process.stdout, log, out, shard, shards)
+            exit_code = process.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    return exit_code, interrupted
+    return exit_code, interrupted, watchdog.stalled

@@ -222,7 +222,8 @@ def summary(
     identity: Mapping[str, str] | None = None,
     failure: tuple[str, bool] | None = None,
 ) -> dict[str, Any]:
-    """`failure`: (cause, permanent) found after rclone succeeded (a digest that differs)."""
+    """`failure`: (cause, permanent) the loader found itself: a digest that differs, a source
+    too big for the volume, a source that stopped sending."""
     stats = log.stats
     result: dict[str, Any] = {
         "phase": "Succeeded" if exit_code == 0 else "Failed",

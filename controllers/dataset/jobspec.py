@@ -192,6 +192,8 @@ def loader_args(
         args += ["--sha256", sha256.lower()]
     if include and source.scheme == "hf":
         args += ["--include", include]
+    if source.scheme != "hf":  # the Hub loader times out its own reads
+        args += ["--stall-timeout", str(config.dataset.stall_timeout_seconds)]
     if config.dataset.rclone_path != "rclone":
         args += ["--rclone", config.dataset.rclone_path]
     return [*args, "--sync"] if sync else args

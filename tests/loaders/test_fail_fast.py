@@ -1,0 +1,196 @@
+"""Loads that fail fast and say why, with real rclone: a source too big for its volume is refused
+before anything is written (a real size-limited filesystem), and a source that stops sending is
+given up after the stall timeout, while a slow but moving one is not."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from controllers.dataset.jobspec import loader_args
+from gpu_admission.config import Config
+from gpu_admission.datasource import parse_data_source
+from loaders.rclone import PERMANENT_EXIT_CODE, STALLED_EXIT_CODE
+from loaders.shards import SourceObject
+from loaders.space import Needed, shortfall, still_to_fetch, with_margin
+from loaders.watchdog import StallWatchdog, progress_marker
+from tests.loaders.test_rclone import load, s3, s3_env  # noqa: F401  (the fixture)
+from tests.world.stand_ins.objectstores import S3Store
+from tests.world.stand_ins.tls_server import start_https
+
+pytestmark = pytest.mark.e2e  # real rclone, real filesystems, real waits
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def small_volume(tmp_path: Path) -> Iterator[Path]:
+    """A real 4 MiB filesystem (tmpfs), as a 4Mi PVC's volume would be."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(volume)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a 4 MiB tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield volume
+    finally:
+        subprocess.run(["umount", "-l", str(volume)], check=False)
+
+
+def test_a_source_too_big_for_its_volume_fails_at_once_and_for_good(
+    s3: S3Store,  # noqa: F811
+    small_volume: Path,
+) -> None:
+    s3.put("big", {f"part-{i}.bin": bytes([i]) * (3 * MiB) for i in range(4)}, public=True)
+    code, summary, _ = load("s3://big", small_volume, s3_env(s3))
+    assert code == PERMANENT_EXIT_CODE and summary["permanent"] is True
+    assert summary["cause"].startswith("the source holds 12.0 MiB; the volume has 4.0 MiB free")
+    assert "request a larger PVC" in summary["cause"]
+    assert not any(small_volume.iterdir())  # nothing was written
+
+
+def test_a_retry_counts_only_what_is_missing(s3: S3Store, small_volume: Path) -> None:  # noqa: F811
+    # 3 MiB against 2 MiB free would be refused; an earlier attempt left 2 MiB of it there.
+    files = {f"part-{i}.bin": bytes([i]) * MiB for i in range(3)}
+    s3.put("resume", files, public=True)
+    for name in ("part-0.bin", "part-1.bin"):
+        (small_volume / name).write_bytes(files[name])
+    code, summary, log = load("s3://resume", small_volume, s3_env(s3))
+    assert code == 0, summary
+    assert "size check: 1.0 MiB in 1 files to fetch, 2.0 MiB free" in log
+    assert (small_volume / "part-2.bin").read_bytes() == files["part-2.bin"]
+
+
+def test_the_size_verdict_names_both_figures() -> None:
+    needed = Needed(bytes=int(12.4 * 1024**3), files=3, source_bytes=int(12.4 * 1024**3))
+    message = shortfall(needed, 10 * 1024**3)
+    assert message is not None and message.startswith(
+        "the source holds 12.4 GiB; the volume has 10.0 GiB free: request a larger PVC"
+    )
+    assert shortfall(Needed(MiB, 1, MiB), with_margin(MiB)) is None  # data + 1 % + 256 KiB
+    assert shortfall(Needed(MiB, 1, MiB), with_margin(MiB) - 1) is not None
+    partial = shortfall(Needed(8 * MiB, 2, 20 * MiB), MiB, "shard 2 of 4: ")
+    assert partial is not None and partial.startswith(
+        "shard 2 of 4: the source holds 8.0 MiB still to fetch (of 20.0 MiB)"
+    )
+
+
+def test_still_to_fetch_skips_files_already_there_at_their_size(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"x" * 10)
+    (tmp_path / "b").write_bytes(b"x" * 3)  # a partial file: fetched again
+    objects = [SourceObject("a", 10), SourceObject("b", 10), SourceObject("c/d", 5)]
+    assert still_to_fetch(objects, tmp_path) == Needed(bytes=15, files=2, source_bytes=25)
+
+
+class _Trickle:
+    """An HTTPS file server: `first` bytes at once, then `step` bytes every `pause` seconds
+    (never, with step 0) until `size`; `release` lets a stalled answer end."""
+
+    def __init__(self, size: int, first: int, step: int = 0, pause: float = 0.0) -> None:
+        self.size, self.first, self.step, self.pause = size, first, step, pause
+        self.release = threading.Event()
+        trickle = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_args: object) -> None:
+                pass
+
+            def _head(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(trickle.size))
+                self.send_header("Content-Type", "application/octet-stream")
+                self.end_headers()
+
+            def do_HEAD(self) -> None:
+                self._head()
+
+            def do_GET(self) -> None:
+                self._head()
+                sent = min(trickle.first, trickle.size)
+                self.wfile.write(b"w" * sent)
+                self.wfile.flush()
+                while sent < trickle.size:
+                    if trickle.step == 0 or trickle.release.wait(trickle.pause):
+                        trickle.release.wait()  # stalled: hold the connection open
+                        return
+                    chunk = min(trickle.step, trickle.size - sent)
+                    self.wfile.write(b"w" * chunk)
+                    self.wfile.flush()
+                    sent += chunk
+
+        self.server, self.ca = start_https("trickle", Handler)
+
+    def url(self, name: str) -> str:
+        return f"https://127.0.0.1:{self.server.server_address[1]}/{name}"
+
+    def stop(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+
+
+def _env(trickle: _Trickle, tmp_path: Path) -> dict[str, str]:
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(trickle.ca)
+    return {"SSL_CERT_FILE": str(ca), "PATH": os.environ["PATH"]}
+
+
+def test_a_source_that_stops_sending_is_given_up_and_retried(tmp_path: Path) -> None:
+    trickle = _Trickle(size=300 * 1024, first=64 * 1024)
+    try:
+        code, summary, _ = load(
+            trickle.url("weights.bin"), tmp_path / "out", _env(trickle, tmp_path), stall_seconds=3
+        )
+    finally:
+        trickle.stop()
+    assert code == STALLED_EXIT_CODE and summary["permanent"] is False
+    assert summary["cause"].startswith("the source stopped sending: no data for 3s;")
+    assert (
+        "KiB" in summary["cause"] and "the retry fetches only what is missing" in summary["cause"]
+    )
+
+
+def test_a_slow_but_moving_source_never_trips_the_watchdog(tmp_path: Path) -> None:
+    # 16 KiB every 0.2 s: slow, but never 3 s without data.
+    trickle = _Trickle(size=256 * 1024, first=16 * 1024, step=16 * 1024, pause=0.2)
+    try:
+        code, summary, _ = load(
+            trickle.url("slow.bin"), tmp_path / "out", _env(trickle, tmp_path), stall_seconds=3
+        )
+    finally:
+        trickle.stop()
+    assert code == 0, summary
+    assert (tmp_path / "out" / "slow.bin").stat().st_size == 256 * 1024
+
+
+def test_the_watchdog_counts_any_progress() -> None:
+    clock = [0.0]
+    stats: dict[str, int] = {"bytes": 0, "listed": 0}
+    stopped: list[bool] = []
+    watchdog = StallWatchdog(10, lambda: stats, lambda: stopped.append(True), lambda: clock[0])
+    marker, since = progress_marker(stats), 0.0
+    for step in range(1, 30):  # a long listing: no bytes, entries listed
+        clock[0] = step
+        stats["listed"] = step * 100
+        marker, since = watchdog.check(marker, since)
+    assert not stopped
+    clock[0] += 10  # then silence
+    watchdog.check(marker, since)
+    assert stopped == [True] and watchdog.stalled is not None
+
+
+def test_the_job_passes_the_stall_timeout_to_rclone_loads_only() -> None:
+    config = Config.model_validate({"dataset": {"stall_timeout_seconds": 120}})
+    s3_args = loader_args(parse_data_source("s3://bucket/prefix"), False, config)
+    assert s3_args[s3_args.index("--stall-timeout") + 1] == "120"
+    assert "--stall-timeout" not in loader_args(parse_data_source("hf://org/model"), False, config)
