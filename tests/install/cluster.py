@@ -176,7 +176,7 @@ def start() -> InstallCluster:
             node=node,
             api=api,
             s3=S3Store(host=network.HOST),
-            provisioner=Provisioner(api, folder / "volumes", make_directories=True).start(),
+            provisioner=Provisioner(api, folder / "volumes", sized=True).start(),
             volumes=folder / "volumes",
         )
         cluster.apply(apiserver_address.policy(network.HOST, plane.port))

@@ -11,6 +11,7 @@ import base64
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +19,9 @@ import yaml
 from kubernetes import client
 
 from tests.install.cluster import IMAGE, NEXT_IMAGE, InstallCluster, wait_for
+from tests.world.node import network
 from tests.world.node.network import SUBNET
+from tests.world.stand_ins.trickle import Trickle
 
 BASE = "manifests"
 NS = "ml"
@@ -212,42 +215,112 @@ def test_a_dataset_is_loaded_and_its_consumer_reads_it(installed: InstallCluster
     assert finished(installed, "reader").split() == ['{"layers":', "12}", "4096"]
 
 
-def test_a_loader_that_cannot_start_is_named_on_its_pvc(installed: InstallCluster) -> None:
-    # A platform engineer names a trust ConfigMap for loaders; a namespace that lacks it gets a
-    # loader pod the kubelet cannot start (FailedMount), and the PVC says why.
-    config = installed.core.read_namespaced_config_map("gpu-admission", "gpu-admission")
-    original = config.data["config.yaml"]
-    settings = yaml.safe_load(original)
-    settings["dataset"]["trusted_ca_config_map"] = "corp-ca"
-    changed = yaml.safe_dump(settings)
-    installed.core.patch_namespaced_config_map(
-        "gpu-admission", "gpu-admission", {"data": {"config.yaml": changed}}
+def test_a_source_too_big_for_its_volume_fails_at_once_and_is_not_retried(
+    installed: InstallCluster,
+) -> None:
+    # 300 MB into a 4 MiB claim: the loader lists, compares, and stops before writing.
+    installed.s3.put("huge", {f"shard-{i}.bin": bytes(100_000_000) for i in range(3)})
+    _s3_secret(installed, "s3-huge")
+    claim = dataset_pvc("tiny", "s3://huge", "s3-huge")
+    claim["spec"]["resources"]["requests"]["storage"] = "4Mi"
+    installed.apply([claim])
+    phase = wait_for(
+        lambda: _annotations(installed, "tiny").get(f"{PREFIX}data-load-phase") == "Failed",
+        "the load to fail",
+        timeout=60,
     )
+    assert phase
+    claim_now = installed.core.read_namespaced_persistent_volume_claim("tiny", NS)
+    [loading] = [c for c in claim_now.status.conditions if c.type == "Loading"]
+    assert "the source holds 286 MiB; the volume has 4.0 MiB free: request a larger PVC" in (
+        loading.message
+    )
+    assert "trying again cannot fix this, so it was not retried" in loading.message
+    job = _annotations(installed, "tiny")[f"{PREFIX}data-load-job"]
+    status = client.BatchV1Api(installed.api).read_namespaced_job(job, NS).status
+    assert status.failed == 1  # one attempt, no retry
+    volume = installed.core.read_persistent_volume(claim_now.spec.volume_name)
+    written = sum(
+        f.stat().st_size for f in Path(volume.spec.host_path.path).rglob("*") if f.is_file()
+    )
+    assert written < 64 * 1024, f"{written} bytes written"
+
+
+@pytest.fixture(scope="module")
+def trust_and_stall(installed: InstallCluster) -> Iterator[Trickle]:
+    """What a platform engineer sets for loaders, applied as they would: the ConfigMap changed
+    and the controller restarted. Loaders trust the CA in each namespace's ConfigMap `corp-ca`,
+    give up after 5 s without data, and are retried once. Serves a stalling HTTPS file on the
+    pod network."""
+    config = installed.core.read_namespaced_config_map("gpu-admission", "gpu-admission")
+    settings = yaml.safe_load(config.data["config.yaml"])
+    settings["dataset"].update(
+        {"trusted_ca_config_map": "corp-ca", "stall_timeout_seconds": 5, "backoff_limit": 1}
+    )
+    installed.core.patch_namespaced_config_map(
+        "gpu-admission", "gpu-admission", {"data": {"config.yaml": yaml.safe_dump(settings)}}
+    )
+    installed.kubectl(
+        "-n", "gpu-admission", "rollout", "restart", "deployment/gpu-admission-controller"
+    )
+    installed.rolled_out("gpu-admission-controller")
+    trickle = Trickle(size=300 * 1024, first=64 * 1024, host=network.HOST)
     try:
-        installed.kubectl(
-            "-n", "gpu-admission", "rollout", "restart", "deployment/gpu-admission-controller"
-        )
-        installed.rolled_out("gpu-admission-controller")
-        installed.s3.put("corpus", {"a.txt": b"a\n"})
-        _s3_secret(installed, "s3-corpus")
-        installed.apply([dataset_pvc("corpus", "s3://corpus", "s3-corpus")])
-
-        def named() -> str | None:
-            claim = installed.core.read_namespaced_persistent_volume_claim("corpus", NS)
-            loading = [c for c in claim.status.conditions or [] if c.type == "Loading"]
-            message = loading[0].message if loading else ""
-            return message if "corp-ca" in (message or "") else None
-
-        message = wait_for(named, "the PVC to name the missing ConfigMap", timeout=180)
-        assert 'configmap "corp-ca"' in message.lower() or "corp-ca" in message
+        yield trickle
     finally:
-        installed.core.patch_namespaced_config_map(
-            "gpu-admission", "gpu-admission", {"data": {"config.yaml": original}}
-        )
-        installed.kubectl(
-            "-n", "gpu-admission", "rollout", "restart", "deployment/gpu-admission-controller"
-        )
-        installed.rolled_out("gpu-admission-controller")
+        trickle.stop()
+
+
+def _loading_message(cluster: InstallCluster, name: str, namespace: str = NS) -> str:
+    claim = cluster.core.read_namespaced_persistent_volume_claim(name, namespace)
+    loading = [c for c in claim.status.conditions or [] if c.type == "Loading"]
+    return (loading[0].message or "") if loading else ""
+
+
+def test_a_loader_that_cannot_start_is_named_on_its_pvc(
+    installed: InstallCluster, trust_and_stall: Trickle
+) -> None:
+    # This namespace has no `corp-ca`: the kubelet cannot mount it (FailedMount), and the PVC
+    # says why.
+    installed.s3.put("corpus", {"a.txt": b"a\n"})
+    _s3_secret(installed, "s3-corpus")
+    installed.apply([dataset_pvc("corpus", "s3://corpus", "s3-corpus")])
+    message = wait_for(
+        lambda: (
+            "corp-ca" in _loading_message(installed, "corpus")
+            and _loading_message(installed, "corpus")
+        ),
+        "the PVC to name the missing ConfigMap",
+        timeout=180,
+    )
+    assert 'configmap "corp-ca" not found' in message.lower() or "corp-ca" in message
+
+
+def test_a_source_that_stops_sending_is_given_up_and_said_on_the_pvc(
+    installed: InstallCluster, trust_and_stall: Trickle
+) -> None:
+    namespace = "web"
+    installed.namespace(namespace)
+    trust = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "corp-ca", "namespace": namespace},
+    }
+    installed.apply([{**trust, "data": {"ca.crt": trust_and_stall.ca.decode()}}])
+    claim = dataset_pvc("stalled", trust_and_stall.url("weights.bin"), "")
+    del claim["metadata"]["annotations"][f"{PREFIX}data-credentials"]
+    claim["metadata"]["namespace"] = namespace
+    installed.apply([claim])
+
+    def failed() -> str | None:
+        claim_now = installed.core.read_namespaced_persistent_volume_claim("stalled", namespace)
+        phase = (claim_now.metadata.annotations or {}).get(f"{PREFIX}data-load-phase")
+        return _loading_message(installed, "stalled", namespace) if phase == "Failed" else None
+
+    message = wait_for(failed, "the stalled load to fail after its retry", timeout=180)
+    assert "the source stopped sending: no data for 5s; 64.0 KiB of 300 KiB copied" in message
+    assert "it failed 2 times" in message  # the first attempt was retried
+    installed.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
 def test_an_upgrade_under_eight_writers_fails_no_create(installed: InstallCluster) -> None:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ from loaders.space import Needed, shortfall, still_to_fetch, with_margin
 from loaders.watchdog import StallWatchdog, progress_marker
 from tests.loaders.test_rclone import load, s3, s3_env  # noqa: F401  (the fixture)
 from tests.world.stand_ins.objectstores import S3Store
-from tests.world.stand_ins.tls_server import start_https
+from tests.world.stand_ins.trickle import Trickle
 
 pytestmark = pytest.mark.e2e  # real rclone, real filesystems, real waits
 
@@ -93,60 +91,14 @@ def test_still_to_fetch_skips_files_already_there_at_their_size(tmp_path: Path) 
     assert still_to_fetch(objects, tmp_path) == Needed(bytes=15, files=2, source_bytes=25)
 
 
-class _Trickle:
-    """An HTTPS file server: `first` bytes at once, then `step` bytes every `pause` seconds
-    (never, with step 0) until `size`; `release` lets a stalled answer end."""
-
-    def __init__(self, size: int, first: int, step: int = 0, pause: float = 0.0) -> None:
-        self.size, self.first, self.step, self.pause = size, first, step, pause
-        self.release = threading.Event()
-        trickle = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *_args: object) -> None:
-                pass
-
-            def _head(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Length", str(trickle.size))
-                self.send_header("Content-Type", "application/octet-stream")
-                self.end_headers()
-
-            def do_HEAD(self) -> None:
-                self._head()
-
-            def do_GET(self) -> None:
-                self._head()
-                sent = min(trickle.first, trickle.size)
-                self.wfile.write(b"w" * sent)
-                self.wfile.flush()
-                while sent < trickle.size:
-                    if trickle.step == 0 or trickle.release.wait(trickle.pause):
-                        trickle.release.wait()  # stalled: hold the connection open
-                        return
-                    chunk = min(trickle.step, trickle.size - sent)
-                    self.wfile.write(b"w" * chunk)
-                    self.wfile.flush()
-                    sent += chunk
-
-        self.server, self.ca = start_https("trickle", Handler)
-
-    def url(self, name: str) -> str:
-        return f"https://127.0.0.1:{self.server.server_address[1]}/{name}"
-
-    def stop(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-
-
-def _env(trickle: _Trickle, tmp_path: Path) -> dict[str, str]:
+def _env(trickle: Trickle, tmp_path: Path) -> dict[str, str]:
     ca = tmp_path / "ca.pem"
     ca.write_bytes(trickle.ca)
     return {"SSL_CERT_FILE": str(ca), "PATH": os.environ["PATH"]}
 
 
 def test_a_source_that_stops_sending_is_given_up_and_retried(tmp_path: Path) -> None:
-    trickle = _Trickle(size=300 * 1024, first=64 * 1024)
+    trickle = Trickle(size=300 * 1024, first=64 * 1024)
     try:
         code, summary, _ = load(
             trickle.url("weights.bin"), tmp_path / "out", _env(trickle, tmp_path), stall_seconds=3
@@ -162,7 +114,7 @@ def test_a_source_that_stops_sending_is_given_up_and_retried(tmp_path: Path) -> 
 
 def test_a_slow_but_moving_source_never_trips_the_watchdog(tmp_path: Path) -> None:
     # 16 KiB every 0.2 s: slow, but never 3 s without data.
-    trickle = _Trickle(size=256 * 1024, first=16 * 1024, step=16 * 1024, pause=0.2)
+    trickle = Trickle(size=256 * 1024, first=16 * 1024, step=16 * 1024, pause=0.2)
     try:
         code, summary, _ = load(
             trickle.url("slow.bin"), tmp_path / "out", _env(trickle, tmp_path), stall_seconds=3

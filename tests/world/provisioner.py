@@ -15,6 +15,7 @@ the volume object itself, as a provisioner deletes what it provisioned.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,17 @@ from kubernetes.client.exceptions import ApiException
 from tests.world.kubelet.watch import Watcher
 
 SYNC_TIMEOUT_SECONDS = 10
+_BINARY_SUFFIXES = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+_DECIMAL_SUFFIXES = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def quantity_bytes(quantity: str) -> int:
+    """A storage request's bytes: `4Mi`, `1Gi`, `500M`, `1048576`."""
+    for suffixes in (_BINARY_SUFFIXES, _DECIMAL_SUFFIXES):
+        for suffix, factor in suffixes.items():
+            if quantity.endswith(suffix):
+                return int(float(quantity[: -len(suffix)]) * factor)
+    return int(quantity)
 
 
 def volume_name(claim: dict[str, Any]) -> str:
@@ -33,13 +45,21 @@ def volume_name(claim: dict[str, Any]) -> str:
 
 class Provisioner:
     def __init__(
-        self, api_client: client.ApiClient, pvc_base_dir: Path, make_directories: bool = False
+        self,
+        api_client: client.ApiClient,
+        pvc_base_dir: Path,
+        make_directories: bool = False,
+        sized: bool = False,
     ) -> None:
         self._core: Any = client.CoreV1Api(api_client)
         self._base = Path(pvc_base_dir)
         # For a real kubelet: it mounts a hostPath as it is, with no fsGroup, so the directory is
         # made world-writable first, as local-path-provisioner does (`mkdir -m 0777`).
-        self._make_directories = make_directories
+        self._make_directories = make_directories or sized
+        # For a real kubelet too: each volume a filesystem of the claim's size (tmpfs), so the
+        # free space a pod sees is the claim's, as with a CSI driver's volume.
+        self._sized = sized
+        self._mounted: dict[str, Path] = {}  # claim uid -> its mount
         self._lock = threading.Lock()
         self._made: dict[str, str] = {}  # claim uid -> volume name
         self._watcher = Watcher(
@@ -54,6 +74,10 @@ class Provisioner:
 
     def stop(self) -> None:
         self._watcher.stop()
+        with self._lock:
+            mounts, self._mounted = list(self._mounted.values()), {}
+        for mount in mounts:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
 
     def _on_claim(self, event: str, claim: dict[str, Any]) -> None:
         meta, spec = claim.get("metadata") or {}, claim.get("spec") or {}
@@ -61,6 +85,9 @@ class Provisioner:
         if event == "DELETED":
             with self._lock:
                 name = self._made.pop(uid, None)
+                mount = self._mounted.pop(uid, None)
+            if mount is not None:
+                subprocess.run(["umount", "-l", str(mount)], check=False)
             if name is not None:
                 self._delete(name)
             return
@@ -74,6 +101,13 @@ class Provisioner:
         if self._make_directories:
             directory.mkdir(parents=True, exist_ok=True)
             directory.chmod(0o777)
+        if self._sized:
+            size = quantity_bytes(spec["resources"]["requests"]["storage"])
+            options = f"size={size},mode=0777"
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(directory)], check=True
+            )
+            self._mounted[uid] = directory
         volume = {
             "apiVersion": "v1",
             "kind": "PersistentVolume",

@@ -52,14 +52,15 @@ class TlsThreadingHTTPServer(ThreadingHTTPServer):
 
 
 def start_https(
-    name: str, handler: Callable[..., BaseHTTPRequestHandler]
+    name: str, handler: Callable[..., BaseHTTPRequestHandler], host: str = "127.0.0.1"
 ) -> tuple[TlsThreadingHTTPServer, bytes]:
-    """A server on 127.0.0.1 (a free port) with a certificate for 127.0.0.1 from a fresh private
-    CA, already serving in a daemon thread; (server, the CA bundle clients must trust)."""
-    bundle = issue_bundle(ServingSpec(name, "test", ips=["127.0.0.1"]))
+    """A server on `host` (127.0.0.1, or the pod network's address; a free port) with a
+    certificate for it from a fresh private CA, already serving in a daemon thread; (server, the
+    CA bundle clients must trust)."""
+    bundle = issue_bundle(ServingSpec(name, "test", ips=[host]))
     reloader = CertReloader()
     reloader.reload(bundle)
-    server = TlsThreadingHTTPServer(("127.0.0.1", 0), handler, reloader.context)
+    server = TlsThreadingHTTPServer((host, 0), handler, reloader.context)
     threading.Thread(target=server.serve_forever, daemon=True, name=f"{name}-https").start()
     return server, bundle.ca_bundle_pem
 
