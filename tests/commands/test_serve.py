@@ -3,6 +3,7 @@ HTTPS, and SIGTERM -> graceful exit 0. Plus the command line's usage and configu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,17 @@ def offline_environment() -> dict[str, str]:
     }
     env["GPU_ADMISSION_CERTS__EXTRA_IPS"] = '["127.0.0.1"]'
     return env
+
+
+@contextlib.contextmanager
+def reaped(process: subprocess.Popen[bytes]) -> Iterator[subprocess.Popen[bytes]]:
+    """The process, killed on the way out if the test left it running."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def wait_ready(url: str, context: ssl.SSLContext, process: subprocess.Popen[bytes]) -> None:
@@ -75,7 +88,7 @@ def test_serve_offline_answers_reviews_and_exits_0_on_sigterm(tmp_path):
             env=offline_environment(),
             cwd=ROOT,
         )
-        try:
+        with reaped(process):
             url = f"https://127.0.0.1:{port}"
             wait_ready(url, _context(cert_dir, process), process)
             request = urllib.request.Request(
@@ -91,10 +104,6 @@ def test_serve_offline_answers_reviews_and_exits_0_on_sigterm(tmp_path):
             assert "allowed" in answer["response"]
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=30) == 0
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
     lines = [json.loads(line) for line in log_path.read_text().splitlines() if line]
     messages = [line["message"] for line in lines]
     assert any("no kubeconfig and no in-cluster configuration" in m for m in messages)
@@ -196,7 +205,7 @@ def test_sigterm_while_waiting_for_the_api_server_stops_at_once(tmp_path):
         process = subprocess.Popen(
             argv, stdout=subprocess.DEVNULL, stderr=log_file, env=offline_environment(), cwd=ROOT
         )
-        try:
+        with reaped(process):
             deadline = time.monotonic() + START_TIMEOUT
             while "cannot be reached" not in log_path.read_text():
                 assert process.poll() is None, log_path.read_text()
@@ -204,10 +213,6 @@ def test_sigterm_while_waiting_for_the_api_server_stops_at_once(tmp_path):
                 time.sleep(0.1)  # polling a condition, bounded by the deadline
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=30) == 0
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
     messages = [json.loads(line)["message"] for line in log_path.read_text().splitlines() if line]
     assert any("connection refused" in m and "gpu-admission-tls" in m for m in messages)
     assert messages[-1] == "received SIGTERM while starting: stopped"

@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from certs.issue import issue_ca
+
 _DAY = datetime.timedelta(days=1)
 
 
@@ -50,38 +52,17 @@ def _write(
 
 
 class ClusterCA:
-    """A CA in `folder` (ca.crt, ca.key) that issues the cluster's certificates there."""
+    """A CA in `folder` (ca.crt, ca.key) that issues the cluster's certificates there. The CA
+    itself is the product's (`certs.issue.issue_ca`: signs end-entity certificates only)."""
 
     def __init__(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
-        self._key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        self._cert = (
-            x509.CertificateBuilder()
-            .subject_name(_name("gpu-admission-test-cluster-ca"))
-            .issuer_name(_name("gpu-admission-test-cluster-ca"))
-            .public_key(self._key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _DAY)
-            .not_valid_after(now + 30 * _DAY)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(self._key, hashes.SHA256())
-        )
+        cert_pem, key_pem = issue_ca(common_name="gpu-admission-test-cluster-ca")
+        self._cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+        assert isinstance(key, ec.EllipticCurvePrivateKey)
+        self._key = key
         self.pair = _write(folder, "ca", self._cert, self._key)
 
     def issue(
