@@ -24,7 +24,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -49,6 +49,7 @@ from controllers.dataset.records import (
 from controllers.dataset.slots import LoadSlots
 from controllers.dataset.snapshots import SnapshotKeeper
 from controllers.dataset.starts import LoaderStarts
+from controllers.dataset.summary import last_failure_cause
 from controllers.dataset.writes import ApiWriter, NamespaceTerminating
 from controllers.leader import LeaderElector
 from controllers.workqueue import RateLimitedQueue, ShutDown
@@ -368,6 +369,7 @@ class DatasetController:
             self.slots.running(excluding_pvc=key),
             limits.max_concurrent_loads,
             limits.capacity_requeue_seconds,
+            self._last_failure(pvc, jobs),
         )
         for name in plan.delete_jobs:
             await self.api.delete_job(pvc.namespace, name)
@@ -402,6 +404,16 @@ class DatasetController:
             assert self.waiting is not None
             for pod_key in self.waiting.waiting_for(pvc):
                 self._queue.add((POD, pod_key))
+
+    def _last_failure(self, pvc: PvcRecord, jobs: Iterable[JobRecord]) -> str | None:
+        """Why the current Job's last attempt failed, while it retries (from the informer's
+        loader pods: no API call)."""
+        if self.loader_pods is None:
+            return None
+        current = next((j for j in jobs if j.name == pvc.current_job), None)
+        if current is None or not current.failed or current.finished:
+            return None
+        return last_failure_cause(self.loader_pods.values(), current.name)
 
     async def _with_start_check(self, pvc: PvcRecord, plan: Plan, job: JobRecord) -> Plan:
         """A loader pod that cannot start is named on the PVC, in place of the progress."""

@@ -51,9 +51,11 @@ def decide(
     running_loads: int,
     max_running_loads: int,
     capacity_requeue_seconds: float,
+    last_failure: str | None = None,
 ) -> Plan:
     """`jobs`: the loader Jobs owned by this PVC (uid match). `running_loads`: unfinished loader
-    Jobs across the cluster, this PVC's excluded."""
+    Jobs across the cluster, this PVC's excluded. `last_failure`: the cause of the current Job's
+    last failed attempt, said while it retries."""
     own = [j for j in jobs if j.pvc_uid == pvc.uid]
     unfinished = [j for j in own if not j.finished]
     if pvc.deleting:
@@ -104,8 +106,9 @@ def decide(
         return Plan(phase=PHASE_FAILED, reason=PHASE_FAILED, finished_job=job)
     if job.started:
         shards = f" with {job.completions} shards" if job.completions > 1 else ""
+        why = f": {last_failure}" if last_failure else ""
         retrying = (
-            f" (retrying after {job.failed} transient failure{'s' if job.failed > 1 else ''})"
+            f" (retrying after {job.failed} transient failure{'s' if job.failed > 1 else ''}{why})"
             if job.failed
             else ""
         )

@@ -128,3 +128,13 @@ def failure_message(
         retried = f"it failed {attempts} time{'s' if attempts > 1 else ''}: transient failures "
         retried += "are retried automatically, this one did not go away"
     return f"loading {source} failed: {summary.get('cause', '')}; {retried}; {again}"
+
+
+def last_failure_cause(pods: Iterable[LoaderPod], job: str) -> str | None:
+    """The cause the newest failed attempt of `job` left in its summary (None: none yet)."""
+    failed = [p for p in pods if p.job == job and p.exit_code not in (None, 0)]
+    for pod in sorted(failed, key=lambda p: p.finished_at, reverse=True):
+        cause = (pod.summary() or {}).get("cause")
+        if isinstance(cause, str) and cause:
+            return cause
+    return None

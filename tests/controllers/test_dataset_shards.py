@@ -14,7 +14,12 @@ from controllers.dataset.jobspec import build_loader_job
 from controllers.dataset.progress import finished_progress
 from controllers.dataset.records import LoaderPod, count_indexes, loader_pod, pvc_record
 from controllers.dataset.status import status_patch
-from controllers.dataset.summary import SOURCE_CHANGED, failure_message, summary_from_pods
+from controllers.dataset.summary import (
+    SOURCE_CHANGED,
+    failure_message,
+    last_failure_cause,
+    summary_from_pods,
+)
 from gpu_admission.datasource import parse_data_source
 from gpu_admission.load_progress import LoadProgress, Progress, combine, from_stats, last_progress
 from tests.controllers.test_dataset_units import CONFIG, NAMES, PVC, job
@@ -266,3 +271,24 @@ def test_failure_messages_say_whether_it_was_retried_and_how_to_load_again() -> 
 def test_a_running_load_says_it_is_retrying() -> None:
     plan = decide(PVC, [job(started=True, active=1, failed=2)], 0, 5, 1.0)
     assert plan.message == "copying s3://data-1/x (retrying after 2 transient failures)"
+
+
+def test_a_retrying_load_says_why_its_last_attempt_failed() -> None:
+    cause = "the source stopped sending: no data for 10m; 1.0 GiB of 4.0 GiB copied"
+    plan = decide(PVC, [job(started=True, active=1, failed=1)], 0, 5, 1.0, cause)
+    assert plan.message == f"copying s3://data-1/x (retrying after 1 transient failure: {cause})"
+
+
+def test_the_last_failure_is_the_newest_failed_attempts_cause() -> None:
+    def attempt(name: str, finished: str, code: int | None, cause: str = "") -> LoaderPod:
+        message = json.dumps({"phase": "Failed", "cause": cause}) if cause else ""
+        return LoaderPod("ns", name, "dl-x", code, finished, message)
+
+    pods = [
+        attempt("a", "2026-11-25T10:00:00Z", 1, "the storage endpoint could not be reached"),
+        attempt("b", "2026-11-25T10:05:00Z", 1, "the source stopped sending: no data for 10m"),
+        attempt("c", "", None),  # the retry, running
+    ]
+    assert last_failure_cause(pods, "dl-x") == "the source stopped sending: no data for 10m"
+    assert last_failure_cause(pods, "dl-other") is None
+    assert last_failure_cause(pods[2:], "dl-x") is None
