@@ -134,10 +134,10 @@ async def test_a_loader_reads_a_private_bucket_with_only_its_projected_token(
     create_pvc(core, "keyless", "s3://private-keyless", credentials="s3-role")
     pvc = await wait_phase(core, "keyless", "Succeeded")
     assert tree(kubelet.pvc_dir(NS, "keyless")) == FILES
-    # The token reached STS, verified, for the right audience and ServiceAccount.
-    assert gate.exchanges == [
-        {"role": reader, "sub": SUBJECT, "aud": ["sts.amazonaws.com"], "outcome": "assumed"}
-    ]
+    # The token reached STS, verified, for the right audience and ServiceAccount: once for the
+    # size check's listing and once for the copy (each an rclone process of its own).
+    assumed = {"role": reader, "sub": SUBJECT, "aud": ["sts.amazonaws.com"], "outcome": "assumed"}
+    assert gate.exchanges == [assumed, assumed]
     [job] = jobs(kube_client)
     pod_spec = job["spec"]["template"]["spec"]
     assert pod_spec["automountServiceAccountToken"] is False
