@@ -150,12 +150,13 @@ def run_load(
                 shard = plan_shard(objects, shard_index, shard_count)
                 label = f"shard {shard.index + 1} of {shard.count}: "
                 refused = _too_big(shard.objects, dest, out, label)
-                if refused:
+                if refused:  # nothing more: no file list, and above all no pruning
                     exit_code, failure = PERMANENT_EXIT_CODE, (refused, True)
-                scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="load-"))
-                files_from = str(Path(scratch) / "files")
-                write_file_list(shard, Path(files_from))
-                if sync and shard.index == 0 and Path(dest).is_dir():
+                else:
+                    scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="load-"))
+                    files_from = str(Path(scratch) / "files")
+                    write_file_list(shard, Path(files_from))
+                if not refused and sync and shard.index == 0 and Path(dest).is_dir():
                     # A filtered sync deletes nothing outside its part: one shard prunes.
                     removed = prune(Path(dest), (o.path for o in objects))
                     out.write(json.dumps({"level": "notice", "msg": f"pruned {removed} files"}))

@@ -58,6 +58,18 @@ def test_a_source_too_big_for_its_volume_fails_at_once_and_for_good(
     assert not any(small_volume.iterdir())  # nothing was written
 
 
+def test_a_refused_shard_prunes_nothing(s3: S3Store, small_volume: Path) -> None:  # noqa: F811
+    # Shard 0 of a mirroring load prunes what the source lacks; refused, it must touch nothing.
+    s3.put("mirror", {f"part-{i}.bin": bytes([i]) * (3 * MiB) for i in range(4)}, public=True)
+    (small_volume / "kept.txt").write_bytes(b"not in the source\n")
+    code, summary, _ = load(
+        "s3://mirror", small_volume, s3_env(s3), sync=True, shard_index=0, shard_count=2
+    )
+    assert code == PERMANENT_EXIT_CODE, summary
+    assert summary["cause"].startswith("shard 1 of 2: the source holds 6.0 MiB")
+    assert (small_volume / "kept.txt").read_bytes() == b"not in the source\n"
+
+
 def test_a_retry_counts_only_what_is_missing(s3: S3Store, small_volume: Path) -> None:  # noqa: F811
     # 3 MiB against 2 MiB free would be refused; an earlier attempt left 2 MiB of it there.
     files = {f"part-{i}.bin": bytes([i]) * MiB for i in range(3)}
