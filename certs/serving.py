@@ -92,14 +92,14 @@ class ServingCertificates:
         while True:
             try:
                 await self._load_once()
-            except ApiException as error:
-                if unreachable_reason(error) is None:
-                    raise CertificateError(self._refused(error)) from None
-                await self._wait_for_api(error, delay)
             except Exception as error:
-                if unreachable_reason(error) is None:
+                reason = unreachable_reason(error)
+                if reason is None:
+                    if isinstance(error, ApiException):
+                        raise CertificateError(self._refused(error)) from None
                     raise
-                await self._wait_for_api(error, delay)
+                API_SERVER.lost(self, reason, f"the serving certificate ({self._where()})")
+                await asyncio.sleep(delay)  # back-off between attempts, not synchronisation
             else:
                 API_SERVER.answered(self)
                 return
@@ -121,11 +121,6 @@ class ServingCertificates:
             f"server answered HTTP {error.status} {error.reason or ''}".rstrip()
             + f"; {hint}"
         )
-
-    async def _wait_for_api(self, error: BaseException, delay: float) -> None:
-        reason = unreachable_reason(error) or type(error).__name__
-        API_SERVER.lost(self, reason, f"the serving certificate ({self._where()})")
-        await asyncio.sleep(delay)  # back-off between attempts, not synchronisation
 
     async def _load_once(self) -> None:
         stored = await asyncio.to_thread(self.store.load)
