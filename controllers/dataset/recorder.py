@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from controllers.dataset.decide import REASON_SOURCE_CHANGED, Plan
@@ -22,9 +22,19 @@ from gpu_admission.names import PHASE_FAILED, PHASE_SUCCEEDED, Names
 # far apart, before settling it with a LIST.
 SUMMARY_WAITS, SUMMARY_WAIT_SECONDS = 10, 0.5
 # A reconcile that runs before the PVC informer shows our last status write (the Job's own
-# event often wins that race) would write the same thing again; within this many seconds of a
-# write, a PVC that still looks exactly as it did before it is taken to be that lag.
+# event often wins that race) would write the same thing again, and announce a finished load
+# twice. The informer lags when it shows a version of the PVC that one of our own writes
+# replaced: the one a write was based on, or the one an earlier write of ours made (a progress
+# write whose echo arrives after the final write). Trusted for this many seconds after a write.
 ECHO_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    replaced: frozenset[str]  # resourceVersions our writes replaced: a record with one lags
+    made: str  # the resourceVersion our last write made
+    wanted: tuple[str, ...]  # what it wrote
+    at: float
 
 
 def pvc_ref(pvc: PvcRecord) -> dict[str, str]:
@@ -54,8 +64,7 @@ class LoadRecorder:
         self._deadline = deadline_seconds
         self._retry_later = retry_later
         self._summary_waits: dict[str, int] = {}  # job key -> passes without its pod's outcome
-        # pvc key -> (the record our last write was based on, what it wrote, when)
-        self._written: dict[str, tuple[PvcRecord, tuple[str, ...], float]] = {}
+        self._written: dict[str, _Written] = {}  # pvc key -> our writes the informer may lag
 
     async def record(self, pvc: PvcRecord, plan: Plan) -> None:
         """One status write (condition and annotations) when anything changes; on a finished
@@ -108,9 +117,10 @@ class LoadRecorder:
         )
         if patch is None:
             return
-        if not await self.api.patch_pvc_status(pvc.namespace, pvc.name, patch):
+        made = await self.api.patch_pvc_status(pvc.namespace, pvc.name, patch)
+        if made is None:
             return  # gone, or re-created: its own events will come
-        self._written[pvc.key] = (pvc, wanted, time.monotonic())
+        self._remember(pvc, made, wanted)
         if not finished:
             return
         if plan.phase == PHASE_SUCCEEDED:
@@ -127,11 +137,23 @@ class LoadRecorder:
         written = self._written.get(pvc.key)
         if written is None:
             return False
-        before, what, at = written
-        if pvc != before or time.monotonic() - at > ECHO_SECONDS:
+        if (
+            pvc.resource_version not in written.replaced
+            or time.monotonic() - written.at > ECHO_SECONDS
+        ):
             del self._written[pvc.key]  # caught up, changed by someone else, or too old
             return False
-        return what == wanted
+        return written.wanted == wanted
+
+    def _remember(self, pvc: PvcRecord, made: str, wanted: tuple[str, ...]) -> None:
+        if not made or not pvc.resource_version:
+            self._written.pop(pvc.key, None)  # nothing to tell lag by
+            return
+        replaced = {pvc.resource_version}
+        earlier = self._written.get(pvc.key)  # still here: this write was based on a lagging view
+        if earlier is not None:
+            replaced |= earlier.replaced | {earlier.made}
+        self._written[pvc.key] = _Written(frozenset(replaced), made, wanted, time.monotonic())
 
     def forget(self, key: str) -> None:
         """The PVC is gone: drop what was remembered about its writes."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_admission.datasource import content_key, loader_job_name
@@ -48,6 +48,9 @@ class PvcRecord:
     token: TokenRequest | None = None  # a keyless Google credential's token, as the webhook saw it
     sha256: str | None = None  # a single web file's expected digest (data-sha256)
     include: str | None = None  # a hub source's file patterns (data-include)
+    # Which version of the PVC this is: tells an informer that lags behind our own status write
+    # from one that caught up. Not compared: a new version alone is no change to act on.
+    resource_version: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:
@@ -146,6 +149,7 @@ def pvc_record(
         token=_token(annotations, names),
         sha256=(annotations.get(names.data_sha256) or "").strip().lower() or None,
         include=(annotations.get(names.data_include) or "").strip() or None,
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 

@@ -50,6 +50,12 @@ def _terminating(exc: ApiException) -> bool:
     return False
 
 
+def _resource_version(answer: bytes) -> str:
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        return str(json.loads(answer)["metadata"]["resourceVersion"])
+    return ""
+
+
 class ApiWriter:
     def __init__(self, api_client: ApiClient, identity: str, threads: int) -> None:
         self.core = CoreV1Api(api_client)
@@ -66,9 +72,10 @@ class ApiWriter:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(call, *args, **kwargs))
 
-    async def _write(self, namespace: str, call: Callable[..., Any], *args: Any) -> None:
+    async def _write(self, namespace: str, call: Callable[..., Any], *args: Any) -> bytes:
         try:
-            await self._run(write, call, *args)
+            body: bytes = await self._run(write, call, *args)
+            return body
         except ApiException as exc:
             if _terminating(exc):
                 raise NamespaceTerminating(namespace) from None
@@ -92,16 +99,17 @@ class ApiWriter:
             if exc.status != 404:
                 raise
 
-    async def patch_pvc_status(self, namespace: str, name: str, body: dict[str, Any]) -> bool:
-        """False when the PVC is gone, or is another one under the same name (uid mismatch)."""
+    async def patch_pvc_status(self, namespace: str, name: str, body: dict[str, Any]) -> str | None:
+        """The resourceVersion the write gave the PVC ("" if the answer lacks one); None when
+        the PVC is gone, or is another one under the same name (uid mismatch)."""
         call = self.core.patch_namespaced_persistent_volume_claim_status
         try:
-            await self._write(namespace, call, name, namespace, body)
+            answer = await self._write(namespace, call, name, namespace, body)
         except ApiException as exc:
             if exc.status in (404, 409):
-                return False
+                return None
             raise
-        return True
+        return _resource_version(answer)
 
     async def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> bool:
         """False when the pod is gone (404) or the patch's test failed (422: stale view)."""
