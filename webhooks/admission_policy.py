@@ -17,7 +17,8 @@ Facts this relies on, from kube-apiserver's sources (staging/src/k8s.io/apiserve
 plugin/policy/validating): a failed validation's message is `ValidatingAdmissionPolicy 'P' with
 binding 'B' denied request: M`, reason Invalid (422) unless the validation names another; a
 messageExpression result longer than 5 KiB, or with a newline, falls back to `message`. The
-Kubernetes CEL library's `isInteger()` is Go's `Quantity.AsInt64()` (whole and within int64).
+Kubernetes CEL library's `isInteger()` is Go's `Quantity.AsInt64()` (whole and within int64 for
+the values at or below 1 it is asked of).
 """
 
 from __future__ import annotations

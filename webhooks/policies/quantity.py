@@ -78,7 +78,10 @@ def _parse_text(value: str) -> Fraction | None:
 
 
 def is_int64(quantity: Fraction) -> bool:
-    """Go's `Quantity.AsInt64` succeeds: a whole number within int64 (CEL's `isInteger()`)."""
+    """A whole number within int64: CEL's `isInteger()` (Go's `Quantity.AsInt64`) for every
+    value at or below 1 as the API server hands it on (its canonical form: `1000m` arrives as
+    `1`). Above 1 they part (Go keeps `1Ei` as a big decimal, not an int64), which is why the
+    policies ask it only of values at or below 1 (tests/real_api/test_cel_agreement.py)."""
     return quantity.denominator == 1 and _INT64[0] <= quantity <= _INT64[1]
 
 
