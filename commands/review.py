@@ -13,19 +13,19 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any, TextIO
 
 import yaml
 
+from commands.review_applied import AppliedView, applied_state, exempted_by
 from commands.review_inputs import (
     UsageError,
-    WithManifestClaims,
     live_state,
     load_cluster_state,
     load_documents,
     manifest_claims,
 )
-from gpu_admission.cluster.view import ClusterView, StaticClusterView
+from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config, ConfigError, load_config
 from webhooks.offline_review import (
     POD_CHECKS_POLICY,
@@ -135,14 +135,19 @@ async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         state = load_cluster_state(args.cluster_state, config)
     else:
         state = ClusterState(StaticClusterView(), set())
-    claims = manifest_claims(documents)
-    if claims:
-        view = cast(ClusterView, WithManifestClaims(state.view, claims))
-        state = ClusterState(view, state.exempt_namespaces, state.resolver)
+    # Reviewed in the order given, each against what the objects before it created.
+    view = AppliedView(state.view, manifest_claims(documents))
+    state = applied_state(state, view)
+    results = []
     try:
-        results = [
-            await review_document(d, policies, state, config, args.pod_checks) for d in documents
-        ]
+        for document in documents:
+            result = await review_document(document, policies, state, config, args.pod_checks)
+            results.append(result)
+            if result.allowed:
+                view.applied(result.document.obj)
+                exempted = exempted_by(result.document.obj, config.exempt_label)
+                if exempted is not None:
+                    state.exempt_namespaces.add(exempted)
     finally:
         if live is not None:
             live.stop()

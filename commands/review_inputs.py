@@ -18,7 +18,6 @@ from gpu_admission.cluster.dra import (
     resource_claim_template_info,
 )
 from gpu_admission.cluster.view import (
-    ClusterView,
     StaticClusterView,
     node_info,
     pvc_info,
@@ -120,25 +119,6 @@ def load_cluster_state(path: Path, config: Config) -> ClusterState:
         if ((ns.get("metadata") or {}).get("labels") or {}).get(config.exempt_label) == "true"
     }
     return ClusterState(view, exempt)
-
-
-class WithManifestClaims:
-    """The cluster view, plus the ResourceClaims and templates among the reviewed manifests."""
-
-    def __init__(self, base: ClusterView, claims: Iterable[ClaimInfo]) -> None:
-        self._base = base
-        self._claims = {(c.kind, c.namespace, c.name): c for c in claims}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._base, name)
-
-    def resource_claim(self, namespace: str, name: str) -> ClaimInfo | None:
-        found = self._claims.get(("ResourceClaim", namespace, name))
-        return found or self._base.resource_claim(namespace, name)
-
-    def resource_claim_template(self, namespace: str, name: str) -> ClaimInfo | None:
-        found = self._claims.get(("ResourceClaimTemplate", namespace, name))
-        return found or self._base.resource_claim_template(namespace, name)
 
 
 def manifest_claims(documents: Iterable[Document]) -> list[ClaimInfo]:

@@ -1,0 +1,113 @@
+"""`gpu-admission review` takes its input as `kubectl apply -f` would: an object earlier in the
+input exists for the objects after it, and only if it was admitted."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import yaml
+
+from commands.cli import main
+from gpu_admission.config import Config
+
+SECRET = """
+apiVersion: v1
+kind: Secret
+metadata: {name: s3-reader, namespace: ml}
+type: aws-credential
+stringData:
+  AWS_ACCESS_KEY_ID: AKIAIOSFODNN7EXAMPLE
+  AWS_SECRET_ACCESS_KEY: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY
+"""
+# The required secret key misspelt: refused, so never created.
+BAD_SECRET = SECRET.replace("AWS_SECRET_ACCESS_KEY", "AWS_SECRET_KEY")
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: trainer, namespace: ml}
+spec:
+  selector: {matchLabels: {app: trainer}}
+  template:
+    metadata:
+      labels: {app: trainer}
+      annotations: {gpu-admission.io/cloud-credentials: s3-reader}
+    spec:
+      containers: [{name: app, image: python:3.12}]
+"""
+SERVICE_ACCOUNT = """
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: reader
+  namespace: ml
+  annotations: {gpu-admission.io/cloud-credentials: s3-reader}
+"""
+SA_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: uses-sa, namespace: ml}
+spec:
+  serviceAccountName: reader
+  containers: [{name: app, image: python:3.12}]
+"""
+MISSING = 'Secret "s3-reader" (named by the pod annotation'
+
+
+def review(*documents: str) -> tuple[int, list[dict], str]:
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdin, sys.stdout, sys.stderr
+    sys.stdin, sys.stdout, sys.stderr = io.StringIO("---\n".join(documents)), out, err
+    try:
+        code = main(["review", "-f", "-"])
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = old
+    return code, [d for d in yaml.safe_load_all(out.getvalue()) if d], err.getvalue()
+
+
+def env_names(printed: list[dict], kind: str) -> set[str]:
+    obj = next(o for o in printed if o["kind"] == kind)
+    spec = obj["spec"]["template"]["spec"] if kind == "Deployment" else obj["spec"]
+    return {e["name"] for e in spec["containers"][0].get("env") or []}
+
+
+def test_a_secret_before_its_user_exists_for_it() -> None:
+    code, printed, err = review(SECRET, DEPLOYMENT)
+    assert code == 0, err
+    assert MISSING not in err
+    assert "AWS_ACCESS_KEY_ID" in env_names(printed, "Deployment")  # the template got them
+
+
+def test_a_secret_after_its_user_does_not_exist_yet() -> None:
+    code, _, err = review(DEPLOYMENT, SECRET)
+    assert code == 1
+    assert MISSING in err and "does not exist" in err
+
+
+def test_a_refused_secret_is_never_created() -> None:
+    code, _, err = review(BAD_SECRET, DEPLOYMENT)
+    assert code == 1
+    assert MISSING in err and "does not exist" in err
+    assert "wJalrXUtnFEMI" not in err
+
+
+def test_a_service_account_before_its_pods_binds_them_to_its_credentials() -> None:
+    code, printed, err = review(SECRET, SERVICE_ACCOUNT, SA_POD)
+    assert code == 0, err
+    assert "AWS_ACCESS_KEY_ID" in env_names(printed, "Pod")  # the ServiceAccount's credentials
+    code, printed, err = review(SECRET, SA_POD, SERVICE_ACCOUNT)
+    assert code == 0, err
+    assert "AWS_ACCESS_KEY_ID" not in env_names(printed, "Pod")  # no ServiceAccount yet
+
+
+def test_a_namespace_before_its_pods_exempts_them() -> None:
+    namespace = f"""
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: ml
+  labels: {{{Config().exempt_label}: "true"}}
+"""
+    code, _, err = review(namespace, DEPLOYMENT)
+    assert code == 0, err
+    assert "namespace ml is exempt" in err
