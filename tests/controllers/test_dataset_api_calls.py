@@ -22,6 +22,12 @@ pytestmark = pytest.mark.e2e  # its loads run real loaders (from the image where
 PVCS = r"/namespaces/ml/persistentvolumeclaims"
 
 
+def event_reasons(core: client.CoreV1Api, name: str) -> list[str]:
+    """The reasons of the controller's events about object `name` (read after the counting)."""
+    listed = core.list_namespaced_event(NS, field_selector=f"involvedObject.name={name}").items
+    return sorted(e.reason for e in listed if e.reporting_component == "gpu-admission")
+
+
 @pytest.fixture
 def core(kube_client: client.ApiClient) -> client.CoreV1Api:
     for name in (NS, "gpu-admission", "doomed"):
@@ -69,7 +75,7 @@ async def test_a_load_costs_one_job_status_writes_and_two_events_and_no_reads(
         )
         elapsed = time.monotonic() - began
         events = await eventually(
-            lambda: kube_api.faults.request_count("POST", r"/namespaces/ml/events$") >= 2,
+            lambda: "LoadSucceeded" in event_reasons(core, "counted"),
             what="the LoadSucceeded event",
         )
         assert events
@@ -84,7 +90,10 @@ async def test_a_load_costs_one_job_status_writes_and_two_events_and_no_reads(
     assert 1 <= writes <= 3 + progress_writes, f"{writes} status writes in {elapsed:.1f} s"
     assert count("PATCH", rf"{PVCS}/counted$") == 0  # no separate annotation write
     assert count("GET", rf"{PVCS}/counted$") == 0  # nothing read before writing
-    assert count("POST", r"/namespaces/ml/events$") == 2  # LoadStarted, LoadSucceeded
+    # Events about this PVC alone: the shared API server may hold other tests' objects, which
+    # this controller also reconciles (and may record events about) when it starts.
+    assert event_reasons(core, "counted") == ["LoadStarted", "LoadSucceeded"]
+    assert count("POST", r"/namespaces/ml/events$") >= 2  # sent as they happened, not batched
     # The summary came from the loader pod informer, not from a LIST per finished load.
     assert listed == []
 
