@@ -11,11 +11,13 @@ from pathlib import Path
 from kubernetes import client
 
 from tests.e2e.datasets import NS, kubelet_images
+from tests.support.waits import while_running
 from tests.world.kubelet.node import FakeKubelet
 from tests.world.namespaces import namespace_ready
 from tests.world.provisioner import Provisioner
 
 NODE = "journey-node"
+SCHEDULABLE_SECONDS = 60
 
 
 def workload_namespace(api: client.ApiClient) -> client.CoreV1Api:
@@ -33,7 +35,9 @@ def node_agent(
     volume_source: Callable[[str, str, Path], None] | None = None,
 ) -> Iterator[FakeKubelet]:
     """A Ready node whose pods run here; `volume_source` fills a new claim's volume (a
-    snapshot restore)."""
+    snapshot restore). Returns once the scheduler may place pods on it: kube-controller-manager
+    has lifted the not-ready taint every new Node starts with (until then a journey's first pod
+    is briefly unschedulable, and the controller rightly says so)."""
     provisioner = Provisioner(api, pvc_base).start()
     node = FakeKubelet(
         api,
@@ -44,6 +48,13 @@ def node_agent(
     )
     try:
         node.start()
+        core = client.CoreV1Api(api)
+        while_running(
+            lambda: not core.read_node(NODE).spec.taints,
+            f"node {NODE} to lose its not-ready taint",
+            {},
+            SCHEDULABLE_SECONDS,
+        )
         yield node
     finally:
         node.stop()
