@@ -129,15 +129,22 @@ class InstallCluster:
         self.plane.stop()
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 120.0) -> Any:
-    """`check()`'s first truthy value, polled until `timeout`."""
+def wait_for(
+    check: Callable[[], Any],
+    what: str,
+    timeout: float = 120.0,
+    diagnosis: Callable[[], str] | None = None,
+) -> Any:
+    """`check()`'s first truthy value, polled until `timeout`; on time out, `diagnosis()` (what
+    a person would look at) goes into the failure."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+            seen = f":\n{diagnosis()}" if diagnosis is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{seen}")
         time.sleep(0.2)  # polling a condition, bounded by the deadline
 
 

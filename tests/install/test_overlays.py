@@ -97,7 +97,12 @@ def test_policy_reports_name_a_pod_that_predates_the_install(
             if any(res.get("name") == "train" for res in r.get("resources") or [])
         ]
 
-    results = wait_for(report_on_train, "the PolicyReport to name pod train", timeout=120)
+    results = wait_for(
+        report_on_train,
+        "the PolicyReport to name pod train",
+        timeout=120,
+        diagnosis=install_cluster.diagnosis,
+    )
     guard = [r for r in results if r["policy"] == "gpu-env-guard"]
     assert guard and guard[0]["result"] == "fail"
     assert 'container "trainer"' in guard[0]["message"]

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from tests.support.waits import while_running
 from tests.world import control_plane
 from tests.world.harness import KUBECTL
 from tests.world.namespaces import namespace_ready
@@ -81,3 +83,31 @@ def apply_base(kubectl: Kubectl) -> None:
 
     docs = [d for d in render("manifests") if d.get("kind") not in WEBHOOK_KINDS]
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    # The server applies a policy a moment after it is written (its own informers): until then
+    # a dry run admits what the real create a moment later refuses.
+    while_running(
+        lambda: _pod_policy_in_force(kubectl),
+        "kube-apiserver to apply the base's pod policy",
+        {},
+        POLICY_WAIT_SECONDS,
+    )
+
+
+POLICY_WAIT_SECONDS = 60
+# Two time-sliced GPUs in one container: the base's ValidatingAdmissionPolicy refuses it.
+_REFUSED_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "policy-probe", "namespace": "default"},
+    "spec": {
+        "containers": [
+            {"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu.shared": "2"}}}
+        ]
+    },
+}
+
+
+def _pod_policy_in_force(kubectl: Kubectl) -> bool:
+    probe = json.dumps(_REFUSED_POD)
+    done = kubectl("create", "--dry-run=server", "-f", "-", stdin=probe, check=False)
+    return "ValidatingAdmissionPolicy 'gpu-admission-pods'" in done.stderr
