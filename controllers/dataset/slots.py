@@ -1,13 +1,14 @@
 """Load slots: how many loads run cluster-wide, and creating a loader Job only under the limit.
 
-A Job this controller created is counted from the moment the create returns, before the Job
+A Job this controller creates is counted from the moment its create is sent, before the Job
 informer shows it (`launched`), so a burst of reconciles never overshoots
-`dataset.max_concurrent_loads`; counting and creating happen under one lock.
+`dataset.max_concurrent_loads`. Counting and reserving happen in one step of the event loop (no
+await between them); the creates themselves overlap, up to the writer's thread pool
+(`dataset.reconcile_workers`), so a burst is written as fast as a plain client would write it.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from controllers.dataset.decide import REASON_WAITING_FOR_CAPACITY, Plan
@@ -25,8 +26,7 @@ class LoadSlots:
     def __init__(self, api: ApiWriter, config: Config, metrics: DatasetMetrics) -> None:
         self.api, self.config, self.metrics = api, config, metrics
         self.index = JobIndex()
-        self._launched: set[str] = set()  # Jobs created but not yet seen by the informer
-        self._lock = asyncio.Lock()
+        self._launched: set[str] = set()  # Jobs being created, or not yet seen by the informer
         self.jobs: Informer[JobRecord] | None = None
 
     def reset(self, jobs: Informer[JobRecord]) -> None:
@@ -45,28 +45,34 @@ class LoadSlots:
     def running(self, excluding_pvc: str | None = None) -> int:
         """Unfinished loads (this PVC's excluded); also keeps the gauge current."""
         assert self.jobs is not None
-        seen = {key for key in self._launched if self.jobs.get(key) is not None}
-        self._launched -= self.index.running_keys() | seen
+        # Launched Jobs the informer shows now are counted by the index (or finished).
+        self._launched = {key for key in self._launched if self.jobs.get(key) is None}
         self.metrics.loads_running.set(self.index.running() + len(self._launched))
         return self.index.running(excluding_pvc) + len(self._launched)
 
     async def launch(self, pvc: PvcRecord, plan: Plan) -> tuple[Plan, bool]:
         """Create the loader Job, unless the load limit says wait; (plan, created)."""
         limits = self.config.dataset
-        async with self._lock:  # count and create together: never over the limit
-            running = self.running(excluding_pvc=pvc.key)
-            if running >= limits.max_concurrent_loads:
-                waiting = Plan(
-                    phase=plan.phase,
-                    reason=REASON_WAITING_FOR_CAPACITY,
-                    message=f"waiting: {running} loads are running (at most "
-                    f"{limits.max_concurrent_loads} at once)",
-                    requeue_after=limits.capacity_requeue_seconds,
-                )
-                return waiting, False
+        # Count and reserve with no await between: no other reconcile can count in between.
+        running = self.running(excluding_pvc=pvc.key)
+        if running >= limits.max_concurrent_loads:
+            waiting = Plan(
+                phase=plan.phase,
+                reason=REASON_WAITING_FOR_CAPACITY,
+                message=f"waiting: {running} loads are running (at most "
+                f"{limits.max_concurrent_loads} at once)",
+                requeue_after=limits.capacity_requeue_seconds,
+            )
+            return waiting, False
+        key = f"{pvc.namespace}/{pvc.current_job}"
+        self._launched.add(key)
+        try:
             created = await self.api.create_job(pvc.namespace, self._job(pvc))
-            if created:
-                self._launched.add(f"{pvc.namespace}/{pvc.current_job}")
+        except BaseException:
+            self._launched.discard(key)  # nothing was made: give the slot back
+            raise
+        # Not created (409): it exists already, made by an earlier pass; it stays counted until
+        # the informer shows it.
         return plan, created
 
     def _job(self, pvc: PvcRecord) -> dict[str, Any]:
