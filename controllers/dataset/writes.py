@@ -2,7 +2,9 @@
 
 Calls run on the controller's own bounded thread pool (one thread per reconcile worker, as many
 pooled connections), so a burst is written in parallel without opening a connection per call.
-Each write reads its answer to the end (`controllers.api.write`) so the connection goes back to
+The writes of every load (Job creates, PVC status patches, Events, gate releases) go out as JSON
+bytes (`controllers.raw_writes`: no model objects, 429s waited out); the rarer ones through the
+generated methods, each read to its end (`controllers.api.write`) so the connection goes back to
 the pool. A write refused because its namespace is being deleted raises NamespaceTerminating:
 that work is dropped, not retried.
 """
@@ -24,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from controllers.api import write
 from controllers.dataset.status import now_rfc3339
+from controllers.raw_writes import JSON, JSON_PATCH, STRATEGIC_MERGE, RawWriter
 from gpu_admission.cluster.informer import describe_error
 from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SNAPSHOT_VERSION
 
@@ -62,6 +65,7 @@ class ApiWriter:
         self.batch = BatchV1Api(api_client)
         self.custom = CustomObjectsApi(api_client)
         self.storage = StorageV1Api(api_client)
+        self.raw = RawWriter(api_client)
         self.identity = identity
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dataset-api")
 
@@ -81,10 +85,21 @@ class ApiWriter:
                 raise NamespaceTerminating(namespace) from None
             raise
 
+    async def _raw(
+        self, namespace: str, method: str, path: str, body: Any, content_type: str = JSON
+    ) -> bytes:
+        try:
+            answer: bytes = await self._run(self.raw.request, method, path, body, content_type)
+            return answer
+        except ApiException as exc:
+            if _terminating(exc):
+                raise NamespaceTerminating(namespace) from None
+            raise
+
     async def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
         """False when the Job exists already (made by an earlier pass: adopt it)."""
         try:
-            await self._write(namespace, self.batch.create_namespaced_job, namespace, body)
+            await self._raw(namespace, "POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", body)
         except ApiException as exc:
             if exc.status == 409:
                 return False
@@ -102,9 +117,9 @@ class ApiWriter:
     async def patch_pvc_status(self, namespace: str, name: str, body: dict[str, Any]) -> str | None:
         """The resourceVersion the write gave the PVC ("" if the answer lacks one); None when
         the PVC is gone, or is another one under the same name (uid mismatch)."""
-        call = self.core.patch_namespaced_persistent_volume_claim_status
+        path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}/status"
         try:
-            answer = await self._write(namespace, call, name, namespace, body)
+            answer = await self._raw(namespace, "PATCH", path, body, STRATEGIC_MERGE)
         except ApiException as exc:
             if exc.status in (404, 409):
                 return None
@@ -114,7 +129,8 @@ class ApiWriter:
     async def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> bool:
         """False when the pod is gone (404) or the patch's test failed (422: stale view)."""
         try:
-            await self._write(namespace, self.core.patch_namespaced_pod, name, namespace, ops)
+            path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+            await self._raw(namespace, "PATCH", path, ops, JSON_PATCH)
         except ApiException as exc:
             if exc.status in (404, 422):
                 return False
@@ -239,7 +255,8 @@ class ApiWriter:
             "count": 1,
         }
         try:
-            await self._run(write, self.core.create_namespaced_event, ref["namespace"], body)
+            path = f"/api/v1/namespaces/{ref['namespace']}/events"
+            await self._run(self.raw.request, "POST", path, body)
         except ApiException as exc:
             log.info(
                 "no event %s on %s/%s: %s",

@@ -1,0 +1,93 @@
+"""RawWriter against the real kube-apiserver (through the fault proxy, which plays the 429s that
+priority and fairness gives a client over its share)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from controllers.raw_writes import STRATEGIC_MERGE, RawWriter, retry_after_seconds
+from tests.world.namespaces import namespace_ready
+
+NS = "raw-writes"
+CONFIGMAPS = rf"/api/v1/namespaces/{NS}/configmaps"
+
+
+def config_map(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "1"}}
+
+
+class Clock:
+    """Sleeps taken, not slept: the waits are the figure under test."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def writer(kube_api, kube_client) -> tuple[RawWriter, Clock]:
+    namespace_ready(kube_client, NS)
+    clock = Clock()
+    return RawWriter(kube_client, max_retries=3, clock=clock, sleep=clock.sleep), clock
+
+
+def test_a_write_is_the_real_servers_answer(writer, kube_client) -> None:
+    raw, _ = writer
+    made = json.loads(raw.request("POST", CONFIGMAPS, config_map("plain")))
+    assert made["metadata"]["resourceVersion"]
+    patch = {"metadata": {"labels": {"patched": "yes"}}}
+    raw.request("PATCH", f"{CONFIGMAPS}/plain", patch, STRATEGIC_MERGE)
+    stored = client.CoreV1Api(kube_client).read_namespaced_config_map("plain", NS)
+    assert stored.metadata.labels == {"patched": "yes"} and stored.data == {"a": "1"}
+
+
+def test_a_429_is_waited_out_and_slows_every_writer(writer, kube_api) -> None:
+    raw, clock = writer
+    kube_api.faults.fail("POST", rf"{CONFIGMAPS}$", code=429, times=2, retry_after=2)
+    raw.request("POST", CONFIGMAPS, config_map("throttled"))
+    assert kube_api.faults.request_count("POST", rf"{CONFIGMAPS}$") == 3
+    assert raw.throttled == 2 and clock.slept == [2.0, 2.0]
+    # A later write of any kind waits until the last Retry-After has passed: here it has.
+    raw.request("POST", CONFIGMAPS, config_map("after"))
+    assert clock.slept == [2.0, 2.0]
+
+
+def test_past_its_retries_a_429_is_raised_and_nothing_is_written(writer, kube_api) -> None:
+    raw, _ = writer
+    kube_api.faults.fail("POST", rf"{CONFIGMAPS}$", code=429, times=None, retry_after=1)
+    with pytest.raises(ApiException) as raised:
+        raw.request("POST", CONFIGMAPS, config_map("never"))
+    kube_api.faults.clear()
+    assert raised.value.status == 429 and raised.value.headers["Retry-After"] == "1"
+    assert kube_api.faults.request_count("POST", rf"{CONFIGMAPS}$") == 4  # 1 + 3 retries
+    with pytest.raises(ApiException) as missing:
+        raw.request("PATCH", f"{CONFIGMAPS}/never", {"data": {}}, STRATEGIC_MERGE)
+    assert missing.value.status == 404
+
+
+def test_a_refusal_carries_the_servers_reason(writer) -> None:
+    raw, _ = writer
+    bad = config_map("Not_A_Name")
+    with pytest.raises(ApiException) as raised:
+        raw.request("POST", CONFIGMAPS, bad)
+    assert raised.value.status == 422
+    assert "Not_A_Name" in json.loads(raised.value.body)["message"]
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [("3", 3.0), (None, 1.0), ("soon", 1.0), ("-4", 0.0), ("86400", 30.0), ("nan", 1.0)],
+)
+def test_retry_after_is_read_as_bounded_seconds(header: str | None, seconds: float) -> None:
+    assert retry_after_seconds(header) == seconds
