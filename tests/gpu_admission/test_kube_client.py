@@ -13,6 +13,7 @@ from gpu_admission.cluster.kube import (
     ClusterConfigError,
     api_client,
     has_cluster_config,
+    throttled_refresh,
 )
 
 
@@ -46,8 +47,11 @@ def test_in_cluster_service_account_reaches_the_cluster(kube_api, kube_client, t
     api = api_client(None, environ=environ, token_file=str(token), cert_file=str(kube_api.ca_path))
     try:
         assert api.configuration.host == kube_api.url
-        review = client.AuthenticationV1Api(api).create_self_subject_review({})
-        assert review.status.user_info.username == "system:serviceaccount:default:default"
+        hook = api.configuration.refresh_api_key_hook
+        for _ in range(3):  # each request runs the hook, which installs the loader's again
+            review = client.AuthenticationV1Api(api).create_self_subject_review({})
+            assert review.status.user_info.username == "system:serviceaccount:default:default"
+        assert api.configuration.refresh_api_key_hook is hook  # still the throttled one
     finally:
         api.close()
 
@@ -76,3 +80,21 @@ def test_an_unusable_kubeconfig_says_what_to_check(tmp_path):
     path.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
     with pytest.raises(ClusterConfigError, match=r"cannot be used.*current-context"):
         api_client(path)
+
+
+def test_the_token_refresh_hook_runs_at_most_once_a_second():
+    now = [0.0]
+    runs: list[float] = []
+
+    class Configuration:
+        refresh_api_key_hook: object = None
+
+    def loader_hook(configuration: Configuration) -> None:
+        runs.append(now[0])
+        configuration.refresh_api_key_hook = loader_hook  # as both loaders do, each time
+
+    configuration = Configuration()
+    configuration.refresh_api_key_hook = throttled_refresh(loader_hook, 1.0, lambda: now[0])
+    for now[0] in (0.0, 0.2, 0.9, 1.0, 1.5, 2.5):
+        configuration.refresh_api_key_hook(configuration)  # type: ignore[operator]
+    assert runs == [0.0, 1.0, 2.5]
