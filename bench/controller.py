@@ -43,8 +43,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from bench.bare_jobs import job_burst, loader_jobs
+
 NS = "datasets"
 BASELINE_NS = "baseline"
+BARE_NS = "bare-jobs"
 SOURCE = "s3://bench-data/{i}"
 LEASE_NS = "gpu-admission"
 CHILD_TIMEOUT = 60.0
@@ -268,7 +271,7 @@ def run_cluster(args: argparse.Namespace) -> int:
         kubeconfig = kubeconfig_through(proxy, plane.kubeconfig)
         api = config.new_client_from_config(str(plane.kubeconfig))
         core: Any = client.CoreV1Api(api)  # raw responses: the client's stubs do not say so
-        for namespace in (NS, BASELINE_NS, LEASE_NS):
+        for namespace in (NS, BASELINE_NS, BARE_NS, LEASE_NS):
             core.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
         started = time.monotonic()
         if args.state:
@@ -312,11 +315,10 @@ def run_cluster(args: argparse.Namespace) -> int:
 
 
 async def controller_main(args: argparse.Namespace) -> None:
-    from kubernetes import config as kube_config
-
     from controllers.dataset import DatasetController
+    from gpu_admission.cluster.kube import api_client
 
-    api = kube_config.new_client_from_config(args.kubeconfig)
+    api = api_client(Path(args.kubeconfig))  # as `gpu-admission controller` builds it
     controller = DatasetController(
         api, bench_config(args.max_loads, args.workers, args.prefix), identity="bench"
     )
@@ -378,7 +380,29 @@ async def controller_main(args: argparse.Namespace) -> None:
 
 def run_controller(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    asyncio.run(controller_main(args))
+    if args.profile is None:
+        asyncio.run(controller_main(args))
+        return 0
+    import cProfile
+    import pstats
+
+    # Every thread's own profile (the informers' and the API writers' threads too), merged.
+    profiles: list[cProfile.Profile] = []
+    thread_run = threading.Thread.run
+
+    def profiled_run(self: threading.Thread) -> None:
+        profile = cProfile.Profile(time.thread_time)  # CPU, not waiting
+        profiles.append(profile)
+        profile.runcall(thread_run, self)
+
+    threading.Thread.run = profiled_run  # type: ignore[method-assign]
+    main_profile = cProfile.Profile(time.thread_time)
+    main_profile.runcall(asyncio.run, controller_main(args))
+    merged = pstats.Stats(main_profile)
+    for profile in profiles:
+        with contextlib.suppress(TypeError):  # a thread that never ran anything
+            merged.add(profile)
+    merged.dump_stats(args.profile)
     return 0
 
 
@@ -499,6 +523,8 @@ def burst(args: argparse.Namespace) -> dict[str, Any]:
         kubeconfig = apiserver.message()["kubeconfig"]
         controller_argv = ["child-controller", "--kubeconfig", kubeconfig, "--prefix", args.prefix]
         controller_argv += ["--max-loads", str(args.max_loads), "--workers", str(args.workers)]
+        if args.profile is not None:
+            controller_argv += ["--profile", str(args.profile)]
         with child(controller_argv) as controller:
             controller.message()  # imported
             synced = controller.message()
@@ -520,6 +546,9 @@ def burst(args: argparse.Namespace) -> dict[str, Any]:
             controller_cpu = cpu_seconds(controller.process.pid) - controller_cpu
             watch.close()
             controller_rss = rss_mib(controller.process.pid)
+            print(f"bare client: {args.pvcs} loader Jobs from {args.threads} threads")
+            bodies = loader_jobs(args.pvcs, BARE_NS, bench_config(1, 1, args.prefix))
+            bare_seconds = job_burst(kubeconfig, BARE_NS, bodies, args.threads)
     seen = watch.seen
     missing = sorted(set(created) - set(seen))
     latencies = [seen[name] - created[name] for name in created if name in seen]
@@ -535,6 +564,8 @@ def burst(args: argparse.Namespace) -> dict[str, Any]:
         "jobs_seen": len(seen),
         "jobs_missing": len(missing),
         "all_jobs_seen_seconds_after_burst": (max(seen.values()) - end) if seen else None,
+        "bare_client_jobs_seconds": bare_seconds,
+        "last_job_over_bare_client": ((max(seen.values()) - end) / bare_seconds) if seen else None,
         "jobs_before_burst_end": sum(1 for v in after_burst if v < 0),
         "job_minus_pvc_created": summary_ms(latencies) if latencies else None,
         "job_minus_burst_end": summary_ms(after_burst) if after_burst else None,
@@ -579,6 +610,12 @@ def print_burst(f: dict[str, Any]) -> None:
         + f" (total {sum(per_pvc.values()):.2f})"
     )
     print(f"controller CPU per PVC: {1000 * f['controller_cpu_seconds'] / f['pvcs']:.2f} ms")
+    if f["all_jobs_seen_seconds_after_burst"] is not None:
+        print(
+            f"last Job {f['all_jobs_seen_seconds_after_burst']:.2f} s after the burst; bare client "
+            f"{f['pvcs']} Jobs in {f['bare_client_jobs_seconds']:.2f} s; "
+            f"ratio {f['last_job_over_bare_client']:.2f}"
+        )
     print(
         f"CPU from the burst's start to the last Job ({f['wall_seconds']:.1f} s): API server "
         f"{f['apiserver_cpu_seconds']:.1f} s, controller {f['controller_cpu_seconds']:.1f} s"
@@ -587,6 +624,28 @@ def print_burst(f: dict[str, Any]) -> None:
         f"RSS: controller {f['controller_rss_mib']:.1f} MiB, "
         f"API server {f['apiserver_rss_mib']:.1f} MiB"
     )
+
+
+HEADLINE = (
+    ("controller CPU per PVC (ms)", lambda f: 1000 * f["controller_cpu_seconds"] / f["pvcs"]),
+    ("last Job after the burst (s)", lambda f: f["all_jobs_seen_seconds_after_burst"]),
+    ("bare client's Job burst (s)", lambda f: f["bare_client_jobs_seconds"]),
+    ("ratio of the two", lambda f: f["last_job_over_bare_client"]),
+)
+
+
+def print_rounds(rounds: list[dict[str, Any]]) -> None:
+    """The four headline figures over the rounds: median and spread (min to max)."""
+    import statistics
+
+    print(f"over {len(rounds)} rounds: median (min - max)")
+    for label, figure in HEADLINE:
+        values = [v for v in (figure(f) for f in rounds) if v is not None]
+        if values:
+            print(
+                f"  {label:30} {statistics.median(values):7.2f} "
+                f"({min(values):.2f} - {max(values):.2f})"
+            )
 
 
 # -- parent: memory ---------------------------------------------------------------------------
@@ -664,12 +723,16 @@ def parser() -> argparse.ArgumentParser:
     controller = argparse.ArgumentParser(add_help=False, parents=[shared])
     controller.add_argument("--workers", type=int, default=4, help="controller reconcile workers")
     controller.add_argument("--max-loads", type=int, default=2000, help="max_concurrent_loads")
+    controller.add_argument(
+        "--profile", type=Path, help="write the controller's cProfile statistics here"
+    )
     run = argparse.ArgumentParser(add_help=False, parents=[controller])
     run.add_argument("--json", type=Path, help="also write the figures here")
     run.add_argument("--timeout", type=float, default=120.0, help="seconds to wait at most")
     burst_options = argparse.ArgumentParser(add_help=False)
     burst_options.add_argument("--pvcs", type=int, default=1000)
     burst_options.add_argument("--threads", type=int, default=8, help="client threads writing")
+    burst_options.add_argument("--rounds", type=int, default=1, help="bursts, each on a new server")
     memory_options = argparse.ArgumentParser(add_help=False)
     memory_options.add_argument("--watched", type=int, default=10_000)
     memory_options.add_argument(
@@ -707,8 +770,15 @@ def main(argv: list[str] | None = None) -> int:
         return children[args.command](args)
     figures: dict[str, Any] = {}
     if args.command in ("all", "burst"):
-        figures["burst"] = burst(args)
-        print_burst(figures["burst"])
+        rounds = []
+        for number in range(args.rounds):
+            if args.rounds > 1:
+                print(f"-- round {number + 1} of {args.rounds}")
+            rounds.append(burst(args))
+            print_burst(rounds[-1])
+        figures["burst"] = rounds[0] if len(rounds) == 1 else rounds
+        if len(rounds) > 1:
+            print_rounds(rounds)
     if args.command in ("all", "memory"):
         figures["memory"] = memory(args)
         print_memory(figures["memory"])

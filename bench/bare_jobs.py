@@ -1,0 +1,76 @@
+"""The bare-client baseline for the controller's burst: the same number of loader Jobs, of the
+shape the controller makes (`build_loader_job`), created by plain client threads as fast as the
+API server takes them, in the same run and against the same API server. What the controller
+adds on top of this (watching, deciding, recording) is its own cost."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+SOURCE = "s3://bench-data/{i}"
+
+
+def loader_jobs(count: int, namespace: str, config: Any) -> list[dict[str, Any]]:
+    """`count` loader Job bodies as the controller would make them for fresh dataset PVCs, the
+    data-load label set to `bare` (same size) so that the running controller ignores them."""
+    from controllers.dataset.jobspec import build_loader_job
+    from gpu_admission.datasource import loader_job_name, parse_data_source
+
+    label = config.names.data_load_label
+    bodies = []
+    for i in range(count):
+        name, uid, source = f"bare-{i:05d}", str(uuid.uuid4()), SOURCE.format(i=i)
+        body = build_loader_job(
+            job_name=loader_job_name(name, uid, source),
+            pvc_namespace=namespace,
+            pvc_name=name,
+            pvc_uid=uid,
+            source=parse_data_source(source),
+            secret=None,
+            sync=False,
+            config=config,
+        )
+        for meta in (body["metadata"], body["spec"]["template"]["metadata"]):
+            meta["labels"][label] = "bare"
+        bodies.append(body)
+    return bodies
+
+
+def job_burst(kubeconfig: str, namespace: str, bodies: list[dict[str, Any]], threads: int) -> float:
+    """Create the Jobs from `threads` threads (one API client and connection each, opened before
+    the clock starts); the seconds from the first create to the last one's answer."""
+    from kubernetes import client, config
+
+    clients: list[Any] = [
+        client.BatchV1Api(config.new_client_from_config(kubeconfig)) for _ in range(threads)
+    ]
+    for batch in clients:
+        batch.list_namespaced_job(namespace, limit=1, _preload_content=False)
+    failures: list[BaseException] = []
+    go = threading.Barrier(threads + 1)
+
+    def writer(index: int) -> None:
+        batch = clients[index]
+        go.wait()
+        try:
+            for body in bodies[index::threads]:
+                batch.create_namespaced_job(namespace, body, _preload_content=False).data  # noqa: B018
+        except BaseException as exc:  # handed to the caller
+            failures.append(exc)
+
+    workers = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    go.wait()
+    started = time.monotonic()
+    for worker in workers:
+        worker.join()
+    seconds = time.monotonic() - started
+    for batch in clients:
+        batch.api_client.close()
+    if failures:
+        raise failures[0]
+    return seconds
