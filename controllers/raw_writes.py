@@ -17,6 +17,7 @@ it later, so no write is lost.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,8 @@ JSON_PATCH = "application/json-patch+json"
 REQUEST_TIMEOUT_SECONDS = 30.0
 DEFAULT_RETRY_AFTER_SECONDS = 1.0
 MAX_RETRY_AFTER_SECONDS = 30.0
+
+log = logging.getLogger(__name__)
 
 
 def retry_after_seconds(value: str | None) -> float:
@@ -110,4 +113,12 @@ class RawWriter:
     def _back_off(self, seconds: float) -> None:
         with self._lock:
             self.throttled += 1
-            self._not_before = max(self._not_before, self._clock() + seconds)
+            now = self._clock()
+            quiet = self._not_before <= now  # the first 429 of a new throttled spell
+            self._not_before = max(self._not_before, now + seconds)
+        if quiet:
+            log.warning(
+                "the API server throttles this controller (HTTP 429): writes wait %.0f s; "
+                "if this persists, raise its priority-and-fairness share",
+                seconds,
+            )

@@ -52,12 +52,14 @@ def test_a_write_is_the_real_servers_answer(writer, kube_client) -> None:
     assert stored.metadata.labels == {"patched": "yes"} and stored.data == {"a": "1"}
 
 
-def test_a_429_is_waited_out_and_slows_every_writer(writer, kube_api) -> None:
+def test_a_429_is_waited_out_and_slows_every_writer(writer, kube_api, caplog) -> None:
     raw, clock = writer
     kube_api.faults.fail("POST", rf"{CONFIGMAPS}$", code=429, times=2, retry_after=2)
     raw.request("POST", CONFIGMAPS, config_map("throttled"))
     assert kube_api.faults.request_count("POST", rf"{CONFIGMAPS}$") == 3
     assert raw.throttled == 2 and clock.slept == [2.0, 2.0]
+    said = [r.getMessage() for r in caplog.records if "HTTP 429" in r.getMessage()]
+    assert len(said) == 2  # once per throttled spell: each wait here ends before the next 429
     # A later write of any kind waits until the last Retry-After has passed: here it has.
     raw.request("POST", CONFIGMAPS, config_map("after"))
     assert clock.slept == [2.0, 2.0]
