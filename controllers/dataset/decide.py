@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from controllers.dataset.records import JobRecord, PvcRecord
-from gpu_admission.datasource import DataSourceError, parse_data_source
 from gpu_admission.load_progress import LoadProgress
 from gpu_admission.names import PHASE_FAILED, PHASE_LOADING, PHASE_PENDING, PHASE_SUCCEEDED
 
@@ -62,14 +61,12 @@ def decide(
         return Plan(delete_jobs=tuple(j.name for j in unfinished if not j.deleting))
     current_name = pvc.current_job
     stale = [j for j in unfinished if j.name != current_name]
-    try:
-        parse_data_source(pvc.source)
-    except DataSourceError as exc:
+    if pvc.source_error is not None:
         return Plan(
             delete_jobs=tuple(j.name for j in unfinished if not j.deleting),
             phase=PHASE_FAILED,
             reason=REASON_INVALID_SOURCE,
-            message=str(exc),
+            message=pvc.source_error,
         )
     if pvc.shards_error and not any(j.name == current_name for j in own):
         return Plan(  # the webhook was bypassed; a running load keeps its shards

@@ -7,7 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_admission.datasource import content_key, loader_job_name
+from gpu_admission.datasource import (
+    DataSource,
+    content_key,
+    loader_job_name,
+    parse_data_source,
+)
 from gpu_admission.keyless import TokenRequest, path_problem
 from gpu_admission.load_parallelism import load_parallelism
 from gpu_admission.names import LOADING_CONDITION, PHASE_SUCCEEDED, Names
@@ -51,20 +56,30 @@ class PvcRecord:
     # Which version of the PVC this is: tells an informer that lags behind our own status write
     # from one that caught up. Not compared: a new version alone is no change to act on.
     resource_version: str = field(default="", compare=False)
+    # Derived once, when the record is made (the informer's transform), not on every read:
+    # what the load copies, the Job that loads it, and the source parsed (or why it cannot be).
+    content: str = field(init=False, compare=False, repr=False)
+    current_job: str = field(init=False, compare=False, repr=False)
+    parsed_source: DataSource | None = field(init=False, compare=False, repr=False)
+    source_error: str | None = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # `content`: the source and the digest it must have (a new one is a new load, and
+        # another entry in the cache).
+        content = content_key(self.source, self.sha256, self.include)
+        object.__setattr__(self, "content", content)
+        job = loader_job_name(self.name, self.uid, content, self.retry)
+        object.__setattr__(self, "current_job", job)
+        try:
+            parsed, error = parse_data_source(self.source), None
+        except ValueError as exc:  # DataSourceError, with what to do
+            parsed, error = None, str(exc)
+        object.__setattr__(self, "parsed_source", parsed)
+        object.__setattr__(self, "source_error", error)
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
-
-    @property
-    def content(self) -> str:
-        """What the load copies: the source, and the digest it must have (a new one is a new
-        load, and another entry in the cache)."""
-        return content_key(self.source, self.sha256, self.include)
-
-    @property
-    def current_job(self) -> str:
-        return loader_job_name(self.name, self.uid, self.content, self.retry)
 
     @property
     def loaded(self) -> bool:

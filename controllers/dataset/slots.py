@@ -19,7 +19,7 @@ from controllers.dataset.records import JobRecord, PvcRecord
 from controllers.dataset.writes import ApiWriter
 from gpu_admission.cluster.informer import Informer
 from gpu_admission.config import Config
-from gpu_admission.datasource import parse_data_source
+from gpu_admission.datasource import DataSource
 
 
 class LoadSlots:
@@ -82,7 +82,7 @@ class LoadSlots:
             pvc_namespace=pvc.namespace,
             pvc_name=pvc.name,
             pvc_uid=pvc.uid,
-            source=parse_data_source(pvc.source),
+            source=_parsed(pvc),
             secret=pvc.credentials,
             sync=pvc.sync or limits.sync_delete,
             config=self.config,
@@ -91,3 +91,9 @@ class LoadSlots:
             sha256=pvc.sha256,
             include=pvc.include,
         )
+
+
+def _parsed(pvc: PvcRecord) -> DataSource:
+    # decide() plans no load for a source that does not parse (it fails the PVC instead).
+    assert pvc.parsed_source is not None, pvc.source_error
+    return pvc.parsed_source

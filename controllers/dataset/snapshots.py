@@ -32,7 +32,7 @@ from gpu_admission.cluster.snapshots import (
     snapshot_informer,
 )
 from gpu_admission.config import Config
-from gpu_admission.datasource import DataSourceError, content_key, parse_data_source
+from gpu_admission.datasource import content_key
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +48,8 @@ def snapshot_name(job_name: str) -> str:
 def content_cache_key(pvc: PvcRecord, commit: str | None) -> str | None:
     """The cache key of what a loaded PVC holds: a hub source at the commit it resolved to
     (None when that is not known), anything else as named."""
-    try:
-        source = parse_data_source(pvc.source)
-    except DataSourceError:
+    source = pvc.parsed_source
+    if source is None:
         return None
     if source.scheme != "hf":
         return cache_key(pvc.content, pvc.credentials)
