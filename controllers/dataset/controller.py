@@ -160,6 +160,7 @@ class DatasetController:
             await self._elector.stop()  # stops the work, then releases the Lease
         else:
             await self._stop_leading()
+        await self.api.drain()  # the Events of the last reconciles
         self.api.close()
 
     def readiness(self) -> list[str]:

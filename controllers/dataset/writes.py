@@ -33,6 +33,8 @@ from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SNAPSHOT_VERSION
 log = logging.getLogger(__name__)
 
 COMPONENT = "gpu-admission"
+EVENT_THREADS = 2
+EVENT_DRAIN_SECONDS = 5.0
 
 
 class NamespaceTerminating(Exception):
@@ -68,9 +70,17 @@ class ApiWriter:
         self.raw = RawWriter(api_client)
         self.identity = identity
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dataset-api")
+        self._events = ThreadPoolExecutor(EVENT_THREADS, thread_name_prefix="dataset-events")
+        self._sending: set[asyncio.Future[None]] = set()
+
+    async def drain(self, timeout: float = EVENT_DRAIN_SECONDS) -> None:
+        """Wait (a bounded while) for the Events still being sent: a clean stop keeps them."""
+        if self._sending:
+            await asyncio.wait(set(self._sending), timeout=timeout)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._events.shutdown(wait=False, cancel_futures=True)
 
     async def _run(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -234,7 +244,9 @@ class ApiWriter:
         return json.loads(response.data).get("items") or []  # type: ignore[no-any-return]
 
     async def event(self, ref: dict[str, str], kind: str, reason: str, message: str) -> None:
-        """A core/v1 Event; failing to record one never fails the reconcile."""
+        """A core/v1 Event, sent in the background on a pool of its own: the reconcile does not
+        wait for it, and a burst of Events never queues ahead of Job creates. Failing to record
+        one never fails the reconcile."""
         now = now_rfc3339()
         body = {
             "apiVersion": "v1",
@@ -254,14 +266,24 @@ class ApiWriter:
             "lastTimestamp": now,
             "count": 1,
         }
+        path = f"/api/v1/namespaces/{ref['namespace']}/events"
+        sent = asyncio.get_running_loop().run_in_executor(
+            self._events, self._post_event, path, body
+        )
+        self._sending.add(sent)
+        sent.add_done_callback(self._sending.discard)
+
+    def _post_event(self, path: str, body: dict[str, Any]) -> None:
         try:
-            path = f"/api/v1/namespaces/{ref['namespace']}/events"
-            await self._run(self.raw.request, "POST", path, body)
+            self.raw.request("POST", path, body)
         except ApiException as exc:
+            ref = body["involvedObject"]
             log.info(
                 "no event %s on %s/%s: %s",
-                reason,
+                body["reason"],
                 ref["namespace"],
                 ref["name"],
                 describe_error(exc),
             )
+        except Exception:  # a connection error: the Event is lost, the load is not
+            log.exception("no event %s", body["reason"])
