@@ -63,7 +63,7 @@ class RawWriter:
         self._clock, self._sleep = clock, sleep
         self._lock = threading.Lock()
         self._not_before = 0.0  # no request before this (clock) time: a 429's Retry-After
-        self.throttled = 0  # 429 answers seen, for tests and metrics
+        self.throttled = 0  # 429 answers seen (the tests read it)
 
     def request(self, method: str, path: str, body: Any, content_type: str = JSON) -> bytes:
         """The answer's body; ApiException for an error status (after a 429's retries)."""

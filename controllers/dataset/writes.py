@@ -17,7 +17,7 @@ import functools
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -61,6 +61,17 @@ def _resource_version(answer: bytes) -> str:
     return ""
 
 
+@contextlib.contextmanager
+def _dropped_if_terminating(namespace: str) -> Iterator[None]:
+    """A write refused because its namespace is being deleted raises NamespaceTerminating."""
+    try:
+        yield
+    except ApiException as exc:
+        if _terminating(exc):
+            raise NamespaceTerminating(namespace) from None
+        raise
+
+
 class ApiWriter:
     def __init__(self, api_client: ApiClient, identity: str, threads: int) -> None:
         self.core = CoreV1Api(api_client)
@@ -86,25 +97,16 @@ class ApiWriter:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(call, *args, **kwargs))
 
-    async def _write(self, namespace: str, call: Callable[..., Any], *args: Any) -> bytes:
-        try:
-            body: bytes = await self._run(write, call, *args)
-            return body
-        except ApiException as exc:
-            if _terminating(exc):
-                raise NamespaceTerminating(namespace) from None
-            raise
+    async def _write(self, namespace: str, call: Callable[..., Any], *args: Any) -> None:
+        with _dropped_if_terminating(namespace):
+            await self._run(write, call, *args)
 
     async def _raw(
         self, namespace: str, method: str, path: str, body: Any, content_type: str = JSON
     ) -> bytes:
-        try:
+        with _dropped_if_terminating(namespace):
             answer: bytes = await self._run(self.raw.request, method, path, body, content_type)
-            return answer
-        except ApiException as exc:
-            if _terminating(exc):
-                raise NamespaceTerminating(namespace) from None
-            raise
+        return answer
 
     async def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
         """False when the Job exists already (made by an earlier pass: adopt it)."""
