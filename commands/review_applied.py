@@ -10,10 +10,10 @@ are read from the whole input, as before: the scheduler, not admission, waits fo
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from typing import Any, cast
 
+from commands.review_inputs import in_namespace
 from gpu_admission.cluster.dra import ClaimInfo
 from gpu_admission.cluster.view import (
     ClusterView,
@@ -50,9 +50,8 @@ class AppliedView:
         kind = obj.get("kind")
         if kind not in ("Secret", "ServiceAccount", "PersistentVolumeClaim"):
             return
-        obj = copy.deepcopy(obj)
-        meta = obj.setdefault("metadata", {}) or {}
-        meta.setdefault("namespace", "default")
+        obj = in_namespace(obj)
+        meta = obj["metadata"]
         key = (meta["namespace"], str(meta.get("name") or ""))
         if kind == "Secret":
             self._secrets[key] = secret_info(obj)

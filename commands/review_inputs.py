@@ -121,15 +121,21 @@ def load_cluster_state(path: Path, config: Config) -> ClusterState:
     return ClusterState(view, exempt)
 
 
+def in_namespace(obj: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a manifest's object with its namespace set (`default` when it names none), as
+    `kubectl apply` creates it."""
+    obj = copy.deepcopy(obj)
+    meta = obj["metadata"] = obj.get("metadata") or {}
+    meta.setdefault("namespace", "default")
+    return obj
+
+
 def manifest_claims(documents: Iterable[Document]) -> list[ClaimInfo]:
     claims = []
     for document in documents:
         convert = CLAIM_KINDS.get(str(document.obj.get("kind")))
         if convert is not None:
-            obj = copy.deepcopy(document.obj)
-            meta = obj.setdefault("metadata", {}) or {}
-            meta.setdefault("namespace", "default")
-            claims.append(convert(obj))
+            claims.append(convert(in_namespace(document.obj)))
     return claims
 
 
