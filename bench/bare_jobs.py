@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 SOURCE = "s3://bench-data/{i}"
@@ -39,6 +40,32 @@ def loader_jobs(count: int, namespace: str, config: Any) -> list[dict[str, Any]]
     return bodies
 
 
+def in_threads(work: Callable[[int], None], threads: int) -> tuple[float, float]:
+    """Run `work(index)` on `threads` threads released together; (start, end) on the monotonic
+    clock, from their release to the last one's return. The first failure is raised."""
+    failures: list[BaseException] = []
+    go = threading.Barrier(threads + 1)
+
+    def run(index: int) -> None:
+        go.wait()
+        try:
+            work(index)
+        except BaseException as exc:  # handed to the caller
+            failures.append(exc)
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    go.wait()
+    started = time.monotonic()
+    for worker in workers:
+        worker.join()
+    ended = time.monotonic()
+    if failures:
+        raise failures[0]
+    return started, ended
+
+
 def job_burst(kubeconfig: str, namespace: str, bodies: list[dict[str, Any]], threads: int) -> float:
     """Create the Jobs from `threads` threads (one API client and connection each, opened before
     the clock starts); the seconds from the first create to the last one's answer."""
@@ -49,28 +76,14 @@ def job_burst(kubeconfig: str, namespace: str, bodies: list[dict[str, Any]], thr
     ]
     for batch in clients:
         batch.list_namespaced_job(namespace, limit=1, _preload_content=False)
-    failures: list[BaseException] = []
-    go = threading.Barrier(threads + 1)
 
-    def writer(index: int) -> None:
-        batch = clients[index]
-        go.wait()
-        try:
-            for body in bodies[index::threads]:
-                batch.create_namespaced_job(namespace, body, _preload_content=False).data  # noqa: B018
-        except BaseException as exc:  # handed to the caller
-            failures.append(exc)
+    def create(index: int) -> None:
+        for body in bodies[index::threads]:
+            clients[index].create_namespaced_job(namespace, body, _preload_content=False).data  # noqa: B018
 
-    workers = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    go.wait()
-    started = time.monotonic()
-    for worker in workers:
-        worker.join()
-    seconds = time.monotonic() - started
-    for batch in clients:
-        batch.api_client.close()
-    if failures:
-        raise failures[0]
-    return seconds
+    try:
+        started, ended = in_threads(create, threads)
+    finally:
+        for batch in clients:
+            batch.api_client.close()
+    return ended - started

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from bench.bare_jobs import job_burst, loader_jobs
+from bench.bare_jobs import in_threads, job_burst, loader_jobs
 
 NS = "datasets"
 BASELINE_NS = "baseline"
@@ -426,34 +426,21 @@ def write_burst(
     for core in clients:  # open each keep-alive connection before the clock starts
         core.list_namespaced_persistent_volume_claim(namespace, limit=1, _preload_content=False)
     created: dict[str, float] = {}
-    failures: list[BaseException] = []
-    go = threading.Barrier(threads + 1)
 
-    def writer(index: int) -> None:
-        core = clients[index]
-        go.wait()
-        try:
-            for i in range(index, count, threads):
-                name = f"data-{i:05d}"
-                body = pvc_body(name, SOURCE.format(i=i), loadable, prefix)
-                core.create_namespaced_persistent_volume_claim(
-                    namespace, body, _preload_content=False
-                )
-                created[name] = time.monotonic()
-        except BaseException as exc:  # handed to the caller
-            failures.append(exc)
+    def write(index: int) -> None:
+        for i in range(index, count, threads):
+            name = f"data-{i:05d}"
+            body = pvc_body(name, SOURCE.format(i=i), loadable, prefix)
+            clients[index].create_namespaced_persistent_volume_claim(
+                namespace, body, _preload_content=False
+            )
+            created[name] = time.monotonic()
 
-    workers = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    go.wait()
-    started = time.monotonic()
-    for worker in workers:
-        worker.join()
-    for core in clients:
-        core.api_client.close()
-    if failures:
-        raise failures[0]
+    try:
+        started, _ = in_threads(write, threads)
+    finally:
+        for core in clients:
+            core.api_client.close()
     return created, started, max(created.values())
 
 
