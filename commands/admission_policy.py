@@ -25,11 +25,12 @@ from webhooks.pod_webhook_condition import webhook_condition
 EXIT_OK, EXIT_USAGE = 0, 2
 HEADER = """\
 # The stateless pod checks (at most one time-sliced GPU per container; a GPU container may not
-# set the env names the device plugin owns) as a ValidatingAdmissionPolicy: kube-apiserver
-# (1.30 and later) runs them itself, with no webhook call. Generated from the configuration by
+# set the env names the device plugin owns) as ValidatingAdmissionPolicies: kube-apiserver
+# (1.30 and later) runs them itself, with no webhook call, on pods and on the pod templates of
+# workloads (Deployments, Jobs, JobSets, ...). Generated from the configuration by
 # `gpu-admission admission-policy [--config FILE]`; regenerate it when gpu.resource_patterns,
-# gpu.shared_suffixes, gpu.guarded_env, the exempt namespace label, or the modes of
-# gpu-env-guard and shared-gpu-limit (policies.<name>.mode) change.
+# gpu.shared_suffixes, gpu.guarded_env, workloads.extra_kinds, the exempt namespace label, or
+# the modes of gpu-env-guard and shared-gpu-limit (policies.<name>.mode) change.
 """
 
 

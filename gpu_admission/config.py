@@ -22,6 +22,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from gpu_admission.config_adoption import AuditConfig, PolicySettings, known_policy_names
 from gpu_admission.config_base import _Model
 from gpu_admission.config_environ import ENV_PREFIX, UnknownSetting, read_environ
+from gpu_admission.config_workloads import WorkloadsConfig
 from gpu_admission.names import DEFAULT_PREFIX, HF_DEFAULT_ENDPOINT, Names
 from gpu_admission.policy_modes import (
     TUNABLE_POLICIES,
@@ -387,6 +388,8 @@ class Config(_Model):
     (mutating: enforce, audit). Unnamed policies enforce."""
     audit: AuditConfig = AuditConfig()
     """The controller's background scan of what the cluster already holds."""
+    workloads: WorkloadsConfig = WorkloadsConfig()
+    """Workloads (Deployments, Jobs, JobSets, ...) checked through their pod templates."""
 
     @field_validator("policies", mode="before")
     @classmethod

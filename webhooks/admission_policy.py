@@ -24,7 +24,7 @@ the values at or below 1 it is asked of).
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpu_admission.config import Config, GpuConfig
@@ -155,7 +155,12 @@ def _added(lst: str) -> str:
     return f"!{present} ? [] : request.operation == 'CREATE' ? object.spec.{lst} : {new}"
 
 
-def _env_guard_problems(gpu: GpuConfig) -> str:
+def pod_lists(lst: str) -> str:
+    """Where the pod policy reads a container list: its variables (`_added`)."""
+    return f"variables.{lst}"
+
+
+def env_guard_problems(gpu: GpuConfig, lists: Callable[[str], str] = pod_lists) -> str:
     """One line per GPU container that sets a guarded env name (a list of strings)."""
     guarded = sorted(set(gpu.guarded_env))
     names = "[" + ", ".join(cel_string(g) for g in guarded) + "]"
@@ -167,7 +172,7 @@ def _env_guard_problems(gpu: GpuConfig) -> str:
     parts = []
     for lst, word in _LISTS:
         parts.append(
-            f"variables.{lst}.filter(c, has(c.env) && c.env.exists(e, e.name in {names}) && "
+            f"{lists(lst)}.filter(c, has(c.env) && c.env.exists(e, e.name in {names}) && "
             f"{_requests_gpu(gpu)}).map(c, {cel_string(word + ' ')} + '\"' + c.name + "
             f"'\" requests a GPU and sets ' + "
             f"{names}.filter(g, c.env.exists(e, e.name == g)).map(g, {how}).join(', '))"
@@ -175,9 +180,10 @@ def _env_guard_problems(gpu: GpuConfig) -> str:
     return " + ".join(parts)
 
 
+ENV_GUARD_ADVICE_CEL = cel_string(TAMPERING_ADVICE)
 _ENV_GUARD = (
     "size(variables.envGuardProblems) == 0 ? '' : "
-    f"variables.envGuardProblems.join('; ') + {cel_string(TAMPERING_ADVICE)}"
+    f"variables.envGuardProblems.join('; ') + {ENV_GUARD_ADVICE_CEL}"
 )
 
 
@@ -215,7 +221,12 @@ _LIMIT = "c.resources.limits[n]"
 _REQUEST = "c.resources.requests[n]"
 
 
-def _shared_limit(gpu: GpuConfig) -> str:
+def shared_limit_problems(
+    gpu: GpuConfig, lists: Callable[[str], str] = pod_lists, defaulted: bool = False
+) -> str:
+    """One line per container with a shared-GPU problem (a list of strings). `defaulted`: the
+    containers are a template's, whose requests the API server has not yet defaulted from
+    limits (a pod's are: `pod_defaults`), so a limit alone counts as in both."""
     shared = is_shared_test("n", gpu)
     # The shared names a container names, sorted as the Python policy sorts them (a Go map
     # iterates in random order, so the CEL must not rely on the map's order).
@@ -226,23 +237,31 @@ def _shared_limit(gpu: GpuConfig) -> str:
     )
     parts = []
     for lst, word in _LISTS:
+        both = (
+            f"({_IN_LIMITS} && (!{_IN_REQUESTS} || {_LIMIT} == {_REQUEST}))"
+            if defaulted
+            else f"({_IN_LIMITS} && {_IN_REQUESTS} && {_LIMIT} == {_REQUEST})"
+        )
         per_name = (
-            f"({_IN_LIMITS} && {_IN_REQUESTS} && {_LIMIT} == {_REQUEST} ? "
+            f"({both} ? "
             f"{_shared_problem(word, _LIMIT, 'limits and requests', gpu)} : "
             f"[{_IN_LIMITS} ? {_shared_problem(word, _LIMIT, 'limits', gpu)} : '', "
             f"{_IN_REQUESTS} ? {_shared_problem(word, _REQUEST, 'requests', gpu)} : '']"
             ".filter(s, s != '').join('; '))"
         )
         per_container = f"{names}.map(n, {per_name}).filter(s, s != '').join('; ')"
-        parts.append(f"variables.{lst}.map(c, {per_container})")
-    joined = " + ".join(parts)
-    return f"request.operation != 'CREATE' ? '' : ({joined}).filter(s, s != '').join('; ')"
+        parts.append(f"{lists(lst)}.map(c, {per_container})")
+    return "(" + " + ".join(parts) + ").filter(s, s != '')"
+
+
+def _shared_limit(gpu: GpuConfig) -> str:
+    return f"request.operation != 'CREATE' ? '' : {shared_limit_problems(gpu)}.join('; ')"
 
 
 # -- the objects -----------------------------------------------------------------------------
 
 
-def _exempt_selector(config: Config) -> dict[str, Any]:
+def exempt_selector(config: Config) -> dict[str, Any]:
     return {
         "matchExpressions": [{"key": config.exempt_label, "operator": "NotIn", "values": ["true"]}]
     }
@@ -257,7 +276,7 @@ def admission_policy(
         {"name": lst, "expression": _added(lst)} for lst, _ in _LISTS
     ]
     if ENV_GUARD in checks:
-        variables.append({"name": "envGuardProblems", "expression": _env_guard_problems(gpu)})
+        variables.append({"name": "envGuardProblems", "expression": env_guard_problems(gpu)})
         variables.append({"name": "envGuard", "expression": _ENV_GUARD})
     if SHARED_GPU_LIMIT in checks:
         variables.append({"name": "sharedGpuLimit", "expression": _shared_limit(gpu)})
@@ -270,7 +289,7 @@ def admission_policy(
             # Fail: an expression that cannot be evaluated must not let a pod through.
             "failurePolicy": "Fail",
             "matchConstraints": {
-                "namespaceSelector": _exempt_selector(config),
+                "namespaceSelector": exempt_selector(config),
                 "resourceRules": [
                     {
                         "apiGroups": [""],
@@ -317,11 +336,11 @@ def admission_policy_binding(
 # -- the same checks in Python, for `review` --------------------------------------------------
 
 
-def policy_denial(
+def check_messages(
     pod: Mapping[str, Any], config: Config, checks: tuple[str, ...] = POD_CHECKS
-) -> str | None:
-    """The policy's message for a pod being created (None when it admits it), from the Python
-    policies over what the CEL sees (GPUs by resource name), capped as kube-apiserver caps it."""
+) -> list[str]:
+    """Each failed check's part of the policy's message for a pod being created, uncapped, from
+    the Python policies over what the CEL sees (GPUs by resource name)."""
     gpus = GpuResources.from_config(config.gpu)
     containers: list[ContainerRef] = list(iter_containers(pod))
     parts = []
@@ -333,12 +352,24 @@ def policy_denial(
         shared = [p for ref in containers for p in container_problems(ref, gpus, config.gpu)]
         if shared:
             parts.append("; ".join(shared))
-    if not parts:
-        return None
-    message = "; ".join(parts).strip()
+    return parts
+
+
+def capped(message: str, fallback: str = FALLBACK_MESSAGE) -> str:
+    """What kube-apiserver shows of a messageExpression's result."""
+    message = message.strip()
     if len(message.encode()) > MAX_MESSAGE_BYTES or "\n" in message:
-        return FALLBACK_MESSAGE
+        return fallback
     return message
+
+
+def policy_denial(
+    pod: Mapping[str, Any], config: Config, checks: tuple[str, ...] = POD_CHECKS
+) -> str | None:
+    """The policy's message for a pod being created (None when it admits it), capped as
+    kube-apiserver caps it."""
+    parts = check_messages(pod, config, checks)
+    return capped("; ".join(parts)) if parts else None
 
 
 def denial_text(message: str, name: str = POLICY_NAME) -> str:

@@ -28,6 +28,7 @@ from webhooks.admission_policy import (
     admission_policy_binding,
     policy_denial,
 )
+from webhooks.workload_admission_policy import WORKLOAD_POLICY_NAME, workload_admission_policy
 
 ACTIONS: dict[PolicyMode, tuple[str, ...]] = {
     PolicyMode.ENFORCE: ("Deny",),
@@ -52,11 +53,22 @@ def pod_check_policies(config: Config) -> list[PodCheckPolicy]:
     return [PodCheckPolicy(f"gpu-admission-{c}", modes[c], (c,)) for c in POD_CHECKS]
 
 
+def workload_check_policies(config: Config) -> list[PodCheckPolicy]:
+    """The same split for workloads' templates (`workload_admission_policy`)."""
+    pods = pod_check_policies(config)
+    if len(pods) == 1:
+        return [PodCheckPolicy(WORKLOAD_POLICY_NAME, pods[0].mode, pods[0].checks)]
+    return [PodCheckPolicy(f"{WORKLOAD_POLICY_NAME}-{p.checks[0]}", p.mode, p.checks) for p in pods]
+
+
 def admission_policy_objects(config: Config) -> list[dict[str, Any]]:
-    """Every policy and its binding, in the order to apply them."""
+    """Every policy and its binding, in the order to apply them: pods', then workloads'."""
     objects = []
     for policy in pod_check_policies(config):
         objects.append(admission_policy(config, policy.checks, policy.name))
+        objects.append(admission_policy_binding(ACTIONS[policy.mode], policy.name))
+    for policy in workload_check_policies(config):
+        objects.append(workload_admission_policy(config, policy.checks, policy.name))
         objects.append(admission_policy_binding(ACTIONS[policy.mode], policy.name))
     return objects
 

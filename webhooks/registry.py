@@ -11,6 +11,7 @@ from types import ModuleType
 
 from gpu_admission.config import Config
 from webhooks.policy import MutatingPolicy, PolicySet, ValidatingPolicy
+from webhooks.review import WORKLOAD
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ WEBHOOKS: tuple[Webhook, ...] = (
     Webhook("/validate/secrets", "Secret", mutating=False),
     Webhook("/mutate/persistentvolumeclaims", "PersistentVolumeClaim", mutating=True),
     Webhook("/validate/persistentvolumeclaims", "PersistentVolumeClaim", mutating=False),
+    # Deployments, Jobs, JobSets, ... through their pod templates (webhooks.workload_checks).
+    Webhook("/validate/workloads", WORKLOAD, mutating=False),
 )
 
 
@@ -39,12 +42,17 @@ def webhook_for(kind: str, mutating: bool) -> Webhook | None:
 def build_policy_set(config: Config) -> PolicySet:
     """Every policy, in the order it runs. Order matters for mutating policies only where one
     reads what another wrote; each is reinvocation-safe on its own."""
+    from webhooks.workload_checks import workload_policies
+
     modules = _policy_modules()
     policies = [p for module in modules for p in module.policies(config)]
-    return PolicySet(
+    objects = PolicySet(
         mutating=tuple(p for p in policies if isinstance(p, MutatingPolicy)),
         validating=tuple(p for p in policies if isinstance(p, ValidatingPolicy)),
     )
+    # Workloads last: each pod policy's twin judges the pods a workload would make.
+    twins = tuple(workload_policies(config, objects))
+    return PolicySet(objects.mutating, objects.validating + twins)
 
 
 def _policy_modules() -> list[ModuleType]:

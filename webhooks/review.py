@@ -29,6 +29,9 @@ KIND = "AdmissionReview"
 # carries the whole refusal it stands for.
 MAX_WARNING_LENGTH = 256
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+# The endpoint that reviews workloads of several kinds (Deployment, Job, JobSet, ...) through
+# their pod templates: its requests carry this as their kind, and the kind named as `object_kind`.
+WORKLOAD = "Workload"
 
 
 class GroupVersionKind(TypedDict):
@@ -200,6 +203,9 @@ class AdmissionRequest:
     old_object: dict[str, Any] | None
     dry_run: bool
     username: str = ""
+    # The group and kind the request names: for the workloads endpoint, whose `kind` is WORKLOAD.
+    group: str = ""
+    object_kind: str = ""
 
     @property
     def annotations(self) -> dict[str, str]:
@@ -222,6 +228,8 @@ def _checked(
     if obj is None and request["operation"] != "DELETE":
         raise ReviewError("request.object is missing; this webhook needs the object under review")
     kind = request["kind"]["kind"]
+    if expected_kind == WORKLOAD:
+        return request, obj
     if kind != expected_kind:
         raise ReviewError(
             f"this endpoint reviews {expected_kind} objects, got {kind}; "
@@ -240,9 +248,10 @@ def parse_review(body: bytes, expected_kind: str) -> AdmissionRequest:
     old = get("oldObject")
     metadata = (obj.get("metadata") or {}) if obj is not None else {}
     user = get("userInfo")
+    named = request["kind"]
     return AdmissionRequest(
         uid=request["uid"],
-        kind=request["kind"]["kind"],
+        kind=expected_kind if expected_kind == WORKLOAD else named["kind"],
         resource=request["resource"]["resource"],
         sub_resource=get("subResource", ""),
         operation=request["operation"],
@@ -253,6 +262,8 @@ def parse_review(body: bytes, expected_kind: str) -> AdmissionRequest:
         old_object=old,
         dry_run=get("dryRun", False),
         username=user.get("username", "") if user else "",
+        group=named["group"],
+        object_kind=named["kind"],
     )
 
 

@@ -78,6 +78,7 @@ def test_webhooks_follow_the_contract(docs):
         "/validate/secrets",
         "/mutate/persistentvolumeclaims",
         "/validate/persistentvolumeclaims",
+        "/validate/workloads",
     }
 
 
@@ -193,10 +194,20 @@ def test_the_overlay_for_older_api_servers_calls_the_webhook_for_every_pod():
     kinds = {d["kind"] for d in docs}
     assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     assert "matchConditions" not in _pods_validating_webhook(docs)
+    # The workloads webhook refuses there, so it fails closed, and is told to (the config).
+    workloads = "workloads.validate.gpu-admission.io"
+    server = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpu-admission"
+    )
+    env = server["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "GPU_ADMISSION_WORKLOADS__POD_CHECKS", "value": "webhook"} in env
     # The other webhooks keep their conditions.
     base = {
         w["name"]: w for w in one(render("manifests"), "ValidatingWebhookConfiguration")["webhooks"]
     }
+    assert base[workloads]["failurePolicy"] == "Ignore"
     for hook in one(docs, "ValidatingWebhookConfiguration")["webhooks"]:
-        if hook["name"] != "pods.validate.gpu-admission.io":
+        if hook["name"] == workloads:
+            assert hook == {**base[workloads], "failurePolicy": "Fail"}
+        elif hook["name"] != "pods.validate.gpu-admission.io":
             assert hook == base[hook["name"]]

@@ -13,6 +13,7 @@ from webhooks.pod_check_policies import (
     failed_policies,
     pod_check_policies,
 )
+from webhooks.workload_admission_policy import WORKLOAD_POLICY_NAME
 
 BOTH_PROBLEMS: dict[str, Any] = {
     "spec": {
@@ -38,17 +39,35 @@ def modes(env_guard: str, shared: str) -> Config:
     [("enforce", ["Deny"]), ("warn", ["Warn", "Audit"]), ("audit", ["Audit"])],
 )
 def test_one_policy_while_the_checks_share_a_mode(mode: str, actions: list[str]) -> None:
-    policy, binding = admission_policy_objects(modes(mode, mode))
+    policy, binding, workloads, workloads_binding = admission_policy_objects(modes(mode, mode))
     assert policy["metadata"]["name"] == binding["metadata"]["name"] == POLICY_NAME
     assert binding["spec"] == {"policyName": POLICY_NAME, "validationActions": actions}
     assert [v["name"] for v in policy["spec"]["variables"]][-2:] == ["envGuard", "sharedGpuLimit"]
+    # Workloads' templates: the same checks, in the same mode.
+    assert workloads["metadata"]["name"] == WORKLOAD_POLICY_NAME
+    assert workloads_binding["spec"] == {
+        "policyName": WORKLOAD_POLICY_NAME,
+        "validationActions": actions,
+    }
+    assert [v["name"] for v in workloads["spec"]["variables"]] == [
+        "templates",
+        "envGuard",
+        "sharedGpuLimit",
+    ]
 
 
 def test_a_policy_each_when_the_modes_differ() -> None:
     objects = admission_policy_objects(modes("warn", "enforce"))
     names = [o["metadata"]["name"] for o in objects]
-    assert names == ["gpu-admission-gpu-env-guard"] * 2 + ["gpu-admission-shared-gpu-limit"] * 2
-    env_policy, env_binding, shared_policy, shared_binding = objects
+    assert names == (
+        ["gpu-admission-gpu-env-guard"] * 2
+        + ["gpu-admission-shared-gpu-limit"] * 2
+        + ["gpu-admission-workloads-gpu-env-guard"] * 2
+        + ["gpu-admission-workloads-shared-gpu-limit"] * 2
+    )
+    env_policy, env_binding, shared_policy, shared_binding = objects[:4]
+    assert objects[5]["spec"]["validationActions"] == ["Warn", "Audit"]
+    assert objects[7]["spec"]["validationActions"] == ["Deny"]
     assert env_binding["spec"]["validationActions"] == ["Warn", "Audit"]
     assert shared_binding["spec"]["validationActions"] == ["Deny"]
     env_vars = {v["name"] for v in env_policy["spec"]["variables"]}
