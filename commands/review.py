@@ -27,6 +27,7 @@ from commands.review_inputs import (
 )
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config, ConfigError, load_config
+from gpu_admission.config_workloads import PodChecksIn
 from webhooks.offline_review import (
     POD_CHECKS_POLICY,
     POD_CHECKS_WEBHOOK,
@@ -126,6 +127,10 @@ def add_review_parser(subparsers: Any) -> None:
 
 async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = load_config(args.config)
+    if args.pod_checks == POD_CHECKS_WEBHOOK:
+        # The overlay's workloads webhook refuses what the workload policy would.
+        workloads = config.workloads.model_copy(update={"pod_checks": PodChecksIn.WEBHOOK})
+        config = config.model_copy(update={"workloads": workloads})
     documents = load_documents(args.paths, sys.stdin)
     policies = build_policy_set(config)
     live = None

@@ -3,8 +3,13 @@ the API server would run it on CREATE, with no cluster call. What `gpu-admission
 
 A Pod is first defaulted as the API server defaults it (`pod_defaults`); the stateless pod checks
 run as the default manifests install them (the ValidatingAdmissionPolicy, then the validating
-webhook for pods with DRA claims) or as the webhook-for-every-pod overlay does; workload kinds
-are reviewed through their pod template; Secrets have `stringData` merged into `data` first.
+webhook for pods with DRA claims) or as the webhook-for-every-pod overlay does; Secrets have
+`stringData` merged into `data` first.
+
+A workload (Deployment, Job, JobSet, ...) is admitted as the API server admits it: its templates
+judged by the workload policy (or the workloads webhook) and the pod policies' twins, where what
+depends on cluster state is a warning (`workload_checks`). What is printed is then each
+template as its pods will get it: the cluster never changes a template, the pods get the changes.
 """
 
 from __future__ import annotations
@@ -13,19 +18,21 @@ import base64
 import copy
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from gpu_admission.cluster.view import ClusterView, MissResolver
 from gpu_admission.config import Config
 from gpu_admission.policy_modes import PolicyMode
 from webhooks import chain
 from webhooks.admission_policy import denial_text, warning_text
-from webhooks.pod_check_policies import failed_policies
+from webhooks.pod_check_policies import failed_policies, workload_check_policies
 from webhooks.pod_defaults import default_pod
 from webhooks.pod_webhook_condition import webhook_sees
 from webhooks.policy import PolicySet
 from webhooks.registry import webhook_for
-from webhooks.review import AdmissionRequest
+from webhooks.review import WORKLOAD, AdmissionRequest
+from webhooks.workload_admission_policy import workload_denial
+from webhooks.workload_kinds import TemplateKind, kind_index, template_pod, templates
 
 # Dynamic Resource Allocation objects: read as cluster state by the pods that name them.
 CLAIM_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
@@ -48,17 +55,14 @@ class ClusterState:
 # (Kubernetes 1.30+), or the validating webhook for every pod (the webhook-pod-checks overlay).
 POD_CHECKS_POLICY, POD_CHECKS_WEBHOOK = "policy", "webhook"
 
-# Where each workload kind keeps its pod template.
-POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
-    "Deployment": ("spec", "template"),
-    "StatefulSet": ("spec", "template"),
-    "DaemonSet": ("spec", "template"),
-    "ReplicaSet": ("spec", "template"),
-    "ReplicationController": ("spec", "template"),
-    "Job": ("spec", "template"),
-    "CronJob": ("spec", "jobTemplate", "spec", "template"),
-}
-REVIEWED_KINDS = {"Pod", "Secret", "PersistentVolumeClaim", *POD_TEMPLATE_PATHS}
+REVIEWED_KINDS = {"Pod", "Secret", "PersistentVolumeClaim"}
+WORKLOADS_PATH = "/validate/workloads"
+
+
+def _group(obj: dict[str, Any]) -> str:
+    """The API group of `obj`'s apiVersion ("" for the core group)."""
+    api_version = str(obj.get("apiVersion") or "")
+    return api_version.rpartition("/")[0]
 
 
 @dataclass
@@ -125,13 +129,16 @@ async def _admit(
     config: Config,
     result: Result,
     pod_checks: str,
+    changes_only: bool = False,
 ) -> dict[str, Any]:
-    """Mutating then validating, as the API server runs them; returns the admitted object."""
+    """Mutating then validating, as the API server runs them; returns the admitted object.
+    `changes_only`: the mutating policies alone, their refusals left out (a template's
+    preview: the workload's own review has said all there is to say)."""
     if kind == "Pod":
         obj = default_pod(obj)
     original = copy.deepcopy(obj)
     modes = config.relaxed_modes()
-    for mutating in (True, False):
+    for mutating in (True,) if changes_only else (True, False):
         webhook = webhook_for(kind, mutating)
         if webhook is None:
             continue
@@ -184,10 +191,63 @@ async def _admit(
             if modes[name] is PolicyMode.AUDIT
         )
         if not outcome.allowed:
+            if changes_only:
+                return copy.deepcopy(original)
             result.allowed = False
             result.denials.append(outcome.message)
             return obj
     return obj
+
+
+def _workload_request(obj: dict[str, Any], kind: TemplateKind, namespace: str) -> AdmissionRequest:
+    request = review_request(obj, WORKLOAD, namespace)
+    request.resource, request.group, request.object_kind = kind.resource, kind.group, kind.kind
+    return request
+
+
+async def _admit_workload(
+    obj: dict[str, Any],
+    kind: TemplateKind,
+    namespace: str,
+    policies: PolicySet,
+    state: ClusterState,
+    config: Config,
+    result: Result,
+    pod_checks: str,
+) -> None:
+    """The workload's CREATE as the API server judges it: the workload policy (as installed on
+    1.30+), then the workloads webhook."""
+    if pod_checks == POD_CHECKS_POLICY:
+        for policy in workload_check_policies(config):
+            message = workload_denial(obj, kind, config, policy.checks)
+            if message is None:
+                continue
+            if policy.mode is PolicyMode.ENFORCE:
+                result.allowed = False
+                result.denials.append(denial_text(message, policy.name))
+            elif policy.mode is PolicyMode.WARN:
+                result.warnings.append(warning_text(message, policy.name))
+            else:
+                result.recorded.append(f"{policy.name} (audit): would refuse: {message}")
+        if not result.allowed:
+            return
+    request = _workload_request(obj, kind, namespace)
+    selected = policies.validating_for(WORKLOAD)
+    if state.resolver is not None:
+        await chain.resolve_references(request, selected, state.view, state.resolver)
+    modes = config.relaxed_modes()
+    outcome = chain.run_validating(
+        request, selected, state.view, config.failure_mode(WORKLOADS_PATH), modes
+    )
+    result.warnings.extend(outcome.warnings)
+    result.recorded.extend(
+        f"{name} (audit): {would}"
+        for name, would in outcome.audit_annotations.items()
+        if modes[name] is PolicyMode.AUDIT
+    )
+    if not outcome.allowed:
+        result.allowed = False
+        result.denials.append(outcome.message)
 
 
 async def review_document(
@@ -205,7 +265,7 @@ async def review_document(
     if kind in CLAIM_KINDS:
         result.skipped = "not reviewed; read as cluster state by the pods that use it"
         return result
-    if kind not in REVIEWED_KINDS:
+    if kind not in REVIEWED_KINDS and (_group(obj), kind) not in kind_index(config):
         result.skipped = "no gpu-admission webhook reviews this kind"
         return result
     if namespace in state.exempt_namespaces:
@@ -213,25 +273,24 @@ async def review_document(
         return result
     if kind == "Secret":
         merged_string_data(obj)
-    if kind in POD_TEMPLATE_PATHS:
-        *parents, last = POD_TEMPLATE_PATHS[kind]
-        holder: Any = obj
-        for key in parents:
-            holder = holder.setdefault(key, {})
-        template = holder.get(last) or {}
-        template_meta = dict(template.get("metadata") or {})
-        template_meta.setdefault("namespace", namespace)
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": template_meta,
-            "spec": template.get("spec") or {},
-        }
-        admitted = await _admit(pod, "Pod", namespace, policies, state, config, result, pod_checks)
-        admitted_meta = dict(admitted.get("metadata") or {})
-        if "namespace" not in (template.get("metadata") or {}):
-            admitted_meta.pop("namespace", None)
-        holder[last] = {**template, "metadata": admitted_meta, "spec": admitted.get("spec")}
+    workload = kind_index(config).get((_group(obj), str(kind)))
+    if workload is not None:
+        await _admit_workload(obj, workload, namespace, policies, state, config, result, pod_checks)
+        if not result.allowed:
+            return result
+        for template in templates(obj, workload):
+            pod = template_pod(template.template, namespace)
+            pod["metadata"].pop("generateName")
+            admitted = await _admit(
+                pod, "Pod", namespace, policies, state, config, result, pod_checks, True
+            )
+            changed = dict(admitted.get("metadata") or {})
+            changed.pop("namespace", None)
+            if "namespace" in (template.template.get("metadata") or {}):
+                changed["namespace"] = namespace
+            held = cast(dict[str, Any], template.template)  # the template inside `obj`
+            held.clear()
+            held.update(metadata=changed, spec=admitted.get("spec"))
     else:
         result.document.obj = await _admit(
             obj, kind, namespace, policies, state, config, result, pod_checks

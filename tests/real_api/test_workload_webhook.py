@@ -1,0 +1,147 @@
+"""Workloads through a real kube-apiserver 1.36 calling the webhook service beside the base's
+policies, with the real kube-controller-manager making their pods:
+
+- `kubectl apply` of a Deployment (and a CronJob) naming a credential Secret that does not exist
+  yet succeeds, with a warning that names the Secret;
+- a good Deployment is stored as written (templates are never changed), and the pod its
+  ReplicaSet makes gets exactly the changes a bare pod of the same template gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from gpu_admission.config import Config
+from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
+from tests.real_api.service import served
+from tests.support.waits import while_running
+from tests.world.control_plane import ControlPlane
+from webhooks.workload_checks import STATE_DEPENDENT
+
+NAMESPACE = "ml-workload-hooks"
+EXEMPT = "exempt-workload-hooks"
+CREDS = "gpu-admission.io/cloud-credentials"
+PREFIX = "gpu-admission.io/"
+
+
+@pytest.fixture(scope="module")
+def apps(
+    real_cluster: ControlPlane, kubectl: Kubectl, api: client.ApiClient, crds: None
+) -> Iterator[client.AppsV1Api]:
+    apply_base(kubectl)
+    namespace_ready(api, NAMESPACE)
+    namespace_ready(api, EXEMPT, labels={Config().exempt_label: "true"})
+    with served(real_cluster):
+        yield client.AppsV1Api(api)
+
+
+def deployment(name: str, annotations: dict[str, str], containers: list[dict]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": annotations},
+                "spec": {"containers": containers},
+            },
+        },
+    }
+
+
+def applied(kubectl: Kubectl, obj: dict[str, Any]) -> str:
+    """`kubectl apply` of `obj`; returns what kubectl said on stderr (the warnings)."""
+    done = kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=yaml.safe_dump(obj))
+    return done.stderr
+
+
+def test_a_missing_secret_is_a_warning_at_apply(apps: client.AppsV1Api, kubectl: Kubectl) -> None:
+    notebook = deployment(
+        "notebook", {CREDS: "s3-creds"}, [{"name": "nb", "image": "jupyter/base-notebook"}]
+    )
+    said = applied(kubectl, notebook)
+    assert f'Warning: Deployment "notebook": {STATE_DEPENDENT}: ' in said
+    assert 'Secret "s3-creds"' in said
+    apps.read_namespaced_deployment("notebook", NAMESPACE)  # admitted
+    nightly = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly"},
+        "spec": {
+            "schedule": "0 3 * * *",
+            "jobTemplate": {
+                "spec": {
+                    "template": {
+                        "metadata": {"annotations": {CREDS: "s3-creds"}},
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "batch", "image": "python"}],
+                        },
+                    }
+                }
+            },
+        },
+    }
+    said = applied(kubectl, nightly)
+    assert f'Warning: CronJob "nightly": {STATE_DEPENDENT}: ' in said and "s3-creds" in said
+    # Scaling says nothing: the template did not change.
+    scaled = kubectl("scale", "deployment/notebook", "-n", NAMESPACE, "--replicas=0")
+    assert "Warning" not in scaled.stderr
+
+
+def _ours(pod: dict[str, Any]) -> dict[str, Any]:
+    """What gpu-admission changes in a pod, less what differs between any two pods."""
+    meta = pod["metadata"]
+    return {
+        "annotations": {k: v for k, v in (meta.get("annotations") or {}).items() if PREFIX in k},
+        "env": [c.get("env") for c in pod["spec"]["containers"]],
+        "gates": pod["spec"].get("schedulingGates"),
+    }
+
+
+def test_a_good_deployment_is_stored_as_written_and_its_pods_changed_like_bare_ones(
+    apps: client.AppsV1Api, api: client.ApiClient
+) -> None:
+    containers = [
+        {"name": "cpu", "image": "python", "env": [{"name": "MODE", "value": "serve"}]},
+        {
+            "name": "gpu",
+            "image": "cuda",
+            "resources": {"limits": {"nvidia.com/gpu.shared": "1"}},
+        },
+    ]
+    manifest = deployment("server", {"gpu-admission.io/gpu-app": "pytorch"}, containers)
+    as_written = apps.create_namespaced_deployment(EXEMPT, manifest, dry_run="All").spec.template
+    made = apps.create_namespaced_deployment(NAMESPACE, manifest)
+    assert made.spec.template == as_written
+    core = client.CoreV1Api(api)
+    selector = "app=server"
+
+    def pod_made() -> bool:
+        return bool(core.list_namespaced_pod(NAMESPACE, label_selector=selector).items)
+
+    while_running(pod_made, "the ReplicaSet's pod", {}, 60)
+    [pod] = core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+    template = manifest["spec"]["template"]
+    bare = core.create_namespaced_pod(
+        NAMESPACE,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"generateName": "bare-", **template["metadata"]},
+            "spec": template["spec"],
+        },
+        dry_run="All",
+    )
+    serialize = api.sanitize_for_serialization
+    assert _ours(serialize(pod)) == _ours(serialize(bare))
+    # The changes are there at all: the CPU container is hidden from the GPUs.
+    cpu_env = _ours(serialize(pod))["env"][0]
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"} in cpu_env
