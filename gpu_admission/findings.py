@@ -24,6 +24,7 @@ class Finding:
     message: str
     mode: str = "enforce"  # the policy's mode (gpu_admission.policy_modes)
     uid: str = ""
+    api_version: str = "v1"  # of the object: a workload's is its group's (apps/v1, ...)
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)

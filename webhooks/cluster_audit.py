@@ -1,6 +1,7 @@
 """The audit of a whole cluster: every Pod, credential Secret and dataset PVC it holds, read with
 paginated lists (one per kind, a credential type each for Secrets) and put to every policy by
-`audit_object`, against a cluster view the caller brings (the informers' caches).
+`audit_object`, and every workload no other one controls, its pod templates put to the pod
+policies by `audit_workload`, against a cluster view the caller brings (the informers' caches).
 
 One implementation for `gpu-admission audit` and the controller's background scan, so that the
 two always count the same. Objects are judged as their page arrives, so memory holds one page
@@ -9,6 +10,7 @@ and the findings, not the cluster. Blocking (the kubernetes client): run it in a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,8 +23,13 @@ from gpu_admission.names import CREDENTIAL_TYPES
 from gpu_admission.policy_modes import PolicyMode
 from webhooks.audit import audit_object, ordered
 from webhooks.policy import PolicySet
+from webhooks.workload_audit import api_version, audit_workload, owned_by_workload
+from webhooks.workload_kinds import kind_index
+
+log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 1000
+CORE_KINDS = frozenset({"Pod", "Secret", "PersistentVolumeClaim"})
 FINISHED = frozenset({"Succeeded", "Failed"})
 
 
@@ -72,6 +79,48 @@ def audit_subjects(
     ):
         if source in ((pvc.get("metadata") or {}).get("annotations") or {}):
             yield {**pvc, "kind": "PersistentVolumeClaim"}
+    yield from workload_subjects(api, config, pages, namespace)
+
+
+def workload_subjects(
+    api: Any, config: Config, pages: Pages, namespace: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every workload of a checked kind that no other one controls, each with its `kind`. A kind
+    the cluster does not serve (no JobSet CRD) is skipped; one the audit may not list is
+    reported in the log and skipped, so the rest of the audit still runs."""
+    from kubernetes.client import ApiException, CoreV1Api, CustomObjectsApi
+
+    kinds = kind_index(config)
+    custom = CustomObjectsApi(api)
+    core = CoreV1Api(api)
+    for kind in kinds.values():
+        version = kind.versions[0]
+        if not kind.group:
+            call: Any = (
+                core.list_namespaced_replication_controller
+                if namespace
+                else core.list_replication_controller_for_all_namespaces
+            )
+            scope: dict[str, str] = {"namespace": namespace} if namespace else {}
+        else:
+            call = (
+                custom.list_namespaced_custom_object
+                if namespace
+                else custom.list_cluster_custom_object
+            )
+            scope = {"group": kind.group, "version": version, "plural": kind.resource}
+            if namespace:
+                scope["namespace"] = namespace
+        try:
+            for obj in pages.items(call, **scope):
+                if not owned_by_workload(obj, kinds):
+                    yield {**obj, "kind": kind.kind, "apiVersion": api_version(kind)}
+        except ApiException as error:
+            if error.status != 404:
+                log.warning(
+                    "cannot list workloads",
+                    extra={"kind": kind.kind, "group": kind.group, "status": error.status},
+                )
 
 
 def audit_cluster(
@@ -89,12 +138,17 @@ def audit_cluster(
     pages = Pages()
     run = AuditRun()
     relaxed = config.relaxed_modes() if modes is None else modes
+    kinds = kind_index(config)
     audited = 0
     for obj in audit_subjects(api, config, pages, namespace):
         if (obj.get("metadata") or {}).get("namespace", "") in exempt:
             continue
         run.objects[obj["kind"]] = run.objects.get(obj["kind"], 0) + 1
-        run.findings.extend(audit_object(obj, policies, view, relaxed))
+        workload = kinds.get((str(obj.get("apiVersion", "")).rpartition("/")[0], obj["kind"]))
+        if workload is not None and obj["kind"] not in CORE_KINDS:
+            run.findings.extend(audit_workload(obj, workload, policies, view, relaxed))
+        else:
+            run.findings.extend(audit_object(obj, policies, view, relaxed))
         audited += 1
         if progress is not None and audited % PROGRESS_EVERY == 0:
             progress(audited, len(run.findings))

@@ -63,7 +63,6 @@ CATEGORY = {
     "cloud-credentials": "Cloud credentials",
 }
 RESULT_ORDER = {"fail": 0, "error": 1, "warn": 2}
-_API_VERSIONS = {"Pod": "v1", "Secret": "v1", "PersistentVolumeClaim": "v1"}
 
 
 def result_of(finding: Finding) -> str:
@@ -89,7 +88,7 @@ def _key(result: Mapping[str, Any]) -> tuple[str, ...]:
 
 def _result(finding: Finding, seconds: int) -> dict[str, Any]:
     resource = {
-        "apiVersion": _API_VERSIONS.get(finding.kind, "v1"),
+        "apiVersion": finding.api_version,
         "kind": finding.kind,
         "namespace": finding.namespace,
         "name": finding.name,

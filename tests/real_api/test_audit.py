@@ -139,8 +139,94 @@ def seeded(real_cluster: ControlPlane, api: client.ApiClient, crds: None) -> Con
         ),
     ):
         core.create_namespaced_pod(NS, body)
+    custom = client.CustomObjectsApi(api)
+    for group, version, plural, body in WORKLOADS:
+        kind = {"deployments": "Deployment", "cronjobs": "CronJob", "jobs": "Job"}.get(plural)
+        made = {"apiVersion": f"{group}/{version}", "kind": kind or "JobSet", **body}
+        custom.create_namespaced_custom_object(group, version, NS, plural, made)
     core.patch_namespace(NS, {"metadata": {"labels": {EXEMPT: None}}})  # installed: checked now
     return real_cluster
+
+
+def _template(*containers: dict, annotations: dict | None = None, restart: str = "Never") -> dict:
+    made = pod("", *containers, annotations=annotations, restartPolicy=restart)
+    made["metadata"].pop("name")
+    made["metadata"]["labels"] = {"app": "w"}
+    return made
+
+
+# Workloads that make no pod here (no replicas, suspended, no JobSet controller): what is
+# audited is their templates.
+WORKLOADS = [
+    (
+        "apps",
+        "v1",
+        "deployments",
+        {
+            "metadata": {"name": "over-ask-deploy"},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": "w"}},
+                "template": _template(
+                    container(gpus={"nvidia.com/gpu.shared": "2"}), restart="Always"
+                ),
+            },
+        },
+    ),
+    (
+        "batch",
+        "v1",
+        "cronjobs",
+        {
+            "metadata": {"name": "nightly"},
+            "spec": {
+                "schedule": "0 3 * * *",
+                "suspend": True,
+                "jobTemplate": {
+                    "spec": {
+                        "template": _template(
+                            container(**HIDDEN),
+                            annotations={"gpu-admission.io/cloud-credentials": "gone"},
+                        )
+                    }
+                },
+            },
+        },
+    ),
+    (
+        "batch",
+        "v1",
+        "jobs",
+        {
+            "metadata": {"name": "clean-job"},
+            "spec": {"suspend": True, "template": _template(container(**HIDDEN))},
+        },
+    ),
+    (
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "jobsets",
+        {
+            "metadata": {"name": "tamper-set"},
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "workers",
+                        "template": {
+                            "spec": {
+                                "template": _template(
+                                    container(
+                                        gpus={"nvidia.com/gpu": "1"}, NVIDIA_VISIBLE_DEVICES="all"
+                                    )
+                                )
+                            }
+                        },
+                    }
+                ]
+            },
+        },
+    ),
+]
 
 
 def run(plane: ControlPlane, output: str, namespace: str | None = None) -> tuple[int, str, str]:
@@ -174,13 +260,23 @@ def test_the_audit_finds_every_policys_violators_and_nothing_else(seeded: Contro
         ("dataset-pvc", "PersistentVolumeClaim", "bad-source", "would refuse"),
         ("dataset-pvc-label", "PersistentVolumeClaim", "coco-again", "would change"),
         ("dataset-pvc-cache", "PersistentVolumeClaim", "coco-again", "would change"),
+        # Workloads, through their templates: refusals only (their pods get the changes).
+        ("shared-gpu-limit", "Deployment", "over-ask-deploy", "would refuse"),
+        ("cloud-credentials", "CronJob", "nightly", "would refuse"),
+        ("gpu-env-guard", "JobSet", "tamper-set", "would refuse"),
     }
+    nightly = next(f for f in report["findings"] if f["name"] == "nightly")
+    assert nightly["message"].startswith("its pods would be refused: ")
+    assert 'Secret "gone"' in nightly["message"]
+    tamper = next(f for f in report["findings"] if f["name"] == "tamper-set")
+    assert tamper["message"].startswith("its pods would be refused (spec.replicatedJobs[workers]):")
     # The lines users look for first, first; paginated lists, not a request per object.
     assert report["findings"][0]["policy"] == "gpu-visibility"
     visibility = next(f for f in report["findings"] if f["name"] == "cpu-sees-gpus")
     assert visibility["message"].startswith("may see GPUs it was not given: add container")
     assert "NVIDIA_VISIBLE_DEVICES=none" in visibility["message"]
-    assert report["summary"]["listRequests"] <= 10
+    # One list per kind: pods, four Secret types, PVCs and the eight workload kinds.
+    assert report["summary"]["listRequests"] <= 14
     # No Secret value is ever echoed.
     assert "wJalrXUtnFEMI" not in out and "AKIAIOSFODNN7EXAMPLE" not in out
 

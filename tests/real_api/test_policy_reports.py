@@ -49,6 +49,30 @@ def _aws(name: str, secret_key_name: str) -> dict[str, Any]:
     return {"metadata": {"name": name}, "type": "aws-credential", "data": encoded}
 
 
+# A workload whose template every pod would be refused for (no replicas: no pods).
+OVER_ASKING = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "over-ask"},
+    "spec": {
+        "replicas": 0,
+        "selector": {"matchLabels": {"app": "over-ask"}},
+        "template": {
+            "metadata": {"labels": {"app": "over-ask"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "nb",
+                        "image": "cuda",
+                        "resources": {"limits": {"nvidia.com/gpu.shared": "2"}},
+                    }
+                ]
+            },
+        },
+    },
+}
+
+
 @pytest.fixture(scope="module")
 def seeded(real_cluster: ControlPlane, api: client.ApiClient, kubectl: Kubectl, crds: None):
     apply_base(kubectl)  # the controller's ServiceAccount and role
@@ -59,6 +83,7 @@ def seeded(real_cluster: ControlPlane, api: client.ApiClient, kubectl: Kubectl, 
     core.create_namespaced_pod(TWO, _pod("sees-gpus"))
     core.create_namespaced_secret(TWO, _aws("typo", "AWS_SECRET_KEY"))
     core.create_namespaced_pod(ONE, _pod("sees-gpus-too"))
+    client.AppsV1Api(api).create_namespaced_deployment(TWO, OVER_ASKING)
     for namespace in (TWO, ONE):
         core.patch_namespace(namespace, {"metadata": {"labels": {EXEMPT: None}}})
     return real_cluster
@@ -118,14 +143,18 @@ async def test_the_scan_writes_updates_and_removes_reports(
         assert two["metadata"]["name"] == "gpu-admission"
         assert two["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "gpu-admission"}
         by_policy = {r["policy"]: r for r in two["results"]}
-        assert set(by_policy) == {"gpu-visibility", "credential-secrets"}
+        assert set(by_policy) == {"gpu-visibility", "credential-secrets", "shared-gpu-limit"}
+        # The workload, next to the pods, as what it is.
+        workload = by_policy["shared-gpu-limit"]["resources"][0]
+        assert (workload["apiVersion"], workload["kind"]) == ("apps/v1", "Deployment")
+        assert workload["name"] == "over-ask"
         visibility = by_policy["gpu-visibility"]
         assert visibility["result"] == "fail" and visibility["severity"] == "high"
         assert visibility["resources"][0]["kind"] == "Pod"
         assert visibility["resources"][0]["name"] == "sees-gpus"
         assert visibility["resources"][0]["uid"]
         assert visibility["properties"] == {"mode": "enforce", "action": "change"}
-        assert two["summary"] == {"pass": 0, "fail": 2, "warn": 0, "error": 0, "skip": 0}
+        assert two["summary"] == {"pass": 0, "fail": 3, "warn": 0, "error": 0, "skip": 0}
         assert AWS_KEY not in json.dumps(two)
         # The scan counts what the audit counts, namespace by namespace.
         audited = await asyncio.to_thread(_audited, seeded)
@@ -152,9 +181,10 @@ async def test_the_scan_writes_updates_and_removes_reports(
         assert int(after[TWO]["metadata"]["resourceVersion"]) > int(
             two["metadata"]["resourceVersion"]
         )
-        assert [r["policy"] for r in after[TWO]["results"]] == ["gpu-visibility"]
+        kept = {r["policy"]: r for r in after[TWO]["results"]}
+        assert set(kept) == {"gpu-visibility", "shared-gpu-limit"}
         # The result still there keeps the moment it was first found.
-        assert after[TWO]["results"][0]["timestamp"] == visibility["timestamp"]
+        assert kept["gpu-visibility"]["timestamp"] == visibility["timestamp"]
         assert ONE not in after  # nothing left to report: no report
         assert {ns: len(r["results"]) for ns, r in after.items()} == dict(
             await asyncio.to_thread(_audited, seeded)
