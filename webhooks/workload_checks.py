@@ -79,19 +79,25 @@ def _templates_changed(request: AdmissionRequest, kind: TemplateKind) -> bool:
 
 
 class WorkloadReader:
-    """The pods a workload request would lead to, or none when there is nothing to judge."""
+    """The pods a workload request would lead to, or none when there is nothing to judge. Every
+    twin asks for the same request in turn: the last answer is kept (the pods are only read)."""
 
     def __init__(self, config: Config) -> None:
         self.kinds = kind_index(config)
+        self._last: tuple[AdmissionRequest, list[tuple[Template, AdmissionRequest]]] | None = None
 
     def pods(self, request: AdmissionRequest) -> list[tuple[Template, AdmissionRequest]]:
+        if self._last is not None and self._last[0] is request:
+            return self._last[1]
         kind = self.kinds.get((request.group, request.object_kind))
-        if kind is None or not _templates_changed(request, kind):
-            return []
-        return [
-            (t, pod_request(request, default_pod(template_pod(t.template, request.namespace))))
-            for t in templates(request.object, kind)
-        ]
+        made = []
+        if kind is not None and _templates_changed(request, kind):
+            made = [
+                (t, pod_request(request, default_pod(template_pod(t.template, request.namespace))))
+                for t in templates(request.object, kind)
+            ]
+        self._last = (request, made)
+        return made
 
 
 def _mutating_judge(policy: MutatingPolicy) -> PodJudge:

@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from controllers.api import write
 from controllers.dataset.status import now_rfc3339
 from controllers.raw_writes import JSON, JSON_PATCH, STRATEGIC_MERGE, RawWriter
+from gpu_admission.cluster.api_errors import namespace_terminating
 from gpu_admission.cluster.informer import describe_error
 from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SNAPSHOT_VERSION
 
@@ -45,16 +46,6 @@ class NamespaceTerminating(Exception):
         self.namespace = namespace
 
 
-def _terminating(exc: ApiException) -> bool:
-    if exc.status != 403:
-        return False
-    with contextlib.suppress(ValueError, AttributeError, TypeError):
-        body = json.loads(exc.body or "{}")
-        causes = (body.get("details") or {}).get("causes") or []
-        return any(c.get("reason") == "NamespaceTerminating" for c in causes)
-    return False
-
-
 def _resource_version(answer: bytes) -> str:
     with contextlib.suppress(ValueError, KeyError, TypeError):
         return str(json.loads(answer)["metadata"]["resourceVersion"])
@@ -67,7 +58,7 @@ def _dropped_if_terminating(namespace: str) -> Iterator[None]:
     try:
         yield
     except ApiException as exc:
-        if _terminating(exc):
+        if namespace_terminating(exc):
             raise NamespaceTerminating(namespace) from None
         raise
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -28,6 +29,17 @@ from gpu_admission.findings import Finding
 from gpu_admission.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+
+def _status_message(error: ApiException) -> str:
+    """The Status message the API server sent (`deployments.apps is forbidden: User ... cannot
+    list ...`): it names what was refused, and carries no object's contents."""
+    try:
+        body = json.loads(error.body or "{}")
+    except (TypeError, ValueError):
+        return ""
+    return str(body.get("message") or "") if isinstance(body, dict) else ""
+
 
 OVERLAY_HINT = (
     "install manifests/overlays/policy-reports (the scan's RBAC) and the report CRD "
@@ -143,7 +155,12 @@ class AuditScanner:
                 return False
             requests = await asyncio.to_thread(self._write, result)
         except ApiException as error:
-            self._failed(f"the API server answered {error.status} {error.reason}", error)
+            said = _status_message(error)
+            self._failed(
+                f"the API server answered {error.status} {error.reason}"
+                + (f" ({said})" if said else ""),
+                error,
+            )
             return False
         except Exception as error:  # a failed scan must not end the loop; the next one retries
             self._failed(f"{type(error).__name__}: {error}", error)

@@ -16,6 +16,7 @@ from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from controllers.reports.build import MANAGED_SELECTOR, ReportKind, unchanged
+from gpu_admission.cluster.api_errors import namespace_terminating
 from gpu_admission.cluster.pages import Pages
 
 log = logging.getLogger(__name__)
@@ -82,9 +83,9 @@ class ReportStore:
                     )
                     tally.count(CREATED)
                 except ApiException as error:
-                    # 409: made since we listed; 404: its namespace went away. Both settle at
-                    # the next scan.
-                    if error.status not in (404, 409):
+                    # 409: made since we listed; 404: its namespace went away; 403 with
+                    # NamespaceTerminating: it is going. All settle at the next scan.
+                    if error.status not in (404, 409) and not namespace_terminating(error):
                         raise
                     tally.count(CONFLICTED)
                 continue

@@ -51,6 +51,7 @@ QUOTED_DENIALS = (
     "PersistentVolumeClaim ml/http-mirror",
     "PersistentVolumeClaim ml/hub-typo",
     "Secret ml/blob-mixed",
+    "Deployment ml/notebook",
 )
 
 

@@ -144,6 +144,41 @@ def test_two_shared_gpus_are_refused(installed: InstallCluster) -> None:
         installed.core.read_namespaced_pod("notebook", NS)
 
 
+def _job(name: str, template: dict[str, Any]) -> dict[str, Any]:
+    template["spec"]["restartPolicy"] = "Never"
+    meta = {"name": name, "namespace": NS}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {"template": template},
+    }
+
+
+def test_a_workload_is_refused_or_warned_when_it_is_written(installed: InstallCluster) -> None:
+    """Through the installed policy and the installed workloads webhook (over its Service)."""
+    greedy = {
+        "name": "train",
+        "image": "cuda",
+        "resources": {"limits": {"nvidia.com/gpu.shared": "2"}},
+    }
+    refused = installed.apply([_job("greedy", {"spec": {"containers": [greedy]}})], check=False)
+    assert refused.returncode != 0
+    assert "gpu-admission-workloads" in refused.stderr
+    assert 'Job "greedy": container "train" asks for 2 of nvidia.com/gpu.shared' in refused.stderr
+    with pytest.raises(client.ApiException):
+        client.BatchV1Api(installed.api).read_namespaced_job("greedy", NS)
+    wants = {
+        "metadata": {"annotations": {f"{PREFIX}cloud-credentials": "not-there-yet"}},
+        "spec": {"containers": [{"name": "eval", "image": "python"}]},
+    }
+    warned = installed.apply([_job("wants-creds", wants)], "--dry-run=server")
+    assert 'Warning: Job "wants-creds": its pods would be refused as the cluster is now' in (
+        warned.stderr
+    )
+    assert 'Secret "not-there-yet"' in warned.stderr
+
+
 def test_a_misspelt_credential_secret_is_refused(installed: InstallCluster) -> None:
     refused = installed.kubectl(
         *("-n", NS, "create", "secret", "generic", "s3-writer", "--type=aws-credential"),

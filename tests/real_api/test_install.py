@@ -82,10 +82,21 @@ def test_the_printed_policy_is_accepted(
 ) -> None:
     # Under a name of its own, so that the server compiles it as a new policy whatever the base
     # already installed.
-    policy, binding = yaml.safe_load_all(_generated(tmp_path, config))
-    name = f"printed-{tmp_path.name.lower().replace('_', '-')[-40:]}"
-    policy["metadata"]["name"] = binding["metadata"]["name"] = binding["spec"]["policyName"] = name
-    text = yaml.safe_dump_all([policy, binding])
+    # Pods' policy and binding, then workloads'.
+    objects = list(yaml.safe_load_all(_generated(tmp_path, config)))
+    assert [o["kind"] for o in objects] == [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ] * 2
+    base = f"printed-{tmp_path.name.lower().replace('_', '-')[-36:]}"
+    names = []
+    for index, (policy, binding) in enumerate(zip(objects[::2], objects[1::2], strict=True)):
+        name = f"{base}-{index}"
+        names.append(name)
+        policy["metadata"]["name"] = binding["metadata"]["name"] = name
+        binding["spec"]["policyName"] = name
+    text = yaml.safe_dump_all(objects)
     done = kubectl("create", "--dry-run=server", "-f", "-", stdin=text, check=False)
     assert done.returncode == 0, done.stderr
-    assert f"validatingadmissionpolicy.admissionregistration.k8s.io/{name}" in done.stdout
+    for name in names:
+        assert f"validatingadmissionpolicy.admissionregistration.k8s.io/{name}" in done.stdout

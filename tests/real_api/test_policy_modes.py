@@ -37,6 +37,9 @@ POLICY_NAMES = (
     "gpu-admission-pods",
     "gpu-admission-gpu-env-guard",
     "gpu-admission-shared-gpu-limit",
+    "gpu-admission-workloads",
+    "gpu-admission-workloads-gpu-env-guard",
+    "gpu-admission-workloads-shared-gpu-limit",
 )
 CUDA = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 

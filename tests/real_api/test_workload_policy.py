@@ -234,3 +234,92 @@ def test_the_real_server_and_review_agree(
         # name: no name twice).
         assume(False)
     assert server_denial(resources, obj) == expected(as_stored, KINDS[kind])
+
+
+# -- a configured kind, on a CRD of its own ------------------------------------------------------
+
+EXTRA = {
+    "group": "training.example.org",
+    "versions": ["v1"],
+    "kind": "ReplicaJob",
+    "resource": "replicajobs",
+    "template_paths": ["spec.replicaSpecs.*.template"],
+}
+# A Kubeflow-shaped kind: one template per replica type, in a map (`*` in the path).
+REPLICA_JOBS_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "replicajobs.training.example.org"},
+    "spec": {
+        "group": "training.example.org",
+        "names": {"kind": "ReplicaJob", "plural": "replicajobs", "singular": "replicajob"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def test_a_configured_kind_is_refused_through_its_map_of_templates(
+    resources: dynamic.DynamicClient, api: client.ApiClient
+) -> None:
+    from webhooks.pod_check_policies import admission_policy_objects
+
+    extensions = client.ApiextensionsV1Api(api)
+    extensions.create_custom_resource_definition(REPLICA_JOBS_CRD)
+    config = Config.model_validate({"workloads": {"extra_kinds": [EXTRA]}})
+    admission = client.AdmissionregistrationV1Api(api)
+    name = "gpu-admission-workloads-extra"
+    policy, binding = admission_policy_objects(config)[2:4]
+    policy["metadata"]["name"] = binding["metadata"]["name"] = binding["spec"]["policyName"] = name
+    admission.create_validating_admission_policy(policy)
+    admission.create_validating_admission_policy_binding(binding)
+    obj = {
+        "apiVersion": "training.example.org/v1",
+        "kind": "ReplicaJob",
+        "metadata": {"name": "ddp"},
+        "spec": {
+            "replicaSpecs": {
+                "Master": {"template": pod_template([{"name": "m", "image": "x"}], True)},
+                "Worker": {"template": pod_template([TWO_SHARED], True)},
+            }
+        },
+    }
+    kind = TemplateKind(
+        EXTRA["group"], ("v1",), EXTRA["kind"], EXTRA["resource"], tuple(EXTRA["template_paths"])
+    )
+    message = workload_denial(obj, kind, config)
+    assert message is not None and message.startswith('ReplicaJob "ddp": container "nb"')
+    wanted = f'replicajobs.training.example.org "ddp" is forbidden: {denial_text(message, name)}'
+    custom = client.CustomObjectsApi(api)
+
+    def answer() -> str | None:
+        try:
+            custom.create_namespaced_custom_object(
+                EXTRA["group"], "v1", NAMESPACE, EXTRA["resource"], obj, dry_run="All"
+            )
+        except client.ApiException as error:
+            return str(json.loads(error.body)["message"])
+        return None
+
+    try:
+        while_running(
+            lambda: answer() == wanted, "kube-apiserver to refuse the configured kind", {}, 60
+        )
+    finally:
+        admission.delete_validating_admission_policy_binding(name)
+        admission.delete_validating_admission_policy(name)
+        extensions.delete_custom_resource_definition(REPLICA_JOBS_CRD["metadata"]["name"])

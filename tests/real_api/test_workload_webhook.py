@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
+from kubernetes import client, dynamic
 
 from gpu_admission.config import Config
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
@@ -106,29 +106,64 @@ def _ours(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def test_a_good_deployment_is_stored_as_written_and_its_pods_changed_like_bare_ones(
-    apps: client.AppsV1Api, api: client.ApiClient
-) -> None:
+KINDS_THAT_MAKE_PODS = ("Deployment", "ReplicaSet", "StatefulSet", "Job")
+
+
+def good(kind: str, name: str) -> dict[str, Any]:
+    """A `kind` whose template a GPU pod and a CPU pod would both be admitted from."""
     containers = [
         {"name": "cpu", "image": "python", "env": [{"name": "MODE", "value": "serve"}]},
-        {
-            "name": "gpu",
-            "image": "cuda",
-            "resources": {"limits": {"nvidia.com/gpu.shared": "1"}},
-        },
+        {"name": "gpu", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu.shared": "1"}}},
     ]
-    manifest = deployment("server", {"gpu-admission.io/gpu-app": "pytorch"}, containers)
-    as_written = apps.create_namespaced_deployment(EXEMPT, manifest, dry_run="All").spec.template
-    made = apps.create_namespaced_deployment(NAMESPACE, manifest)
-    assert made.spec.template == as_written
+    template = {
+        "metadata": {
+            "labels": {"app": name},
+            "annotations": {"gpu-admission.io/gpu-app": "pytorch"},
+        },
+        "spec": {"containers": containers},
+    }
+    selector = {"matchLabels": {"app": name}}
+    if kind == "Job":
+        template["spec"]["restartPolicy"] = "Never"
+        spec: dict[str, Any] = {"template": template}
+        api_version = "batch/v1"
+    else:
+        spec = {"replicas": 1, "selector": selector, "template": template}
+        if kind == "StatefulSet":
+            spec["serviceName"] = name
+        api_version = "apps/v1"
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def _template_of(obj: dict[str, Any]) -> dict[str, Any]:
+    template = obj["spec"]["template"]
+    labels = template["metadata"].get("labels") or {}
+    uid_free = {k: v for k, v in labels.items() if "controller-uid" not in k}
+    return {**template, "metadata": {**template["metadata"], "labels": uid_free}}
+
+
+@pytest.mark.parametrize("kind", KINDS_THAT_MAKE_PODS)
+def test_a_good_workload_is_stored_as_written_and_its_pods_changed_like_bare_ones(
+    apps: client.AppsV1Api, api: client.ApiClient, kind: str
+) -> None:
+    name = f"good-{kind.lower()}"
+    manifest = good(kind, name)
+    resource = dynamic.DynamicClient(api).resources.get(
+        api_version=manifest["apiVersion"], kind=kind
+    )
+    as_written = resource.create(body=manifest, namespace=EXEMPT, dry_run="All").to_dict()
+    made = resource.create(body=manifest, namespace=NAMESPACE).to_dict()
+    # Never changed: the template is stored as the same object stored where nothing applies
+    # (less the Job controller's labels naming this Job's uid).
+    assert _template_of(made) == _template_of(as_written)
     core = client.CoreV1Api(api)
-    selector = "app=server"
+    selector = f"app={name}"
 
     def pod_made() -> bool:
         return bool(core.list_namespaced_pod(NAMESPACE, label_selector=selector).items)
 
-    while_running(pod_made, "the ReplicaSet's pod", {}, 60)
-    [pod] = core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+    while_running(pod_made, f"the {kind}'s pod", {}, 60)
+    pod = core.list_namespaced_pod(NAMESPACE, label_selector=selector).items[0]
     template = manifest["spec"]["template"]
     bare = core.create_namespaced_pod(
         NAMESPACE,

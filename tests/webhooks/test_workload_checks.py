@@ -238,3 +238,29 @@ def test_a_malformed_template_path_is_refused_naming_it(path: str) -> None:
                 }
             }
         )
+
+
+def test_a_dataset_not_loaded_yet_is_a_warning_for_a_pinned_template() -> None:
+    from gpu_admission.cluster.view import PVCInfo
+
+    loading = PVCInfo(
+        NS,
+        "imagenet",
+        "uid-imagenet",
+        {
+            "gpu-admission.io/data-source": "s3://datasets/imagenet",
+            "gpu-admission.io/data-load-phase": "Loading",
+        },
+        {"gpu-admission.io/data-load": "true"},
+    )
+    obj = deployment(
+        [{"name": "train", "image": "x", "volumeMounts": [{"name": "d", "mountPath": "/d"}]}]
+    )
+    spec = obj["spec"]["template"]["spec"]
+    spec["nodeName"] = "gpu-1"
+    spec["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "imagenet"}}]
+    outcome = review(obj, view=StaticClusterView(pvcs=[loading]))
+    assert outcome.allowed
+    [warning] = outcome.warnings
+    assert warning.startswith(f'Deployment "notebook": {STATE_DEPENDENT}: this pod is pinned')
+    assert "has not finished loading" in warning

@@ -276,8 +276,9 @@ def delete_policy(registration: client.AdmissionregistrationV1Api, name: str) ->
 
 def register_webhooks(api: client.ApiClient, ca_pem: bytes | None, address: str) -> None:
     """Both webhook configurations, calling the service at `address` and trusting `ca_pem`
-    (without, their caBundle is left for the service to publish), and the pod checks'
-    ValidatingAdmissionPolicy and its binding, as the manifests declare them."""
+    (without, their caBundle is left for the service to publish), and the
+    ValidatingAdmissionPolicies (pods', workloads') and their bindings, as the manifests declare
+    them."""
     registration = client.AdmissionregistrationV1Api(api)
     (mutating,) = manifest_objects("MutatingWebhookConfiguration")
     (validating,) = manifest_objects("ValidatingWebhookConfiguration")
@@ -286,16 +287,15 @@ def register_webhooks(api: client.ApiClient, ca_pem: bytes | None, address: str)
     delete_webhooks(registration, mutating["metadata"]["name"])  # left by another test
     registration.create_mutating_webhook_configuration(body(by_url(mutating, address)))
     registration.create_validating_webhook_configuration(body(by_url(validating, address)))
-    (policy,) = manifest_objects("ValidatingAdmissionPolicy")
-    (binding,) = manifest_objects("ValidatingAdmissionPolicyBinding")
-    delete_if_there(  # left by a test that registered them another way
-        lambda: registration.delete_validating_admission_policy_binding(
-            binding["metadata"]["name"]
-        ),
-        lambda: registration.delete_validating_admission_policy(policy["metadata"]["name"]),
-    )
-    registration.create_validating_admission_policy(body(policy))
-    registration.create_validating_admission_policy_binding(body(binding))
+    for policy, binding in zip(
+        manifest_objects("ValidatingAdmissionPolicy"),
+        manifest_objects("ValidatingAdmissionPolicyBinding"),
+        strict=True,
+    ):
+        # Left by a test that registered them another way (a binding shares its policy's name).
+        delete_policy(registration, policy["metadata"]["name"])
+        registration.create_validating_admission_policy(body(policy))
+        registration.create_validating_admission_policy_binding(body(binding))
 
 
 def _denial(call: Callable[[], Any]) -> str | None:
