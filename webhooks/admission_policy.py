@@ -187,7 +187,20 @@ _ENV_GUARD = (
 )
 
 
-def _shared_problem(word: str, value: str, where: str, gpu: GpuConfig) -> str:
+def _not_whole(value: str, as_written: bool) -> str:
+    """CEL true when the quantity (at most 1, by then) is not a whole number. A pod's quantities
+    reach the policy in canonical form, where `isInteger()` (Go's AsInt64) is exact. A custom
+    resource's are as written, and AsInt64 fails for `1000m` (a negative scale), which is 1: there
+    the value is compared with its own truncation instead."""
+    if not as_written:
+        return f"!quantity({value}).isInteger()"
+    number = f"quantity({value}).asApproximateFloat()"
+    return f"double(int({number})) != {number}"
+
+
+def _shared_problem(
+    word: str, value: str, where: str, gpu: GpuConfig, as_written: bool = False
+) -> str:
     who = f"{cel_string(word + ' ')} + '\"' + c.name + '\"'"
     # Ends the open literal of both messages below: what to ask for instead.
     advice = f"request 1 ' + n + ', or a whole GPU with ' + {base_name('n', gpu)}"
@@ -207,7 +220,7 @@ def _shared_problem(word: str, value: str, where: str, gpu: GpuConfig) -> str:
     return (
         f"(!isQuantity({value}) ? {not_quantity} : "
         f"quantity({value}).compareTo(quantity('1')) > 0 ? {too_many} : "
-        f"!quantity({value}).isInteger() ? {not_whole} : '')"
+        f"{_not_whole(value, as_written)} ? {not_whole} : '')"
     )
 
 
@@ -226,7 +239,8 @@ def shared_limit_problems(
 ) -> str:
     """One line per container with a shared-GPU problem (a list of strings). `defaulted`: the
     containers are a template's, whose requests the API server has not yet defaulted from
-    limits (a pod's are: `pod_defaults`), so a limit alone counts as in both."""
+    limits (a pod's are: `pod_defaults`), so a limit alone counts as in both, and whose
+    quantities may be as written (a custom resource's)."""
     shared = is_shared_test("n", gpu)
     # The shared names a container names, sorted as the Python policy sorts them (a Go map
     # iterates in random order, so the CEL must not rely on the map's order).
@@ -244,9 +258,9 @@ def shared_limit_problems(
         )
         per_name = (
             f"({both} ? "
-            f"{_shared_problem(word, _LIMIT, 'limits and requests', gpu)} : "
-            f"[{_IN_LIMITS} ? {_shared_problem(word, _LIMIT, 'limits', gpu)} : '', "
-            f"{_IN_REQUESTS} ? {_shared_problem(word, _REQUEST, 'requests', gpu)} : '']"
+            f"{_shared_problem(word, _LIMIT, 'limits and requests', gpu, defaulted)} : "
+            f"[{_IN_LIMITS} ? {_shared_problem(word, _LIMIT, 'limits', gpu, defaulted)} : '', "
+            f"{_IN_REQUESTS} ? {_shared_problem(word, _REQUEST, 'requests', gpu, defaulted)} : '']"
             ".filter(s, s != '').join('; '))"
         )
         per_container = f"{names}.map(n, {per_name}).filter(s, s != '').join('; ')"

@@ -236,6 +236,24 @@ def test_the_real_server_and_review_agree(
     assert server_denial(resources, obj) == expected(as_stored, KINDS[kind])
 
 
+@pytest.mark.parametrize("value", ["1000m", "1", "500m", "0.5", "2000m"])
+def test_a_custom_resources_quantities_are_read_as_written(
+    resources: dynamic.DynamicClient, value: str
+) -> None:
+    """A JobSet keeps `1000m` as written (a Deployment's becomes `1`): it is 1, and its pods
+    are admitted, so the JobSet is; `500m` is refused as not whole."""
+    shared = {
+        "name": "c",
+        "image": "cuda",
+        "resources": {"limits": {"nvidia.com/gpu.shared": value}},
+    }
+    obj = workload("JobSet", f"as-written-{value.replace('.', '-')}", [shared])
+    as_stored = stored(resources, obj)
+    assert server_denial(resources, obj) == expected(as_stored, KINDS["JobSet"])
+    refused = server_denial(resources, obj) is not None
+    assert refused is (value in ("500m", "0.5", "2000m"))
+
+
 # -- a configured kind, on a CRD of its own ------------------------------------------------------
 
 EXTRA = {
