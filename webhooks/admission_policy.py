@@ -320,19 +320,22 @@ def admission_policy(
                 ],
             },
             "variables": variables,
-            "validations": [
-                {
-                    "expression": " && ".join(f"{v} == ''" for v in used),
-                    "messageExpression": (
-                        used[0]
-                        if len(used) == 1
-                        else f"[{', '.join(used)}].filter(m, m != '').join('; ')"
-                    ),
-                    "message": FALLBACK_MESSAGE,
-                    "reason": "Invalid",
-                }
-            ],
+            "validations": [validation(used, FALLBACK_MESSAGE)],
         },
+    }
+
+
+def validation(used: list[str], fallback: str) -> dict[str, str]:
+    """One validation over the checks' message variables (`used`, each '' when it passes): the
+    user hears of every failed check at once; kube-apiserver shows `fallback` for a message it
+    will not show (too long, or with a newline)."""
+    return {
+        "expression": " && ".join(f"{v} == ''" for v in used),
+        "messageExpression": (
+            used[0] if len(used) == 1 else f"[{', '.join(used)}].filter(m, m != '').join('; ')"
+        ),
+        "message": fallback,
+        "reason": "Invalid",
     }
 
 

@@ -25,7 +25,11 @@ from gpu_admission.config import Config
 from gpu_admission.policy_modes import PolicyMode
 from webhooks import chain
 from webhooks.admission_policy import denial_text, warning_text
-from webhooks.pod_check_policies import failed_policies, workload_check_policies
+from webhooks.pod_check_policies import (
+    PodCheckPolicy,
+    failed_policies,
+    workload_check_policies,
+)
 from webhooks.pod_defaults import default_pod
 from webhooks.pod_webhook_condition import webhook_sees
 from webhooks.policy import PolicySet
@@ -145,18 +149,9 @@ async def _admit(
         if kind == "Pod" and not mutating and pod_checks == POD_CHECKS_POLICY:
             # As installed on 1.30+: the ValidatingAdmissionPolicy first, then the validating
             # webhook for pods with DRA claims only.
-            denied = False
             for policy, message in failed_policies(obj, config):
-                if policy.mode is PolicyMode.ENFORCE:
-                    denied = True
-                    result.denials.append(denial_text(message, policy.name))
-                    continue
-                if policy.mode is PolicyMode.WARN:
-                    result.warnings.append(warning_text(message, policy.name))
-                else:
-                    result.recorded.append(f"{policy.name} (audit): would refuse: {message}")
-            if denied:
-                result.allowed = False
+                _policy_failed(result, policy, message)
+            if not result.allowed:
                 return obj
             if not webhook_sees(obj, config.gpu):
                 continue
@@ -183,20 +178,37 @@ async def _admit(
                 config.failure_mode(webhook.path),
                 modes,
             )
-        result.warnings.extend(outcome.warnings)
-        # Warn-mode findings are in the warnings already.
-        result.recorded.extend(
-            f"{name} (audit): {would}"
-            for name, would in outcome.audit_annotations.items()
-            if modes[name] is PolicyMode.AUDIT
-        )
-        if not outcome.allowed:
-            if changes_only:
-                return copy.deepcopy(original)
-            result.allowed = False
-            result.denials.append(outcome.message)
+        if changes_only and not outcome.allowed:
+            return copy.deepcopy(original)
+        if not _webhook_answered(result, outcome, modes):
             return obj
     return obj
+
+
+def _policy_failed(result: Result, policy: PodCheckPolicy, message: str) -> None:
+    """A ValidatingAdmissionPolicy's failed validation, as its binding's actions take it."""
+    if policy.mode is PolicyMode.ENFORCE:
+        result.allowed = False
+        result.denials.append(denial_text(message, policy.name))
+    elif policy.mode is PolicyMode.WARN:
+        result.warnings.append(warning_text(message, policy.name))
+    else:
+        result.recorded.append(f"{policy.name} (audit): would refuse: {message}")
+
+
+def _webhook_answered(result: Result, outcome: chain.Outcome, modes: dict[str, PolicyMode]) -> bool:
+    """A webhook's answer taken into `result`; whether it admitted."""
+    result.warnings.extend(outcome.warnings)
+    # Warn-mode findings are in the warnings already.
+    result.recorded.extend(
+        f"{name} (audit): {would}"
+        for name, would in outcome.audit_annotations.items()
+        if modes[name] is PolicyMode.AUDIT
+    )
+    if not outcome.allowed:
+        result.allowed = False
+        result.denials.append(outcome.message)
+    return outcome.allowed
 
 
 def _workload_request(obj: dict[str, Any], kind: TemplateKind, namespace: str) -> AdmissionRequest:
@@ -220,15 +232,8 @@ async def _admit_workload(
     if pod_checks == POD_CHECKS_POLICY:
         for policy in workload_check_policies(config):
             message = workload_denial(obj, kind, config, policy.checks)
-            if message is None:
-                continue
-            if policy.mode is PolicyMode.ENFORCE:
-                result.allowed = False
-                result.denials.append(denial_text(message, policy.name))
-            elif policy.mode is PolicyMode.WARN:
-                result.warnings.append(warning_text(message, policy.name))
-            else:
-                result.recorded.append(f"{policy.name} (audit): would refuse: {message}")
+            if message is not None:
+                _policy_failed(result, policy, message)
         if not result.allowed:
             return
     request = _workload_request(obj, kind, namespace)
@@ -239,15 +244,7 @@ async def _admit_workload(
     outcome = chain.run_validating(
         request, selected, state.view, config.failure_mode(WORKLOADS_PATH), modes
     )
-    result.warnings.extend(outcome.warnings)
-    result.recorded.extend(
-        f"{name} (audit): {would}"
-        for name, would in outcome.audit_annotations.items()
-        if modes[name] is PolicyMode.AUDIT
-    )
-    if not outcome.allowed:
-        result.allowed = False
-        result.denials.append(outcome.message)
+    _webhook_answered(result, outcome, modes)
 
 
 async def review_document(

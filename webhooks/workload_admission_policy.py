@@ -34,6 +34,7 @@ from webhooks.admission_policy import (
     env_guard_problems,
     exempt_selector,
     shared_limit_problems,
+    validation,
 )
 from webhooks.pod_defaults import default_pod
 from webhooks.workload_kinds import (
@@ -160,18 +161,7 @@ def workload_admission_policy(
                 "resourceRules": _resource_rules(kinds),
             },
             "variables": variables,
-            "validations": [
-                {
-                    "expression": " && ".join(f"{v} == ''" for v in used),
-                    "messageExpression": (
-                        used[0]
-                        if len(used) == 1
-                        else f"[{', '.join(used)}].filter(m, m != '').join('; ')"
-                    ),
-                    "message": WORKLOAD_FALLBACK_MESSAGE,
-                    "reason": "Invalid",
-                }
-            ],
+            "validations": [validation(used, WORKLOAD_FALLBACK_MESSAGE)],
         },
     }
 
