@@ -1,7 +1,9 @@
 """`gpu-admission audit`: what the policies would refuse or change among the objects a cluster
-already holds (pods, the four credential Secret types, dataset PVCs), read with paginated lists
-and judged by the same policy code the webhooks run (`webhooks/audit.py`), against the cluster
-view the service builds (Nodes, ServiceAccounts, Secrets, PVCs, DRA objects).
+already holds (pods, the four credential Secret types, dataset PVCs), and what they would refuse
+of the pods of its workloads (Deployments, Jobs, CronJobs, JobSets, ...: their pod templates),
+read with paginated lists and judged by the same policy code the webhooks run
+(`webhooks/audit.py`, `webhooks/workload_audit.py`), against the cluster view the service builds
+(Nodes, ServiceAccounts, Secrets, PVCs, DRA objects).
 
 Output: a table grouped by policy and namespace (pods that may see GPUs they were not given, and
 shared-GPU pods without a memory share, first), or `-o json` / `-o yaml`. A progress line goes to
