@@ -563,3 +563,58 @@ async def test_failed_lookup_runs_the_policies_with_a_warning_under_allow_mode(s
     assert response["allowed"] is True
     assert decode_patch(response)[-1]["value"] == "yes"
     assert any("could not be looked up" in w for w in response["warnings"])
+
+
+def _workload_review(
+    kind: str, group: str, obj: dict[str, Any], operation: str = "CREATE"
+) -> bytes:
+    version = obj["apiVersion"].rpartition("/")[2]
+    request = {
+        "uid": "workload-uid",
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": kind.lower() + "s"},
+        "operation": operation,
+        "namespace": "ml",
+        "name": obj["metadata"]["name"],
+        "object": obj,
+    }
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return json.dumps(review).encode()
+
+
+async def test_the_workloads_path_reviews_every_workload_kind(start, session):
+    """One endpoint for Deployments, Jobs, JobSets, ...: the real policies' twins, warnings for
+    what depends on the cluster, never a patch."""
+    from webhooks.registry import build_policy_set
+
+    config = make_config()
+    template = {
+        "metadata": {"annotations": {"gpu-admission.io/cloud-credentials": "absent"}},
+        "spec": {"containers": [{"name": "app", "image": "python"}]},
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "ml"},
+        "spec": {"template": template},
+    }
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {"template": template}}}]},
+    }
+    async with start(build_policy_set(config), config=config) as url:
+        for kind, group, obj in (
+            ("Deployment", "apps", deployment),
+            ("JobSet", "jobset.x-k8s.io", jobset),
+        ):
+            status, answer = await post_review(
+                session, f"{url}/validate/workloads", _workload_review(kind, group, obj)
+            )
+            response = answer["response"]
+            assert status == 200 and response["allowed"] is True, answer
+            assert "patch" not in response
+            [warning] = response["warnings"]
+            assert warning.startswith(f'{kind} "{obj["metadata"]["name"]}')
+            assert 'Secret "absent"' in warning
