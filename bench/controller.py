@@ -315,6 +315,9 @@ def run_cluster(args: argparse.Namespace) -> int:
 
 
 async def controller_main(args: argparse.Namespace) -> None:
+    # What the deployed `gpu-admission controller` process imports (its probe and metrics
+    # server with them), so that its RSS is the one measured.
+    import commands.controller  # noqa: F401
     from controllers.dataset import DatasetController
     from gpu_admission.cluster.kube import api_client
 

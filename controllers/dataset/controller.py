@@ -161,7 +161,7 @@ class DatasetController:
         else:
             await self._stop_leading()
         await self.api.drain()  # the Events of the last reconciles
-        self.api.close()
+        await self.api.close()
 
     def readiness(self) -> list[str]:
         """What this replica waits for: its leader election's trouble, or its caches."""

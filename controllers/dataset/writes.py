@@ -1,12 +1,11 @@
 """The dataset controller's calls to the Kubernetes API, and what their failures mean.
 
-Calls run on the controller's own bounded thread pool (one thread per reconcile worker, as many
-pooled connections), so a burst is written in parallel without opening a connection per call.
 The writes of every load (Job creates, PVC status patches, Events, gate releases) go out as JSON
-bytes (`controllers.raw_writes`: no model objects, 429s waited out); the rarer ones through the
-generated methods, each read to its end (`controllers.api.write`) so the connection goes back to
-the pool. A write refused because its namespace is being deleted raises NamespaceTerminating:
-that work is dropped, not retried.
+bytes on the event loop (`controllers.raw_writes`: aiohttp, no model objects, 429s waited out),
+as many at once as reconcile workers are writing. The rarer calls run the generated methods on
+the controller's own bounded thread pool (one thread per reconcile worker), each read to its end
+(`controllers.api.write`) so the connection goes back to the pool. A write refused because its
+namespace is being deleted raises NamespaceTerminating: that work is dropped, not retried.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SNAPSHOT_VERSION
 log = logging.getLogger(__name__)
 
 COMPONENT = "gpu-admission"
-EVENT_THREADS = 2
+EVENT_CONCURRENCY = 2  # Events in flight at once: they never crowd out Job creates
 EVENT_DRAIN_SECONDS = 5.0
 
 
@@ -72,17 +71,19 @@ class ApiWriter:
         self.raw = RawWriter(api_client)
         self.identity = identity
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dataset-api")
-        self._events = ThreadPoolExecutor(EVENT_THREADS, thread_name_prefix="dataset-events")
-        self._sending: set[asyncio.Future[None]] = set()
+        self._event_turns: asyncio.Semaphore | None = None  # made on the loop that sends
+        self._sending: set[asyncio.Task[None]] = set()
 
     async def drain(self, timeout: float = EVENT_DRAIN_SECONDS) -> None:
         """Wait (a bounded while) for the Events still being sent: a clean stop keeps them."""
         if self._sending:
             await asyncio.wait(set(self._sending), timeout=timeout)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
-        self._events.shutdown(wait=False, cancel_futures=True)
+        for sending in set(self._sending):
+            sending.cancel()
+        await self.raw.close()
 
     async def _run(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -96,8 +97,7 @@ class ApiWriter:
         self, namespace: str, method: str, path: str, body: Any, content_type: str = JSON
     ) -> bytes:
         with _dropped_if_terminating(namespace):
-            answer: bytes = await self._run(self.raw.request, method, path, body, content_type)
-        return answer
+            return await self.raw.request(method, path, body, content_type)
 
     async def create_job(self, namespace: str, body: dict[str, Any]) -> bool:
         """False when the Job exists already (made by an earlier pass: adopt it)."""
@@ -237,9 +237,9 @@ class ApiWriter:
         return json.loads(response.data).get("items") or []  # type: ignore[no-any-return]
 
     async def event(self, ref: dict[str, str], kind: str, reason: str, message: str) -> None:
-        """A core/v1 Event, sent in the background on a pool of its own: the reconcile does not
-        wait for it, and a burst of Events never queues ahead of Job creates. Failing to record
-        one never fails the reconcile."""
+        """A core/v1 Event, sent in the background, at most EVENT_CONCURRENCY at once: the
+        reconcile does not wait for it, and a burst of Events never queues ahead of Job creates.
+        Failing to record one never fails the reconcile."""
         now = now_rfc3339()
         body = {
             "apiVersion": "v1",
@@ -260,15 +260,16 @@ class ApiWriter:
             "count": 1,
         }
         path = f"/api/v1/namespaces/{ref['namespace']}/events"
-        sent = asyncio.get_running_loop().run_in_executor(
-            self._events, self._post_event, path, body
-        )
+        sent = asyncio.create_task(self._post_event(path, body))
         self._sending.add(sent)
         sent.add_done_callback(self._sending.discard)
 
-    def _post_event(self, path: str, body: dict[str, Any]) -> None:
+    async def _post_event(self, path: str, body: dict[str, Any]) -> None:
+        if self._event_turns is None:
+            self._event_turns = asyncio.Semaphore(EVENT_CONCURRENCY)
         try:
-            self.raw.request("POST", path, body)
+            async with self._event_turns:
+                await self.raw.request("POST", path, body)
         except ApiException as exc:
             ref = body["involvedObject"]
             log.info(

@@ -4,7 +4,6 @@ the ones still queued."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 from kubernetes.client import ApiClient
@@ -18,14 +17,16 @@ class HeldRequests:
     """Stands in for RawWriter: each request waits until the test lets it through."""
 
     def __init__(self) -> None:
-        self.go = threading.Event()
+        self.go = asyncio.Event()
         self.sent: list[tuple[str, str, str]] = []
 
-    def request(self, method: str, path: str, body: Any, content_type: str = "") -> bytes:
-        if not self.go.wait(30):
-            raise TimeoutError("never let through")
+    async def request(self, method: str, path: str, body: Any, content_type: str = "") -> bytes:
+        await asyncio.wait_for(self.go.wait(), 30)
         self.sent.append((method, path, body["reason"]))
         return b"{}"
+
+    async def close(self) -> None:
+        pass
 
 
 def test_an_event_is_sent_without_the_caller_waiting_and_drained_on_stop() -> None:
@@ -43,6 +44,6 @@ def test_an_event_is_sent_without_the_caller_waiting_and_drained_on_stop() -> No
             assert {path for _, path, _ in held.sent} == {"/api/v1/namespaces/ml/events"}
         finally:
             held.go.set()
-            writer.close()
+            await writer.close()
 
     asyncio.run(run())

@@ -4,6 +4,7 @@ priority and fairness gives a client over its share)."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 from kubernetes import client
@@ -30,59 +31,61 @@ class Clock:
     def __call__(self) -> float:
         return self.now
 
-    def sleep(self, seconds: float) -> None:
+    async def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.now += seconds
 
 
 @pytest.fixture
-def writer(kube_api, kube_client) -> tuple[RawWriter, Clock]:
+async def writer(kube_api, kube_client) -> AsyncIterator[tuple[RawWriter, Clock]]:
     namespace_ready(kube_client, NS)
     clock = Clock()
-    return RawWriter(kube_client, max_retries=3, clock=clock, sleep=clock.sleep), clock
+    raw = RawWriter(kube_client, max_retries=3, clock=clock, sleep=clock.sleep)
+    yield raw, clock
+    await raw.close()
 
 
-def test_a_write_is_the_real_servers_answer(writer, kube_client) -> None:
+async def test_a_write_is_the_real_servers_answer(writer, kube_client) -> None:
     raw, _ = writer
-    made = json.loads(raw.request("POST", CONFIGMAPS, config_map("plain")))
+    made = json.loads(await raw.request("POST", CONFIGMAPS, config_map("plain")))
     assert made["metadata"]["resourceVersion"]
     patch = {"metadata": {"labels": {"patched": "yes"}}}
-    raw.request("PATCH", f"{CONFIGMAPS}/plain", patch, STRATEGIC_MERGE)
+    await raw.request("PATCH", f"{CONFIGMAPS}/plain", patch, STRATEGIC_MERGE)
     stored = client.CoreV1Api(kube_client).read_namespaced_config_map("plain", NS)
     assert stored.metadata.labels == {"patched": "yes"} and stored.data == {"a": "1"}
 
 
-def test_a_429_is_waited_out_and_slows_every_writer(writer, kube_api, caplog) -> None:
+async def test_a_429_is_waited_out_and_slows_every_writer(writer, kube_api, caplog) -> None:
     raw, clock = writer
     kube_api.faults.fail("POST", rf"{CONFIGMAPS}$", code=429, times=2, retry_after=2)
-    raw.request("POST", CONFIGMAPS, config_map("throttled"))
+    await raw.request("POST", CONFIGMAPS, config_map("throttled"))
     assert kube_api.faults.request_count("POST", rf"{CONFIGMAPS}$") == 3
     assert raw.throttled == 2 and clock.slept == [2.0, 2.0]
     said = [r.getMessage() for r in caplog.records if "HTTP 429" in r.getMessage()]
     assert len(said) == 2  # once per throttled spell: each wait here ends before the next 429
     # A later write of any kind waits until the last Retry-After has passed: here it has.
-    raw.request("POST", CONFIGMAPS, config_map("after"))
+    await raw.request("POST", CONFIGMAPS, config_map("after"))
     assert clock.slept == [2.0, 2.0]
 
 
-def test_past_its_retries_a_429_is_raised_and_nothing_is_written(writer, kube_api) -> None:
+async def test_past_its_retries_a_429_is_raised_and_nothing_is_written(writer, kube_api) -> None:
     raw, _ = writer
     kube_api.faults.fail("POST", rf"{CONFIGMAPS}$", code=429, times=None, retry_after=1)
     with pytest.raises(ApiException) as raised:
-        raw.request("POST", CONFIGMAPS, config_map("never"))
+        await raw.request("POST", CONFIGMAPS, config_map("never"))
     kube_api.faults.clear()
     assert raised.value.status == 429 and raised.value.headers["Retry-After"] == "1"
     assert kube_api.faults.request_count("POST", rf"{CONFIGMAPS}$") == 4  # 1 + 3 retries
     with pytest.raises(ApiException) as missing:
-        raw.request("PATCH", f"{CONFIGMAPS}/never", {"data": {}}, STRATEGIC_MERGE)
+        await raw.request("PATCH", f"{CONFIGMAPS}/never", {"data": {}}, STRATEGIC_MERGE)
     assert missing.value.status == 404
 
 
-def test_a_refusal_carries_the_servers_reason(writer) -> None:
+async def test_a_refusal_carries_the_servers_reason(writer) -> None:
     raw, _ = writer
     bad = config_map("Not_A_Name")
     with pytest.raises(ApiException) as raised:
-        raw.request("POST", CONFIGMAPS, bad)
+        await raw.request("POST", CONFIGMAPS, bad)
     assert raised.value.status == 422
     assert "Not_A_Name" in json.loads(raised.value.body)["message"]
 
