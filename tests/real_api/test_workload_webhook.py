@@ -3,8 +3,9 @@ policies, with the real kube-controller-manager making their pods:
 
 - `kubectl apply` of a Deployment (and a CronJob) naming a credential Secret that does not exist
   yet succeeds, with a warning that names the Secret;
-- a good Deployment is stored as written (templates are never changed), and the pod its
-  ReplicaSet makes gets exactly the changes a bare pod of the same template gets.
+- a good Deployment, ReplicaSet, StatefulSet, DaemonSet or Job is stored as written (templates
+  are never changed), and the pod its controller makes gets exactly the changes a bare pod of
+  the same template gets.
 """
 
 from __future__ import annotations
@@ -36,8 +37,13 @@ def apps(
     apply_base(kubectl)
     namespace_ready(api, NAMESPACE)
     namespace_ready(api, EXEMPT, labels={Config().exempt_label: "true"})
-    with served(real_cluster):
-        yield client.AppsV1Api(api)
+    core = client.CoreV1Api(api)
+    core.create_node(NODE)  # for the DaemonSet controller to make a pod for
+    try:
+        with served(real_cluster):
+            yield client.AppsV1Api(api)
+    finally:
+        core.delete_node(NODE["metadata"]["name"])
 
 
 def deployment(name: str, annotations: dict[str, str], containers: list[dict]) -> dict[str, Any]:
@@ -106,7 +112,14 @@ def _ours(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-KINDS_THAT_MAKE_PODS = ("Deployment", "ReplicaSet", "StatefulSet", "Job")
+KINDS_THAT_MAKE_PODS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job")
+# A Node object, no kubelet behind it: the DaemonSet controller makes a pod for it all the same
+# (daemon pods tolerate the not-ready taint a new Node gets).
+NODE = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {"name": "workload-hooks-node", "labels": {"kubernetes.io/hostname": "w"}},
+}
 
 
 def good(kind: str, name: str) -> dict[str, Any]:
@@ -129,6 +142,8 @@ def good(kind: str, name: str) -> dict[str, Any]:
         api_version = "batch/v1"
     else:
         spec = {"replicas": 1, "selector": selector, "template": template}
+        if kind == "DaemonSet":
+            del spec["replicas"]
         if kind == "StatefulSet":
             spec["serviceName"] = name
         api_version = "apps/v1"
@@ -165,17 +180,20 @@ def test_a_good_workload_is_stored_as_written_and_its_pods_changed_like_bare_one
     while_running(pod_made, f"the {kind}'s pod", {}, 60)
     pod = core.list_namespaced_pod(NAMESPACE, label_selector=selector).items[0]
     template = manifest["spec"]["template"]
+    serialize = api.sanitize_for_serialization
+    spec = dict(template["spec"])
+    if kind == "DaemonSet":  # its controller pins each pod to its node: a bare pod pinned alike
+        spec["affinity"] = serialize(pod.spec.affinity)
     bare = core.create_namespaced_pod(
         NAMESPACE,
         {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"generateName": "bare-", **template["metadata"]},
-            "spec": template["spec"],
+            "spec": spec,
         },
         dry_run="All",
     )
-    serialize = api.sanitize_for_serialization
     assert _ours(serialize(pod)) == _ours(serialize(bare))
     # The changes are there at all: the CPU container is hidden from the GPUs.
     cpu_env = _ours(serialize(pod))["env"][0]
