@@ -14,26 +14,30 @@ from typing import Any
 SOURCE = "s3://bench-data/{i}"
 
 
-def loader_jobs(count: int, namespace: str, config: Any) -> list[dict[str, Any]]:
-    """`count` loader Job bodies as the controller would make them for fresh dataset PVCs, the
-    data-load label set to `bare` (same size) so that the running controller ignores them."""
+def loader_job(name: str, uid: str, source: str, namespace: str, config: Any) -> dict[str, Any]:
+    """The Job the controller makes for a fresh dataset PVC of `source`, with no credentials."""
     from controllers.dataset.jobspec import build_loader_job
     from gpu_admission.datasource import loader_job_name, parse_data_source
 
+    return build_loader_job(
+        job_name=loader_job_name(name, uid, source),
+        pvc_namespace=namespace,
+        pvc_name=name,
+        pvc_uid=uid,
+        source=parse_data_source(source),
+        secret=None,
+        sync=False,
+        config=config,
+    )
+
+
+def loader_jobs(count: int, namespace: str, config: Any) -> list[dict[str, Any]]:
+    """`count` loader Job bodies as the controller would make them for fresh dataset PVCs, the
+    data-load label set to `bare` (same size) so that the running controller ignores them."""
     label = config.names.data_load_label
     bodies = []
     for i in range(count):
-        name, uid, source = f"bare-{i:05d}", str(uuid.uuid4()), SOURCE.format(i=i)
-        body = build_loader_job(
-            job_name=loader_job_name(name, uid, source),
-            pvc_namespace=namespace,
-            pvc_name=name,
-            pvc_uid=uid,
-            source=parse_data_source(source),
-            secret=None,
-            sync=False,
-            config=config,
-        )
+        body = loader_job(f"bare-{i:05d}", str(uuid.uuid4()), SOURCE.format(i=i), namespace, config)
         for meta in (body["metadata"], body["spec"]["template"]["metadata"]):
             meta["labels"][label] = "bare"
         bodies.append(body)

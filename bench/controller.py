@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from bench.bare_jobs import in_threads, job_burst, loader_jobs
+from bench.bare_jobs import in_threads, job_burst, loader_job, loader_jobs
 
 NS = "datasets"
 BASELINE_NS = "baseline"
@@ -200,8 +200,7 @@ def seed(api: Any, count: int, with_jobs: bool, prefix: str) -> None:
     or, `with_jobs`, with its unfinished loader Job."""
     from kubernetes import client
 
-    from controllers.dataset.jobspec import build_loader_job
-    from gpu_admission.datasource import loader_job_name, parse_data_source
+    from gpu_admission.datasource import loader_job_name
     from gpu_admission.names import PHASE_PENDING, PHASE_SUCCEEDED
 
     config = bench_config(max_loads=10, workers=1, prefix=prefix)
@@ -226,16 +225,7 @@ def seed(api: Any, count: int, with_jobs: bool, prefix: str) -> None:
             _preload_content=False,
         )
         if with_jobs:
-            job = build_loader_job(
-                job_name=job_name,
-                pvc_namespace=NS,
-                pvc_name=name,
-                pvc_uid=uid,
-                source=parse_data_source(source),
-                secret=None,
-                sync=False,
-                config=config,
-            )
+            job = loader_job(name, uid, source, NS, config)
             batch.create_namespaced_job(NS, job, _preload_content=False)
 
     _create_all(api, [functools.partial(one, i) for i in range(count)])

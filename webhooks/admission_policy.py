@@ -295,32 +295,40 @@ def admission_policy(
     if SHARED_GPU_LIMIT in checks:
         variables.append({"name": "sharedGpuLimit", "expression": _shared_limit(gpu)})
     used = [f"variables.{_CHECK_VARIABLES[c]}" for c in POD_CHECKS if c in checks]
+    rules = [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["UPDATE"],
+            "resources": ["pods/ephemeralcontainers"],
+        },
+    ]
+    return policy_object(name, config, rules, variables, validation(used, FALLBACK_MESSAGE))
+
+
+def policy_object(
+    name: str,
+    config: Config,
+    rules: list[dict[str, Any]],
+    variables: list[dict[str, str]],
+    check: dict[str, str],
+) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy of the stateless checks: the requests of `rules` outside the
+    exempt namespaces, judged by `check` over `variables`."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": name},
         "spec": {
-            # Fail: an expression that cannot be evaluated must not let a pod through.
+            # Fail: an expression that cannot be evaluated must not let an object through.
             "failurePolicy": "Fail",
             "matchConstraints": {
                 "namespaceSelector": exempt_selector(config),
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                    },
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["UPDATE"],
-                        "resources": ["pods/ephemeralcontainers"],
-                    },
-                ],
+                "resourceRules": rules,
             },
             "variables": variables,
-            "validations": [validation(used, FALLBACK_MESSAGE)],
+            "validations": [check],
         },
     }
 

@@ -60,7 +60,13 @@ class ClusterState:
 POD_CHECKS_POLICY, POD_CHECKS_WEBHOOK = "policy", "webhook"
 
 REVIEWED_KINDS = {"Pod", "Secret", "PersistentVolumeClaim"}
-WORKLOADS_PATH = "/validate/workloads"
+
+
+def _webhook_path(kind: str) -> str:
+    """The validating webhook path for `kind`, as the service routes it."""
+    webhook = webhook_for(kind, mutating=False)
+    assert webhook is not None, kind
+    return webhook.path
 
 
 def _group(obj: dict[str, Any]) -> str:
@@ -242,7 +248,7 @@ async def _admit_workload(
         await chain.resolve_references(request, selected, state.view, state.resolver)
     modes = config.relaxed_modes()
     outcome = chain.run_validating(
-        request, selected, state.view, config.failure_mode(WORKLOADS_PATH), modes
+        request, selected, state.view, config.failure_mode(_webhook_path(WORKLOAD)), modes
     )
     _webhook_answered(result, outcome, modes)
 
@@ -262,7 +268,8 @@ async def review_document(
     if kind in CLAIM_KINDS:
         result.skipped = "not reviewed; read as cluster state by the pods that use it"
         return result
-    if kind not in REVIEWED_KINDS and (_group(obj), kind) not in kind_index(config):
+    workload = kind_index(config).get((_group(obj), str(kind)))
+    if kind not in REVIEWED_KINDS and workload is None:
         result.skipped = "no gpu-admission webhook reviews this kind"
         return result
     if namespace in state.exempt_namespaces:
@@ -270,7 +277,6 @@ async def review_document(
         return result
     if kind == "Secret":
         merged_string_data(obj)
-    workload = kind_index(config).get((_group(obj), str(kind)))
     if workload is not None:
         await _admit_workload(obj, workload, namespace, policies, state, config, result, pod_checks)
         if not result.allowed:

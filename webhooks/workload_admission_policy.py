@@ -32,7 +32,7 @@ from webhooks.admission_policy import (
     cel_string,
     check_messages,
     env_guard_problems,
-    exempt_selector,
+    policy_object,
     shared_limit_problems,
     validation,
 )
@@ -150,20 +150,8 @@ def workload_admission_policy(
             {"name": "sharedGpuLimit", "expression": _per_template(f"{problems}.join('; ')")}
         )
     used = [f"variables.{_CHECK_VARIABLES[c]}" for c in POD_CHECKS if c in checks]
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": exempt_selector(config),
-                "resourceRules": _resource_rules(kinds),
-            },
-            "variables": variables,
-            "validations": [validation(used, WORKLOAD_FALLBACK_MESSAGE)],
-        },
-    }
+    check = validation(used, WORKLOAD_FALLBACK_MESSAGE)
+    return policy_object(name, config, _resource_rules(kinds), variables, check)
 
 
 def workload_denial(
