@@ -75,6 +75,17 @@ def add_load_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="give up when no data arrives (and nothing is listed or checked) for this many "
         "seconds; 0: never (rclone sources)",
     )
+    parser.add_argument(
+        "--clone-of",
+        default=None,
+        help="the VolumeSnapshot the destination was cloned from: it is reused when the source "
+        "still lists to --clone-digest, else loaded afresh (rclone sources)",
+    )
+    parser.add_argument(
+        "--clone-digest",
+        default=None,
+        help="the digest (sha256:...) of the source as that snapshot's load read it",
+    )
     parser.add_argument("--rclone", default="rclone", help="the rclone executable")
     parser.add_argument("--termination-log", default=TERMINATION_LOG)
     parser.set_defaults(func=main_load)
@@ -133,6 +144,8 @@ def main_load(args: argparse.Namespace) -> int:
         stats_seconds=args.stats_seconds,
         sha256=args.sha256,
         stall_seconds=args.stall_timeout,
+        clone_of=args.clone_of,
+        clone_digest=args.clone_digest,
     )
 
 

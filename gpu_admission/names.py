@@ -255,6 +255,27 @@ class Names:
         return self._key("data-commit")
 
     @property
+    def data_digest(self) -> str:
+        """Written on a loaded PVC and on the snapshot kept of it: `sha256:<hex>` of the
+        source's listing as the load read it (paths, sizes, versions)."""
+        return self._key("data-digest")
+
+    @property
+    def data_digest_files(self) -> str:
+        """Written beside data-digest: how many files the listing held, and its bytes."""
+        return self._key("data-digest-files")
+
+    @property
+    def data_digest_bytes(self) -> str:
+        return self._key("data-digest-bytes")
+
+    @property
+    def data_cloned_digest(self) -> str:
+        """Written by admission on a PVC cloned from a snapshot: the digest that snapshot's load
+        read, which the clone's loader compares with the source's digest now."""
+        return self._key("data-cloned-digest")
+
+    @property
     def data_load_retry(self) -> str:
         """PVC annotation, any new value: load the same source again (after a failure)."""
         return self._key("data-load-retry")

@@ -34,6 +34,7 @@ from gpu_admission.names import HF_DEFAULT_ENDPOINT, HF_ENDPOINT, HF_TOKEN
 from loaders.hub_errors import HubFailure, classified
 from loaders.report import write_summary
 from loaders.shards import ShardPlan, SourceObject, plan_shard
+from loaders.source_digest import source_digest
 
 PARTIAL_SUFFIX = ".incomplete"  # what huggingface_hub writes while a file downloads
 BOOKKEEPING = ".cache/huggingface"  # huggingface_hub's metadata inside local_dir
@@ -267,6 +268,7 @@ def run_hub_load(
             checks=present,
             exitCode=0,
         )
+        result.update(source_digest(listing.objects, listing.commit).summary_fields())
     except HubFailure as failure:
         code = permanent_exit_code if failure.permanent else 1
         result.update(exitCode=code, cause=failure.cause, permanent=failure.permanent)

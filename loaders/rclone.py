@@ -35,6 +35,7 @@ from gpu_admission.names import (
     LOADER_PERMANENT_EXIT_CODE,
 )
 from loaders.report import RunLog, summary, token_identity, write_summary
+from loaders.reuse import MARKER, CloneLoad, begin, decide, finish, marker_path, resume
 from loaders.shards import (
     ListingError,
     ShardPlan,
@@ -44,6 +45,7 @@ from loaders.shards import (
     prune,
     write_file_list,
 )
+from loaders.source_digest import source_digest
 from loaders.sources import REMOTE, rclone_env
 from loaders.space import free_bytes, shortfall, still_to_fetch
 from loaders.verify import verify_sha256
@@ -66,9 +68,13 @@ def rclone_command(
     checkers: int,
     stats_seconds: float = 5.0,
     files_from: str | None = None,
+    fetch_all: bool = False,
+    keep: str | None = None,
 ) -> list[str]:
     """`rclone copy` (or `sync`) of the source; with `files_from`, only the listed objects (a
-    shard's part: always `copy`, since a filtered `sync` deletes nothing outside its filter)."""
+    shard's part: always `copy`, since a filtered `sync` deletes nothing outside its filter).
+    `fetch_all`: every object is fetched, none skipped for matching what the volume holds;
+    `keep`: a filter rule of the volume's own files, neither copied nor deleted."""
     verb = "sync" if sync and files_from is None else "copy"
     command = [
         rclone,
@@ -88,6 +94,10 @@ def rclone_command(
     ]
     if files_from is not None:
         command += ["--files-from-raw", files_from]
+    if fetch_all:
+        command.append("--ignore-times")
+    if keep is not None:
+        command += ["--exclude", keep]
     return command
 
 
@@ -123,11 +133,14 @@ def run_load(
     stats_seconds: float = 5.0,
     sha256: str | None = None,
     stall_seconds: float = DEFAULT_STALL_SECONDS,
+    clone_of: str | None = None,
+    clone_digest: str | None = None,
 ) -> int:
     """Run rclone, stream its log to `out`, write the summary; return rclone's exit code (or
     PERMANENT_EXIT_CODE). `sha256`: a single file's expected digest, checked after the copy.
     Before copying, what is still to fetch must fit the volume (loaders.space); while copying,
-    `stall_seconds` without progress ends the load (loaders.watchdog; 0: never)."""
+    `stall_seconds` without progress ends the load (loaders.watchdog; 0: never). `clone_of`:
+    the snapshot the volume is a clone of, whose load read `clone_digest` (loaders.reuse)."""
     out = out or sys.stdout
     if stall_seconds > 0:  # ticks often enough that a moving transfer is seen moving
         stats_seconds = min(stats_seconds, stall_seconds / 4)
@@ -136,46 +149,56 @@ def run_load(
     started = time.monotonic()
     interrupted = False
     shard: ShardPlan | None = None
-    exit_code: int | None = None
     failure: tuple[str, bool] | None = None
+    objects, exit_code = _listing(rclone, source, env, log, out, shard_count > 1)
+    digest = source_digest(objects, sha256 or "") if objects is not None else None
+    clone = decide(clone_of, clone_digest, digest, pinned=bool(sha256 and source.single_file))
+    marker = marker_path(Path(dest), shard_index, shard_count)
+    clone = resume(clone, marker, digest)
+    if clone.reason:
+        out.write(json.dumps({"level": "notice", "msg": clone.reason}) + "\n")
+    afresh = clone.action is CloneLoad.AFRESH
+    mirror = sync or afresh  # afresh: what the source no longer has goes too
     with contextlib.ExitStack() as stack:  # a scratch directory only for a shard's file list
         files_from = None
-        if shard_count > 1:
-            try:
-                objects = list_source(rclone, f"{REMOTE}:{source.remote_path}", env)
-            except ListingError as exc:
-                log.errors.append(f"listing the source failed: {exc}")
-                exit_code = LISTING_FAILED_EXIT_CODE
-            else:
-                shard = plan_shard(objects, shard_index, shard_count)
-                label = f"shard {shard.index + 1} of {shard.count}: "
-                refused = _too_big(shard.objects, dest, out, label)
-                if refused:  # nothing more: no file list, and above all no pruning
-                    exit_code, failure = PERMANENT_EXIT_CODE, (refused, True)
-                else:
-                    scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="load-"))
-                    files_from = str(Path(scratch) / "files")
-                    write_file_list(shard, Path(files_from))
-                if not refused and sync and shard.index == 0 and Path(dest).is_dir():
+        if objects is not None and shard_count > 1:
+            shard = plan_shard(objects, shard_index, shard_count)
+            label = f"shard {shard.index + 1} of {shard.count}: "
+            refused = (
+                _too_big(shard.objects, dest, out, label, clone.fetch_all) if clone.copies else None
+            )
+            if refused:  # nothing more: no file list, and above all no pruning
+                exit_code, failure = PERMANENT_EXIT_CODE, (refused, True)
+            elif clone.copies:
+                scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="load-"))
+                files_from = str(Path(scratch) / "files")
+                write_file_list(shard, Path(files_from))
+                if mirror and shard.index == 0 and Path(dest).is_dir():
                     # A filtered sync deletes nothing outside its part: one shard prunes.
                     removed = prune(Path(dest), (o.path for o in objects))
                     out.write(json.dumps({"level": "notice", "msg": f"pruned {removed} files"}))
                     out.write("\n")
-        else:
-            refused = _fits_or_why(rclone, source, env, dest, out)
+        elif objects is not None and clone.copies:
+            refused = _too_big(objects, dest, out, "", clone.fetch_all)
             if refused:
                 exit_code, failure = PERMANENT_EXIT_CODE, (refused, True)
-        if exit_code is None:
+        if exit_code is None and not clone.copies:
+            exit_code = 0
+        elif exit_code is None:
             command = rclone_command(
                 rclone,
                 source,
                 dest,
-                sync=sync,
+                sync=mirror,
                 transfers=transfers,
                 checkers=checkers,
                 stats_seconds=stats_seconds,
                 files_from=files_from,
+                fetch_all=clone.fetch_all,
+                keep=f"/{MARKER}*" if afresh else None,
             )
+            with contextlib.suppress(OSError):  # a volume not writable: rclone says so
+                begin(clone, marker, digest)
             exit_code, interrupted, stalled = _run_rclone(
                 command, env, log, out, shard, shard_count, stall_seconds
             )
@@ -190,15 +213,25 @@ def run_load(
             exit_code, failure = PERMANENT_EXIT_CODE, (problem, True)
     duration = time.monotonic() - started
     result = summary(log, exit_code, duration, source.url, interrupted, shard, identity, failure)
+    if digest is not None and exit_code == 0:
+        result.update(digest.summary_fields())
+    if exit_code == 0 and afresh:
+        finish(marker)
+    if clone.action is not CloneLoad.NONE:
+        result["clone"] = clone.action.value
     write_summary(result, out, termination_log)
     return PERMANENT_EXIT_CODE if result.get("permanent") else exit_code
 
 
 def _too_big(
-    objects: Iterable[SourceObject], dest: str, out: IO[str], label: str = ""
+    objects: Iterable[SourceObject],
+    dest: str,
+    out: IO[str],
+    label: str = "",
+    fetch_all: bool = False,
 ) -> str | None:
     """Why what is still to fetch cannot fit the volume, or None; says the figures either way."""
-    needed = still_to_fetch(objects, Path(dest))
+    needed = still_to_fetch(objects, Path(dest), fetch_all)
     free = free_bytes(Path(dest))
     note = f"{label}{human_bytes(needed.bytes)} in {needed.files} files to fetch"
     note += f", {human_bytes(free)} free"
@@ -206,18 +239,26 @@ def _too_big(
     return shortfall(needed, free, label)
 
 
-def _fits_or_why(
-    rclone: str, source: DataSource, env: Mapping[str, str], dest: str, out: IO[str]
-) -> str | None:
-    """The size check of an unsharded load: one listing first. A listing that fails skips the
-    check, said in the log: the copy then meets the same cause and reports it as its own."""
+def _listing(
+    rclone: str,
+    source: DataSource,
+    env: Mapping[str, str],
+    log: RunLog,
+    out: IO[str],
+    sharded: bool,
+) -> tuple[list[SourceObject] | None, int | None]:
+    """(the source's listing, the exit code when the load cannot go on without it). A shard
+    cannot pick its part without one; an unsharded load goes on, said in the log, without the
+    size check: the copy then meets the same cause and reports it as its own."""
     try:
-        objects = list_source(rclone, f"{REMOTE}:{source.remote_path}", env)
+        return list_source(rclone, f"{REMOTE}:{source.remote_path}", env), None
     except ListingError as exc:
+        if sharded:
+            log.errors.append(f"listing the source failed: {exc}")
+            return None, LISTING_FAILED_EXIT_CODE
         message = f"size check skipped: listing the source failed ({str(exc)[:300]})"
         out.write(json.dumps({"level": "warning", "msg": message}) + "\n")
-        return None
-    return _too_big(objects, dest, out)
+        return None, None
 
 
 def _run_rclone(

@@ -22,12 +22,15 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # What one object costs beyond its bytes, in byte-equivalents: a request round trip is worth
 # roughly this much transfer on a data-centre link.
 PER_OBJECT_COST = 256 * 1024
 # rclone's local backend writes into "<name>.<random>.partial" and renames when done.
 PARTIAL_SUFFIX = ".partial"
+# A load afresh's own marker at the volume's root (loaders.reuse): never pruned.
+AFRESH_MARKER = ".gpu-admission-afresh"
 
 
 class ListingError(Exception):
@@ -38,6 +41,7 @@ class ListingError(Exception):
 class SourceObject:
     path: str  # relative to the source's prefix, as rclone copies it
     size: int
+    version: str = ""  # what the listing says of this version of it (loaders.source_digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +76,19 @@ def parse_listing(text: str) -> list[SourceObject]:
     if not isinstance(entries, list):
         raise ListingError("rclone lsjson did not return a list")
     objects = [
-        SourceObject(str(e["Path"]), max(int(e.get("Size") or 0), 0))
+        SourceObject(str(e["Path"]), max(int(e.get("Size") or 0), 0), _version(e))
         for e in entries
         if isinstance(e, dict) and not e.get("IsDir") and e.get("Path")
     ]
     return sorted(objects, key=lambda o: o.path)
+
+
+def _version(entry: dict[str, Any]) -> str:
+    """An object's version as the listing gives it: its MD5 (an S3 ETag of one part) where the
+    store has one, and the server's modification time."""
+    hashes = entry.get("Hashes")
+    md5 = hashes.get("md5", "") if isinstance(hashes, dict) else ""
+    return f"{md5}|{entry.get('ModTime') or ''}"
 
 
 def fingerprint(objects: Iterable[SourceObject]) -> str:
@@ -116,15 +128,21 @@ def plan_shard(objects: Sequence[SourceObject], index: int, count: int) -> Shard
 def list_source(
     rclone: str, remote_path: str, env: Mapping[str, str], timeout: float | None = None
 ) -> list[SourceObject]:
-    """List every object under the source with rclone (sizes only: reading each object's
-    modification time would cost a HEAD per object on S3)."""
+    """List every object under the source with rclone: sizes, and the versions the listing
+    itself gives. `--use-server-modtime`: the object's own modification time (metadata) would
+    cost a HEAD per object on S3; LastModified comes with the listing. `--hash`: free where the
+    listing has it (an S3 ETag of one part, a GCS md5Hash, an Azure Content-MD5); rclone makes
+    one HEAD per multipart S3 object for it."""
     command = [
         rclone,
         "lsjson",
         remote_path,
         "--recursive",
         "--files-only",
-        "--no-modtime",
+        "--use-server-modtime",
+        "--hash",
+        "--hash-type",
+        "md5",
         "--no-mimetype",
         "--fast-list",
     ]
@@ -159,6 +177,8 @@ def prune(dest: Path, keep: Iterable[str]) -> int:
             path = Path(root) / name
             relative = path.relative_to(dest).as_posix()
             if relative in wanted or name.endswith(PARTIAL_SUFFIX):
+                continue
+            if root == str(dest) and name.startswith(AFRESH_MARKER):
                 continue
             path.unlink(missing_ok=True)
             removed += 1

@@ -28,21 +28,31 @@ class Needed:
     bytes: int  # still to fetch
     files: int
     source_bytes: int  # the whole listing, for the message
+    room: int = -1  # the free space the fetch takes (-1: `bytes`)
+
+    @property
+    def space(self) -> int:
+        return self.bytes if self.room < 0 else self.room
 
 
-def still_to_fetch(objects: Iterable[SourceObject], dest: Path) -> Needed:
-    """The objects the volume does not hold yet at their listed size."""
-    needed = files = total = 0
+def still_to_fetch(objects: Iterable[SourceObject], dest: Path, fetch_all: bool = False) -> Needed:
+    """The objects the volume does not hold yet at their listed size. `fetch_all` (a load
+    afresh over a clone): every object is fetched again, and each replaces the file of its name,
+    so the room it takes is only what it adds to the file it replaces."""
+    needed = files = total = room = 0
     for item in objects:
         total += item.size
         try:
-            if (dest / item.path).stat().st_size == item.size:
-                continue
+            held = (dest / item.path).stat().st_size
         except OSError:
-            pass  # absent (or unreadable): to fetch
+            held = -1  # absent (or unreadable): to fetch
+        if fetch_all:
+            room += max(0, item.size - max(held, 0))
+        elif held == item.size:
+            continue
         needed += item.size
         files += 1
-    return Needed(needed, files, total)
+    return Needed(needed, files, total, room if fetch_all else -1)
 
 
 def free_bytes(dest: Path) -> int:
@@ -58,7 +68,7 @@ def with_margin(size: int) -> int:
 def shortfall(needed: Needed, free: int, shard: str = "") -> str | None:
     """The refusal when `needed` does not fit in `free` bytes (None when it fits): both figures
     and what to do. `shard` names a shard's part ("shard 2 of 4: ")."""
-    if with_margin(needed.bytes) <= free:
+    if with_margin(needed.space) <= free:
         return None
     held = human_bytes(needed.bytes)
     if needed.bytes < needed.source_bytes:

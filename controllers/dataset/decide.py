@@ -110,7 +110,7 @@ def decide(
             else ""
         )
         cloned = (
-            f" into a clone of VolumeSnapshot {pvc.cloned_from} (only what changed)"
+            f" into a clone of VolumeSnapshot {pvc.cloned_from} (kept if the source is unchanged)"
             if pvc.cloned_from
             else ""
         )

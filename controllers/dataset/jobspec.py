@@ -172,6 +172,8 @@ def loader_args(
     shards: int = 1,
     sha256: str | None = None,
     include: str | None = None,
+    cloned_from: str | None = None,
+    cloned_digest: str | None = None,
 ) -> list[str]:
     args = [
         *config.dataset.loader_command,
@@ -194,6 +196,10 @@ def loader_args(
         args += ["--include", include]
     if source.scheme != "hf":  # the Hub loader times out its own reads
         args += ["--stall-timeout", str(config.dataset.stall_timeout_seconds)]
+    if cloned_from and source.scheme != "hf":  # a hub clone is pinned to its commit
+        args += ["--clone-of", cloned_from]
+        if cloned_digest:
+            args += ["--clone-digest", cloned_digest]
     if config.dataset.rclone_path != "rclone":
         args += ["--rclone", config.dataset.rclone_path]
     return [*args, "--sync"] if sync else args
@@ -213,6 +219,8 @@ def build_loader_job(
     token: TokenRequest | None = None,
     sha256: str | None = None,
     include: str | None = None,
+    cloned_from: str | None = None,
+    cloned_digest: str | None = None,
 ) -> dict[str, Any]:
     """`shards` > 1: an Indexed Job, one pod per shard, each index retried alone."""
     names, ds = config.names, config.dataset
@@ -272,7 +280,9 @@ def build_loader_job(
             {
                 "name": CONTAINER_NAME,
                 "image": ds.loader_image,
-                "command": loader_args(source, sync, config, shards, sha256, include),
+                "command": loader_args(
+                    source, sync, config, shards, sha256, include, cloned_from, cloned_digest
+                ),
                 "env": env,
                 "resources": {
                     "requests": {"cpu": ds.loader_cpu_request, "memory": ds.loader_memory_request},

@@ -87,10 +87,14 @@ class LoadRecorder:
         message = plan.message
         extra: dict[str, str] = {}
         if plan.phase == PHASE_SUCCEEDED and summary is not None:
-            message = success_message(pvc.source, summary, pvc.cloned_from)
-            commit = summary.get("commit")
+            message = success_message(pvc.source, summary, pvc.cloned_from, pvc.cloned_digest)
+            commit, digest = summary.get("commit"), summary.get("digest")
             kept = (
-                await self.snapshots.keep(pvc, commit if isinstance(commit, str) else None)
+                await self.snapshots.keep(
+                    pvc,
+                    commit if isinstance(commit, str) else None,
+                    digest if isinstance(digest, str) else None,
+                )
                 if self.snapshots is not None
                 else None
             )

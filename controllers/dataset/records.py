@@ -50,6 +50,7 @@ class PvcRecord:
     storage_class: str | None = None
     cache: bool = True  # may be cloned from / kept as a snapshot (data-cache is not "false")
     cloned_from: str | None = None  # the snapshot admission cloned it from
+    cloned_digest: str | None = None  # the digest that snapshot's load read (loaders.reuse)
     token: TokenRequest | None = None  # a keyless Google credential's token, as the webhook saw it
     sha256: str | None = None  # a single web file's expected digest (data-sha256)
     include: str | None = None  # a hub source's file patterns (data-include)
@@ -160,12 +161,23 @@ def pvc_record(
         retry=(annotations.get(names.data_load_retry) or "").strip(),
         storage_class=(obj.get("spec") or {}).get("storageClassName"),
         cache=(annotations.get(names.data_cache) or "").strip().lower() != "false",
-        cloned_from=annotations.get(names.data_cloned_from),
+        cloned_from=_cloned_from(obj, annotations.get(names.data_cloned_from)),
+        cloned_digest=(annotations.get(names.data_cloned_digest) or "").strip() or None,
         token=_token(annotations, names),
         sha256=(annotations.get(names.data_sha256) or "").strip().lower() or None,
         include=(annotations.get(names.data_include) or "").strip() or None,
         resource_version=str(meta.get("resourceVersion") or ""),
     )
+
+
+def _cloned_from(obj: Mapping[str, Any], recorded: str | None) -> str | None:
+    """The snapshot the PVC was cloned from: the one admission recorded, if the volume really
+    starts from it (a clone's loader may copy nothing, so the annotation alone does not do)."""
+    spec = obj.get("spec") or {}
+    ref = spec.get("dataSourceRef") or spec.get("dataSource") or {}
+    if recorded and ref.get("kind") == "VolumeSnapshot" and ref.get("name") == recorded:
+        return recorded
+    return None
 
 
 def _token(annotations: Mapping[str, str], names: Names) -> TokenRequest | None:

@@ -90,6 +90,8 @@ class LoadSlots:
             token=pvc.token,
             sha256=pvc.sha256,
             include=pvc.include,
+            cloned_from=pvc.cloned_from,
+            cloned_digest=pvc.cloned_digest,
         )
 
 

@@ -113,11 +113,15 @@ class SnapshotKeeper:
             self._said.add(what)
             log.info(message, *args)
 
-    async def keep(self, pvc: PvcRecord, commit: str | None = None) -> str | None:
+    async def keep(
+        self, pvc: PvcRecord, commit: str | None = None, digest: str | None = None
+    ) -> str | None:
         """Snapshot a PVC whose load just succeeded; the snapshot's name, or None if it is not
         kept (cache off or opted out, no snapshot API, no class for its storage, a hub load
         whose commit is not known). `commit`: what a hub source's revision resolved to; the
-        snapshot is keyed by it, so only PVCs naming that very commit are cloned from it."""
+        snapshot is keyed by it, so only PVCs naming that very commit are cloned from it.
+        `digest`: the source's digest as the load read it, which a clone's loader compares with
+        the source's digest then (loaders.reuse)."""
         if not self.active or not pvc.cache:
             return None
         key = content_cache_key(pvc, commit)
@@ -128,12 +132,14 @@ class SnapshotKeeper:
             snapshot_class = await self._snapshot_class(pvc.storage_class)
             if snapshot_class is None:
                 return None
-            body = self._body(pvc, name, snapshot_class, key)
+            body = self._body(pvc, name, snapshot_class, key, digest)
             await self.api.create_snapshot(pvc.namespace, body)
         await self._prune(pvc, name, key)
         return name
 
-    def _body(self, pvc: PvcRecord, name: str, snapshot_class: str, key: str) -> dict[str, Any]:
+    def _body(
+        self, pvc: PvcRecord, name: str, snapshot_class: str, key: str, digest: str | None
+    ) -> dict[str, Any]:
         names = self.names
         annotations = {
             names.data_source: pvc.source,
@@ -141,6 +147,8 @@ class SnapshotKeeper:
         }
         if pvc.credentials:
             annotations[names.data_credentials] = pvc.credentials
+        if digest:
+            annotations[names.data_digest] = digest
         return {
             "apiVersion": f"{SNAPSHOT_GROUP}/{SNAPSHOT_VERSION}",
             "kind": "VolumeSnapshot",

@@ -46,6 +46,10 @@ def annotations(
     values.update({k: None if v is None else str(v) for k, v in figures.items()})
     if summary.get("commit"):  # a hub load: the commit it read (kept until the next one)
         values[names.data_commit] = str(summary["commit"])
+    if phase == PHASE_SUCCEEDED and summary.get("digest"):  # what the load read, kept as is
+        values[names.data_digest] = str(summary["digest"])
+        values[names.data_digest_files] = str(summary.get("digestFiles", ""))
+        values[names.data_digest_bytes] = str(summary.get("digestBytes", ""))
     values.update(extra or {})
     return values
 

@@ -12,7 +12,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from controllers.dataset.records import JobRecord, LoaderPod
+from gpu_admission.digests import short_digest
 
+CLONE_LOADS = ("afresh", "refreshed", "reused")  # loaders.reuse.CloneLoad, strongest first
 SOURCE_CHANGED = (
     "the source changed while the loader shards were listing it, so they may not have split "
     "it the same way; load again once the source is stable"
@@ -79,6 +81,15 @@ def _combine(parts: Mapping[int, Mapping[str, Any]], job: JobRecord) -> dict[str
     commits = {p.get("commit") for p in parts.values() if p.get("commit")}
     if len(commits) == 1:  # a hub load: every shard read the same commit (else: the listings)
         summary["commit"] = commits.pop()
+    digests = {p.get("digest") for p in parts.values()}
+    if len(digests) == 1 and None not in digests:  # every shard listed the same versions
+        first = next(iter(parts.values()))
+        summary.update({k: first.get(k) for k in ("digest", "digestFiles", "digestBytes")})
+    clones = {p.get("clone") for p in parts.values()} - {None}
+    for kind in CLONE_LOADS:  # one shard loading afresh makes the load one afresh
+        if kind in clones:
+            summary["clone"] = kind
+            break
     failed = [(i, p) for i, p in parts.items() if p.get("phase") == "Failed" or p.get("cause")]
     if failed and not job.complete:
         index, part = failed[0]
@@ -86,13 +97,18 @@ def _combine(parts: Mapping[int, Mapping[str, Any]], job: JobRecord) -> dict[str
         summary["cause"] = (
             f"shard {index} of {job.completions} failed{others}: {part.get('cause', 'no cause')}"
         )
-    elif job.complete and len({p.get("listing") for p in parts.values()}) > 1:
+    elif job.complete and (
+        len({p.get("listing") for p in parts.values()}) > 1 or len(digests - {None}) > 1
+    ):
         summary["cause"] = SOURCE_CHANGED
     return summary
 
 
 def success_message(
-    source: str, summary: Mapping[str, Any] | None, cloned_from: str | None = None
+    source: str,
+    summary: Mapping[str, Any] | None,
+    cloned_from: str | None = None,
+    cloned_digest: str | None = None,
 ) -> str:
     summary = summary or {}
     files, size = summary.get("files"), summary.get("bytes")
@@ -101,6 +117,27 @@ def success_message(
         return f"loaded {source}"
     shards = summary.get("shards")
     by = f" by {shards} shards" if isinstance(shards, int) and shards > 1 else ""
+    clone = summary.get("clone")
+    if cloned_from and clone == "reused":
+        return (
+            f"reused VolumeSnapshot {cloned_from}: {source} lists as it did when the snapshot "
+            f"was taken ({summary.get('digestFiles')} files, {summary.get('digestBytes')} bytes, "
+            f"digest {short_digest(str(summary.get('digest') or ''))}); nothing copied"
+        )
+    if cloned_from and clone == "afresh":
+        now = str(summary.get("digest") or "")
+        if not cloned_digest:
+            why = "the snapshot recorded no digest to compare with"
+        elif now and now != cloned_digest:
+            then, current = short_digest(cloned_digest), short_digest(now)
+            why = "the source changed since the snapshot was taken "
+            why += f"(digest {then} then, {current} now)"
+        else:
+            why = "the source could not be listed to compare it with the snapshot"
+        return (
+            f"loaded {source} afresh into a clone of VolumeSnapshot {cloned_from}, since {why}: "
+            f"{files} files, {size} bytes in {duration} s{by}"
+        )
     if cloned_from:
         return (
             f"refreshed {source} from VolumeSnapshot {cloned_from}: {files} new or changed "

@@ -43,6 +43,7 @@ class SnapshotInfo:
     storage_class: str  # of the PVC it was taken from
     created: str  # creationTimestamp, RFC 3339: orders snapshots of one key
     source_pvc: str = ""
+    digest: str = ""  # of the source as the load it keeps read it ("": not recorded)
 
     def fits(self, requested: str) -> bool:
         """Whether a PVC requesting `requested` can hold a restore of this snapshot."""
@@ -56,8 +57,11 @@ def _quantity(text: str) -> Decimal:
     return Decimal(parse_quantity(text))
 
 
-def snapshot_info(obj: Mapping[str, Any], key_label: str, class_annotation: str) -> SnapshotInfo:
+def snapshot_info(
+    obj: Mapping[str, Any], key_label: str, class_annotation: str, digest_annotation: str = ""
+) -> SnapshotInfo:
     meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
     status = obj.get("status") or {}
     source = (obj.get("spec") or {}).get("source") or {}
     return SnapshotInfo(
@@ -66,9 +70,10 @@ def snapshot_info(obj: Mapping[str, Any], key_label: str, class_annotation: str)
         key=(meta.get("labels") or {}).get(key_label, ""),
         ready=status.get("readyToUse") is True,
         restore_size=str(status.get("restoreSize") or ""),
-        storage_class=(meta.get("annotations") or {}).get(class_annotation, ""),
+        storage_class=annotations.get(class_annotation, ""),
         created=str(meta.get("creationTimestamp") or ""),
         source_pvc=str(source.get("persistentVolumeClaimName") or ""),
+        digest=str(annotations.get(digest_annotation) or "") if digest_annotation else "",
     )
 
 
@@ -84,7 +89,9 @@ def snapshot_informer(
             custom.list_cluster_custom_object, SNAPSHOT_GROUP, SNAPSHOT_VERSION, "volumesnapshots"
         ),
         label_selector=f"{names.dataset_cache_label}=true",
-        transform=lambda obj: snapshot_info(obj, names.dataset_key_label, names.data_storage_class),
+        transform=lambda obj: snapshot_info(
+            obj, names.dataset_key_label, names.data_storage_class, names.data_digest
+        ),
         optional=True,
         **options,
     )

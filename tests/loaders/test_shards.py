@@ -86,12 +86,15 @@ def test_plan_shard_rejects_an_index_outside_the_count() -> None:
 def test_parse_listing_skips_directories_and_sorts() -> None:
     text = json.dumps(
         [
-            {"Path": "b/x", "Size": 3, "IsDir": False},
+            {"Path": "b/x", "Size": 3, "IsDir": False, "ModTime": "2026-11-26T00:42:10Z"},
             {"Path": "b", "Size": -1, "IsDir": True},
-            {"Path": "a", "Size": 1},
+            {"Path": "a", "Size": 1, "Hashes": {"md5": "0cc1"}, "ModTime": "2026-11-25T09:00:00Z"},
         ]
     )
-    assert parse_listing(text) == [SourceObject("a", 1), SourceObject("b/x", 3)]
+    assert parse_listing(text) == [
+        SourceObject("a", 1, "0cc1|2026-11-25T09:00:00Z"),
+        SourceObject("b/x", 3, "|2026-11-26T00:42:10Z"),
+    ]
 
 
 def test_prune_keeps_the_listing_and_other_shards_partial_files(tmp_path: Path) -> None:

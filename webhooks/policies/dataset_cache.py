@@ -1,12 +1,14 @@
 """Dataset PVCs as a cache: a new dataset PVC whose source is already held by a ready snapshot
-starts as a clone of it, and the loader then only refreshes what changed.
+starts as a clone of it, which its loader keeps if the source is unchanged.
 
 At PVC CREATE, when the user set no data source and did not opt out (`data-cache: "false"`),
 the newest ready dataset snapshot in the namespace that holds the same source read with the
 same credentials (gpu_admission.cluster.snapshots.cache_key), taken from a PVC of the same
 StorageClass, and small enough for the PVC's request, becomes the PVC's `dataSourceRef` (and
 `dataSource`, equal to it, as kube-apiserver would mirror it). The PVC records which snapshot
-in `data-cloned-from`, and the webhook says so in a warning.
+in `data-cloned-from`, and the digest of the source that snapshot's load read in
+`data-cloned-digest` (its loader compares it with the source's digest then: loaders.reuse), and
+the webhook says so in a warning.
 
 Same StorageClass: a CSI driver restores a snapshot only into volumes it provisions, and a
 class fixes the driver; the class name is the simple sure test.
@@ -81,10 +83,12 @@ def clone_from_cache(
     patch.add("/spec/dataSourceRef", ref)
     patch.add("/spec/dataSource", dict(ref))
     patch.set_annotation(names.data_cloned_from, chosen.name)
+    if chosen.digest:
+        patch.set_annotation(names.data_cloned_digest, chosen.digest)
     patch.warn(
         f"{names.data_source}: {source} was loaded before; this PVC starts as a clone of "
-        f"VolumeSnapshot {chosen.name} and the loader copies only what changed since. "
-        f'Set {names.data_cache}: "false" to load it in full'
+        f"VolumeSnapshot {chosen.name}, kept as it is if the source still lists as it did then, "
+        f'else loaded afresh. Set {names.data_cache}: "false" to load it in full'
     )
 
 

@@ -1,6 +1,7 @@
 """Datasets as a cache, end to end: the real webhooks, the controller, the fake kubelet with a
 snapshot-capable fake CSI driver, real rclone against moto. A loaded PVC is snapshotted; a second
-PVC of the same source starts as a clone and the loader copies only what changed."""
+PVC of the same source starts as a clone, kept as it is while the source lists to the digest its
+snapshot's load read, and loaded afresh once an object changed."""
 
 from __future__ import annotations
 
@@ -66,7 +67,44 @@ async def load(core: client.CoreV1Api, name: str) -> tuple[dict[str, Any], float
     return pvc, time.monotonic() - started
 
 
-async def test_a_second_pvc_of_a_source_is_cloned_and_refreshes_only_what_changed(
+async def load_first(
+    cluster: AdmissionCluster, s3: S3Store, bucket: str, files: dict[str, bytes]
+) -> tuple[dict[str, Any], str]:
+    """Load `files` into PVC "first" and wait for admission to see its snapshot ready."""
+    core = cluster.core
+    s3.put(bucket, files, public=True)
+    create_pvc(core, dataset_pvc("first", f"s3://{bucket}"))
+    first, _ = await load(core, "first")
+    annotations = first["metadata"]["annotations"]
+    kept = annotations[f"{PREFIX}data-snapshot"]
+    assert f"kept as VolumeSnapshot {kept}" in first["status"]["conditions"][0]["message"]
+    [snapshot] = snapshots(cluster)
+    assert snapshot["metadata"]["name"] == kept
+    assert snapshot["metadata"]["ownerReferences"][0]["name"] == "first"  # nothing dangles
+    assert snapshot["spec"]["volumeSnapshotClassName"] == "csi-snapshots"
+    # What the load read is recorded on the PVC and on its snapshot.
+    digest = annotations[f"{PREFIX}data-digest"]
+    assert digest.startswith("sha256:") and len(digest) == len("sha256:") + 64
+    assert annotations[f"{PREFIX}data-digest-files"] == str(len(files))
+    assert annotations[f"{PREFIX}data-digest-bytes"] == str(sum(map(len, files.values())))
+    assert snapshot["metadata"]["annotations"][f"{PREFIX}data-digest"] == digest
+    key = cache_key(f"s3://{bucket}", None)
+    await eventually(
+        lambda: any(s.ready for s in cluster.view.dataset_snapshots(NS, key)),
+        what="the webhook to see the ready snapshot",
+    )
+    return first, kept
+
+
+def create_clone(core: client.CoreV1Api, bucket: str, kept: str, digest: str) -> None:
+    created = create_pvc(core, dataset_pvc("second", f"s3://{bucket}"))
+    ref = {"apiGroup": GROUP, "kind": "VolumeSnapshot", "name": kept}
+    assert created["spec"]["dataSourceRef"] == ref and created["spec"]["dataSource"] == ref
+    assert created["metadata"]["annotations"][f"{PREFIX}data-cloned-from"] == kept
+    assert created["metadata"]["annotations"][f"{PREFIX}data-cloned-digest"] == digest
+
+
+async def test_a_clone_of_an_unchanged_source_is_reused_without_copying(
     cluster: AdmissionCluster,
     storage: FakeKubelet,
     s3: S3Store,
@@ -74,46 +112,57 @@ async def test_a_second_pvc_of_a_source_is_cloned_and_refreshes_only_what_change
 ) -> None:
     core = cluster.core
     files = dataset_files(files=300, large_bytes=24 * 1024 * 1024)
-    s3.put("cached-data", files, public=True)
     await controller.start()
+    first, kept = await load_first(cluster, s3, "cached-data", files)
+    digest = first["metadata"]["annotations"][f"{PREFIX}data-digest"]
 
-    create_pvc(core, dataset_pvc("first", "s3://cached-data"))
-    first, first_seconds = await load(core, "first")
-    kept = first["metadata"]["annotations"][f"{PREFIX}data-snapshot"]
-    assert f"kept as VolumeSnapshot {kept}" in first["status"]["conditions"][0]["message"]
-    [snapshot] = snapshots(cluster)
-    assert snapshot["metadata"]["name"] == kept
-    assert snapshot["metadata"]["ownerReferences"][0]["name"] == "first"  # nothing dangles
-    assert snapshot["spec"]["volumeSnapshotClassName"] == "csi-snapshots"
-
-    # Two objects change at the source; then a second PVC asks for the same data.
-    changed = {key: b"new contents of " + key.encode() for key in CHANGED}
-    s3.put("cached-data", changed, public=True)
-    files.update(changed)
-    key = cache_key("s3://cached-data", None)
-    await eventually(
-        lambda: any(s.ready for s in cluster.view.dataset_snapshots(NS, key)),
-        what="the webhook to see the ready snapshot",
-    )
-    created = create_pvc(core, dataset_pvc("second", "s3://cached-data"))
-    ref = {"apiGroup": GROUP, "kind": "VolumeSnapshot", "name": kept}
-    assert created["spec"]["dataSourceRef"] == ref and created["spec"]["dataSource"] == ref
-    assert created["metadata"]["annotations"][f"{PREFIX}data-cloned-from"] == kept
-
-    second, second_seconds = await load(core, "second")
-    assert tree(storage.pvc_dir(NS, "second")) == files  # current data, byte for byte
+    create_clone(core, "cached-data", kept, digest)
+    second, _ = await load(core, "second")
+    assert tree(storage.pvc_dir(NS, "second")) == files
     annotations = second["metadata"]["annotations"]
-    assert annotations[f"{PREFIX}data-load-files"] == "2"  # only the two changed objects
-    assert annotations[f"{PREFIX}data-load-bytes"] == str(sum(map(len, changed.values())))
+    assert annotations[f"{PREFIX}data-load-files"] == "0"  # nothing copied
+    assert annotations[f"{PREFIX}data-digest"] == digest
     message = second["status"]["conditions"][0]["message"]
     assert message.startswith(
-        f"refreshed s3://cached-data from VolumeSnapshot {kept}: 2 new or changed files"
+        f"reused VolumeSnapshot {kept}: s3://cached-data lists as it did when the snapshot was "
+        f"taken ({len(files)} files, {sum(map(len, files.values()))} bytes, digest "
+        f"{digest.removeprefix('sha256:')[:12]}); nothing copied"
     )
-    assert f"{len(files)} compared with the clone" in message
-    first_bytes = int(first["metadata"]["annotations"][f"{PREFIX}data-load-bytes"])
-    print(
-        f"\nfull load: {first_seconds:.2f} s, {first_bytes} bytes; clone + refresh: "
-        f"{second_seconds:.2f} s, {annotations[f'{PREFIX}data-load-bytes']} bytes"
+
+
+async def test_a_clone_of_a_changed_source_is_loaded_afresh(
+    cluster: AdmissionCluster,
+    storage: FakeKubelet,
+    s3: S3Store,
+    controller: DatasetController,
+) -> None:
+    core = cluster.core
+    files = dataset_files(files=60, large_bytes=4 * 1024 * 1024)
+    await controller.start()
+    first, kept = await load_first(cluster, s3, "changing-data", files)
+    then = first["metadata"]["annotations"][f"{PREFIX}data-digest"]
+
+    # Two objects change at the source, each to new bytes of the same size; one goes.
+    changed = {key: bytes(b ^ 0xFF for b in files[key]) for key in CHANGED}
+    s3.put("changing-data", changed, public=True)
+    files.update(changed)
+    gone = sorted(files)[-1]
+    s3.client().delete_object(Bucket="changing-data", Key=gone)
+    del files[gone]
+
+    create_clone(core, "changing-data", kept, then)
+    second, _ = await load(core, "second")
+    assert tree(storage.pvc_dir(NS, "second")) == files  # current data, byte for byte
+    annotations = second["metadata"]["annotations"]
+    now = annotations[f"{PREFIX}data-digest"]
+    assert now != then
+    assert annotations[f"{PREFIX}data-load-files"] == str(len(files))  # every object again
+    message = second["status"]["conditions"][0]["message"]
+    short = (then.removeprefix("sha256:")[:12], now.removeprefix("sha256:")[:12])
+    assert message.startswith(
+        f"loaded s3://changing-data afresh into a clone of VolumeSnapshot {kept}, since the "
+        f"source changed since the snapshot was taken (digest {short[0]} then, {short[1]} now): "
+        f"{len(files)} files"
     )
     # The newer load is kept too; two per source by default, so both stay.
     names = {s["metadata"]["name"] for s in snapshots(cluster)}

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import threading
+import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
@@ -129,7 +130,11 @@ class GcsStore:
             headers={"Content-Type": "application/json"},
             method="POST",
         )
-        urllib.request.urlopen(request).close()
+        try:
+            urllib.request.urlopen(request).close()
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:  # 409: the bucket is there already; the objects are put again
+                raise
         for key, data in files.items():
             name = urllib.parse.quote(f"{prefix}{key}", safe="")
             request = urllib.request.Request(
