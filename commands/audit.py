@@ -5,6 +5,10 @@ read with paginated lists and judged by the same policy code the webhooks run
 (`webhooks/audit.py`, `webhooks/workload_audit.py`), against the cluster view the service builds
 (Nodes, ServiceAccounts, Secrets, PVCs, DRA objects).
 
+With `--sources`, also the loaded dataset PVCs whose source changed since they were loaded: a
+Job per PVC lists its source with the PVC's own credentials and the digests are compared
+(`controllers/dataset/source_checks.py`).
+
 Output: a table grouped by policy and namespace (pods that may see GPUs they were not given, and
 shared-GPU pods without a memory share, first), or `-o json` / `-o yaml`. A progress line goes to
 stderr as objects are read. Exit status: 0 nothing found, 1 findings, 2 usage or read error.
@@ -23,8 +27,14 @@ from typing import Any, TextIO
 import yaml
 
 from commands.review_inputs import UsageError, live_state
+from controllers.dataset.source_checks import (
+    DEFAULT_PARALLEL,
+    DEFAULT_TIMEOUT_SECONDS,
+    SourceChecks,
+    list_loaded,
+)
 from gpu_admission.cluster.kube import ClusterConfigError, api_client
-from gpu_admission.config import ConfigError, load_config
+from gpu_admission.config import Config, ConfigError, load_config
 from gpu_admission.findings import Finding
 from webhooks.cluster_audit import audit_cluster
 from webhooks.registry import build_policy_set
@@ -40,6 +50,7 @@ async def _audit(args: argparse.Namespace, err: TextIO) -> tuple[list[Finding], 
     def progress(objects: int, findings: int) -> None:
         err.write(f"audited {objects} objects, {findings} findings\n")
 
+    sources: list[Finding] = []
     try:
         state, live = await live_state(args.kubeconfig, config)
         try:
@@ -55,10 +66,28 @@ async def _audit(args: argparse.Namespace, err: TextIO) -> tuple[list[Finding], 
             )
         finally:
             live.stop()
+        if args.sources:
+            checked = await asyncio.to_thread(_check_sources, args, api, config, err)
+            sources, count, requests = checked
+            run.objects["dataset sources"] = count
+            run.list_requests += requests
     finally:
         api.close()
     summary = {"objects": run.objects, "listRequests": run.list_requests}
-    return run.findings, summary
+    return run.findings + sources, summary
+
+
+def _check_sources(
+    args: argparse.Namespace, api: Any, config: Config, err: TextIO
+) -> tuple[list[Finding], int, int]:
+    """(the findings, the PVCs checked, the list requests) of `--sources`."""
+    loaded, requests = list_loaded(api, config, args.namespace)
+    err.write(
+        f"checking the sources of {len(loaded)} loaded dataset PVC(s): a Job each in its "
+        f"namespace, {args.sources_parallel} at a time, {args.sources_timeout} s each at most\n"
+    )
+    checks = SourceChecks(api, config, args.sources_timeout, args.sources_parallel)
+    return checks.run(loaded), len(loaded), requests
 
 
 def _table(findings: list[Finding], out: TextIO) -> None:
@@ -121,4 +150,25 @@ def add_audit_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--config", type=Path, metavar="FILE", help="gpu-admission config file")
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    parser.add_argument(
+        "--sources",
+        action="store_true",
+        help="also list the loaded dataset PVCs whose source changed since they were loaded: "
+        "reads the stores, through a Job per PVC with the PVC's own credentials (needs to "
+        "create and delete Jobs and list pods in their namespaces)",
+    )
+    parser.add_argument(
+        "--sources-timeout",
+        type=int,
+        default=DEFAULT_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help=f"how long one source check may take (default {DEFAULT_TIMEOUT_SECONDS})",
+    )
+    parser.add_argument(
+        "--sources-parallel",
+        type=int,
+        default=DEFAULT_PARALLEL,
+        metavar="N",
+        help=f"how many source checks run at once (default {DEFAULT_PARALLEL})",
+    )
     parser.set_defaults(func=audit_command)

@@ -18,6 +18,7 @@ from gpu_admission.datasource import DataSource, DataSourceError, parse_data_sou
 from gpu_admission.names import DATA_MOUNT_PATH
 from loaders.hub import run_hub_load
 from loaders.rclone import DEFAULT_STALL_SECONDS, PERMANENT_EXIT_CODE, TERMINATION_LOG, run_load
+from loaders.source_check import run_digest_only
 
 USAGE_EXIT_CODE = 2
 INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by the Job controller in every Indexed Job pod
@@ -86,6 +87,11 @@ def add_load_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="the digest (sha256:...) of the source as that snapshot's load read it",
     )
+    parser.add_argument(
+        "--digest-only",
+        action="store_true",
+        help="copy nothing: list the source and write the digest a load would record now",
+    )
     parser.add_argument("--rclone", default="rclone", help="the rclone executable")
     parser.add_argument("--termination-log", default=TERMINATION_LOG)
     parser.set_defaults(func=main_load)
@@ -126,6 +132,17 @@ def main_load(args: argparse.Namespace) -> int:
     if args.stall_timeout < 0:
         print("gpu-admission load: --stall-timeout must be 0 (never) or more", file=sys.stderr)
         return USAGE_EXIT_CODE
+    if args.digest_only:
+        return run_digest_only(
+            source,
+            environ=dict(os.environ),
+            out=sys.stdout,
+            termination_log=args.termination_log,
+            permanent_exit_code=PERMANENT_EXIT_CODE,
+            rclone=args.rclone,
+            sha256=args.sha256,
+            include=args.include,
+        )
     if source.scheme == "hf":
         return run_hub(source, args, index, count)
     if args.include:

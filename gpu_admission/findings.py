@@ -12,12 +12,13 @@ from dataclasses import asdict, dataclass
 WOULD_REFUSE = "would refuse"
 WOULD_CHANGE = "would change"
 COULD_NOT_CHECK = "could not check"
+SOURCE_CHANGED = "source changed"  # a loaded dataset's source (`audit --sources`)
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
     policy: str
-    result: str  # WOULD_REFUSE, WOULD_CHANGE or COULD_NOT_CHECK
+    result: str  # WOULD_REFUSE, WOULD_CHANGE, COULD_NOT_CHECK or SOURCE_CHANGED
     kind: str
     namespace: str
     name: str

@@ -293,6 +293,11 @@ class Names:
 
     # Labels.
     @property
+    def source_check_label(self) -> str:
+        """On the Jobs of `gpu-admission audit --sources` and their pods: the audit run's id."""
+        return self._key("source-check")
+
+    @property
     def data_load_label(self) -> str:
         """On dataset PVCs (value "true") and on loader Jobs; the controller selects by it."""
         return self._key("data-load")

@@ -7,7 +7,10 @@ and the researchers' pods. The tests run in file order on one install; the last 
 
 from __future__ import annotations
 
+import argparse
 import base64
+import io
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -18,6 +21,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from commands.audit import audit_command
 from tests.install.cluster import IMAGE, NEXT_IMAGE, InstallCluster, wait_for
 from tests.world.node import network
 from tests.world.node.network import SUBNET
@@ -248,6 +252,49 @@ def test_a_dataset_is_loaded_and_its_consumer_reads_it(installed: InstallCluster
     )
     assert phase == "Succeeded", _annotations(installed, "weights")
     assert finished(installed, "reader").split() == ['{"layers":', "12}", "4096"]
+    # The version it read is recorded: the digest of the listing, its files and bytes.
+    loaded = _annotations(installed, "weights")
+    assert loaded[f"{PREFIX}data-digest"].startswith("sha256:")
+    assert (loaded[f"{PREFIX}data-digest-files"], loaded[f"{PREFIX}data-digest-bytes"]) == (
+        "2",
+        str(len(b'{"layers": 12}\n') + 4096),
+    )
+
+
+def test_audit_sources_names_a_dataset_whose_source_changed(
+    installed: InstallCluster, tmp_path: Path
+) -> None:
+    """The check Job runs on the real node from the project's image, with the PVC's Secret."""
+    installed.s3.put("corpus-v", {"a.txt": b"first\n", "b.txt": b"kept\n"})
+    _s3_secret(installed, "s3-corpus-v")
+    installed.apply([dataset_pvc("versioned", "s3://corpus-v", "s3-corpus-v")])
+    wait_for(
+        lambda: _annotations(installed, "versioned").get(f"{PREFIX}data-load-phase") == "Succeeded",
+        "the load to succeed",
+        timeout=180,
+    )
+    then = _annotations(installed, "versioned")[f"{PREFIX}data-digest"]
+    installed.s3.put("corpus-v", {"a.txt": b"other\n"})  # the same size, new bytes
+    # The audit builds its Jobs from the controller's own configuration.
+    config = installed.core.read_namespaced_config_map("gpu-admission", "gpu-admission")
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(config.data["config.yaml"])
+    out, err = io.StringIO(), io.StringIO()
+    args = argparse.Namespace(
+        kubeconfig=installed.plane.kubeconfig,
+        config=config_file,
+        output="json",
+        namespace=NS,
+        sources=True,
+        sources_timeout=180,
+        sources_parallel=8,
+    )
+    audit_command(args, out, err)
+    findings = json.loads(out.getvalue())["findings"]
+    sources = {f["name"]: f for f in findings if f["policy"] == "dataset-source-version"}
+    assert sources["versioned"]["result"] == "source changed", err.getvalue()
+    assert f"(digest {then.removeprefix('sha256:')[:12]})" in sources["versioned"]["message"]
+    assert "weights" not in sources  # its source is as it was loaded
 
 
 def test_a_source_too_big_for_its_volume_fails_at_once_and_is_not_retried(

@@ -5,12 +5,17 @@ loaded afresh, and a retry of that resumes."""
 
 from __future__ import annotations
 
+import io
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.loaders.test_rclone import gcs, load, s3, s3_env  # noqa: F401  (the fixtures)
+from gpu_admission.datasource import parse_data_source
+from loaders.rclone import PERMANENT_EXIT_CODE
+from loaders.source_check import run_digest_only
+from tests.loaders.test_rclone import BIN, gcs, load, s3, s3_env  # noqa: F401  (the fixtures)
 from tests.world.stand_ins.objectstores import GcsStore, S3Store, tree
 
 pytestmark = pytest.mark.e2e  # real rclone, real stores
@@ -113,3 +118,36 @@ def test_a_clone_of_a_changed_source_is_loaded_afresh_and_a_retry_resumes(
     assert retried["clone"] == "afresh" and retried["files"] == 2
     assert "resumed: an earlier attempt began it" in log
     assert tree(clone) == now
+
+
+def digest_only(source: str, env: dict[str, str], tmp_path: Path) -> tuple[int, dict]:
+    out, term = io.StringIO(), tmp_path / "digest.termination-log"
+    code = run_digest_only(
+        parse_data_source(source),
+        environ=env,
+        out=out,
+        termination_log=str(term),
+        permanent_exit_code=PERMANENT_EXIT_CODE,
+        rclone=str(BIN / "rclone"),
+    )
+    return code, json.loads(term.read_text())
+
+
+def test_listing_only_gives_the_digest_a_load_records(
+    s3: S3Store,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    s3.put("listed", FILES, public=True)
+    code, loaded, _ = load("s3://listed", tmp_path / "data", s3_env(s3))
+    assert code == 0, loaded
+    code, listed = digest_only("s3://listed", s3_env(s3), tmp_path)
+    assert code == 0 and listed["phase"] == "Succeeded"
+    assert (listed["digest"], listed["digestFiles"], listed["digestBytes"]) == (
+        loaded["digest"],
+        loaded["digestFiles"],
+        loaded["digestBytes"],
+    )
+    code, missing = digest_only("s3://no-such-bucket-here", s3_env(s3), tmp_path)
+    assert code == PERMANENT_EXIT_CODE and missing["permanent"] is True
+    assert missing["cause"].startswith("listing the source failed: the source was not found")
+    assert "digest" not in missing

@@ -232,7 +232,7 @@ WORKLOADS = [
 def run(plane: ControlPlane, output: str, namespace: str | None = None) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     args = argparse.Namespace(
-        kubeconfig=plane.kubeconfig, config=None, output=output, namespace=namespace
+        kubeconfig=plane.kubeconfig, config=None, output=output, namespace=namespace, sources=False
     )
     return audit_command(args, out, err), out.getvalue(), err.getvalue()
 

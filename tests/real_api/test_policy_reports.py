@@ -104,7 +104,7 @@ def _reports(api: client.ApiClient) -> dict[str, dict[str, Any]]:
 def _audit(plane: ControlPlane) -> list[dict[str, str]]:
     out = io.StringIO()
     args = argparse.Namespace(
-        kubeconfig=plane.kubeconfig, config=None, output="json", namespace=None
+        kubeconfig=plane.kubeconfig, config=None, output="json", namespace=None, sources=False
     )
     audit_command(args, out, io.StringIO())
     return json.loads(out.getvalue())["findings"]
