@@ -100,32 +100,30 @@ def changed_finding(pvc: LoadedPvc, summary: dict[str, Any], retry_key: str) -> 
         return _could_not(record, f"the source could not be listed: {cause}")
     if now == pvc.digest:
         return None
-    return Finding(
-        policy=POLICY,
-        result=SOURCE_CHANGED,
-        kind="PersistentVolumeClaim",
-        namespace=record.namespace,
-        name=record.name,
-        uid=record.uid,
-        message=(
-            f"{record.source} changed since it was loaded: it lists {summary.get('digestFiles')} "
-            f"files, {summary.get('digestBytes')} bytes now (digest {short_digest(now)}), the "
-            f"load read {pvc.files} files, {pvc.bytes} bytes (digest {short_digest(pvc.digest)}); "
-            f"load it again with `kubectl annotate pvc -n {record.namespace} {record.name} "
-            f"{retry_key}=<any new value> --overwrite`"
-        ),
+    return _finding(
+        record,
+        SOURCE_CHANGED,
+        f"{record.source} changed since it was loaded: it lists {summary.get('digestFiles')} "
+        f"files, {summary.get('digestBytes')} bytes now (digest {short_digest(now)}), the "
+        f"load read {pvc.files} files, {pvc.bytes} bytes (digest {short_digest(pvc.digest)}); "
+        f"load it again with `kubectl annotate pvc -n {record.namespace} {record.name} "
+        f"{retry_key}=<any new value> --overwrite`",
     )
 
 
 def _could_not(record: PvcRecord, why: str) -> Finding:
+    return _finding(record, COULD_NOT_CHECK, why)
+
+
+def _finding(record: PvcRecord, result: str, message: str) -> Finding:
     return Finding(
         policy=POLICY,
-        result=COULD_NOT_CHECK,
+        result=result,
         kind="PersistentVolumeClaim",
         namespace=record.namespace,
         name=record.name,
         uid=record.uid,
-        message=why,
+        message=message,
     )
 
 

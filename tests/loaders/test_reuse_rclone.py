@@ -60,20 +60,20 @@ def test_a_gcs_object_rewritten_at_the_same_size_changes_the_digest(
     assert code == 0 and changed["digest"] != first["digest"]
 
 
-def clone_of(loaded: Path, into: Path) -> Path:
-    """What restoring the snapshot of `loaded` gives: a copy of its files."""
-    shutil.copytree(loaded, into)
-    return into
+def loaded_and_cloned(s3: S3Store, bucket: str, tmp_path: Path) -> tuple[dict, Path]:  # noqa: F811
+    """(the summary of a first load of FILES, a clone of its volume: what restoring its
+    snapshot gives, a copy of its files)."""
+    s3.put(bucket, FILES, public=True)
+    code, first, _ = load(f"s3://{bucket}", tmp_path / "first", s3_env(s3))
+    assert code == 0, first
+    return first, Path(shutil.copytree(tmp_path / "first", tmp_path / "clone"))
 
 
 def test_a_clone_is_reused_while_the_source_lists_to_its_digest(
     s3: S3Store,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    s3.put("reused", FILES, public=True)
-    code, first, _ = load("s3://reused", tmp_path / "first", s3_env(s3))
-    assert code == 0, first
-    clone = clone_of(tmp_path / "first", tmp_path / "clone")
+    first, clone = loaded_and_cloned(s3, "reused", tmp_path)
     code, summary, log = load(
         "s3://reused", clone, s3_env(s3), clone_of="ds-1", clone_digest=first["digest"]
     )
@@ -89,10 +89,7 @@ def test_a_clone_of_a_changed_source_is_loaded_afresh_and_a_retry_resumes(
     s3: S3Store,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    s3.put("afresh", FILES, public=True)
-    code, first, _ = load("s3://afresh", tmp_path / "first", s3_env(s3))
-    assert code == 0, first
-    clone = clone_of(tmp_path / "first", tmp_path / "clone")
+    first, clone = loaded_and_cloned(s3, "afresh", tmp_path)
     (clone / "left-over.bin").write_bytes(b"the source never had this")
     now = dict(FILES, **{"shard-1.bin": flipped(FILES["shard-1.bin"])})
     s3.put("afresh", {"shard-1.bin": now["shard-1.bin"]}, public=True)
