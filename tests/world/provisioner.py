@@ -7,7 +7,8 @@ does, and lets kube-controller-manager's PV controller bind the two.
 
 Without it a claim stays Pending and kube-scheduler keeps every pod that mounts it unscheduled
 ("unbound immediate PersistentVolumeClaims"), as in a cluster with no provisioner. The volume is
-the claim's directory under `pvc_base_dir` (the same one the played kubelet mounts), described as
+the claim's directory under `pvc_base_dir` (the same one the played kubelet mounts; filled from
+a VolumeSnapshot first when the claim names one and `volume_source` is given), described as
 a `hostPath` PersistentVolume pre-bound to the claim (`claimRef` with its uid), of the claim's
 class, size and access modes. Reclaim policy Retain: when the claim goes, the provisioner deletes
 the volume object itself, as a provisioner deletes what it provisioned.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ class Provisioner:
         pvc_base_dir: Path,
         make_directories: bool = False,
         sized: bool = False,
+        volume_source: Callable[[str, str, Path], None] | None = None,
     ) -> None:
         self._core: Any = client.CoreV1Api(api_client)
         self._base = Path(pvc_base_dir)
@@ -59,6 +62,9 @@ class Provisioner:
         # For a real kubelet too: each volume a filesystem of the claim's size (tmpfs), so the
         # free space a pod sees is the claim's, as with a CSI driver's volume.
         self._sized = sized
+        # Fills a new volume from the snapshot its claim names (dataSourceRef), before it is
+        # bound, as a CSI driver's CreateVolume restores one (tests/world/snapshotter.py).
+        self._volume_source = volume_source
         self._mounted: dict[str, Path] = {}  # claim uid -> its mount
         self._lock = threading.Lock()
         self._made: dict[str, str] = {}  # claim uid -> volume name
@@ -108,6 +114,8 @@ class Provisioner:
                 ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(directory)], check=True
             )
             self._mounted[uid] = directory
+        if self._volume_source is not None:
+            self._volume_source(meta.get("namespace", ""), meta.get("name", ""), directory)
         volume = {
             "apiVersion": "v1",
             "kind": "PersistentVolume",

@@ -21,6 +21,7 @@ import datetime as dt
 import functools
 import json
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -115,7 +116,7 @@ class FakeSnapshotter:
             return
         source = self._base / namespace / claim
         source.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(source, self._store / content, dirs_exist_ok=True)
+        _copy_tree(source, self._store / content)
         size = (
             ((pvc.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage", "0")
         )
@@ -206,4 +207,11 @@ class FakeSnapshotter:
             raise
         content = (snapshot.get("status") or {}).get("boundVolumeSnapshotContentName")
         if content and (self._store / content).is_dir():
-            shutil.copytree(self._store / content, directory, dirs_exist_ok=True)
+            _copy_tree(self._store / content, directory)
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """Files with their owners and modes, as a volume's snapshot and restore keep them: a
+    non-root loader must be able to write a restored volume as it wrote the original."""
+    target.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-a", f"{source}/.", str(target)], check=True, capture_output=True)
