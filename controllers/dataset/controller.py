@@ -9,11 +9,13 @@ cluster (Job names are deterministic, phases are PVC annotations), so a restarte
 carries on where the last one stopped.
 
 API calls per new dataset PVC: create its Job, one status write (condition and annotations
-together), one Event; then one status write when the copy starts, and one status write and one
-Event when it ends (the loader's summary is read from the loader pod informer, not fetched), plus
-a VolumeSnapshot create where the cache is on; while it runs, one pods/log read per running
-loader pod and at most one status write per progress interval. No read precedes a write: what a
-write needs comes from the informers.
+together), one Event (the two after the Job in tasks of their own, so that the worker goes on to
+the next PVC's Job; a reconcile of the PVC meanwhile comes back once it is written); then one
+status write when the copy starts, and one status write and one Event when it ends (the loader's
+summary is read from the loader pod informer, not fetched), plus a VolumeSnapshot create where
+the cache is on; while it runs, one pods/log read per running loader pod and at most one status
+write per progress interval. No read precedes a write: what a write needs comes from the
+informers.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ SYNC_TIMEOUT_SECONDS = 60.0
 STOP_GRACE_SECONDS = 10.0
 PVC, POD = "pvc", "pod"
 Key = tuple[str, str]
+# "Job created" status writes in flight at once: they follow the creates and never crowd them out.
+STATUS_CONCURRENCY = 2
 
 
 def _identity() -> str:
@@ -113,6 +117,11 @@ class DatasetController:
         self._throttled: set[str] = set()  # PVCs waiting for a free load slot
         self._terminating: set[str] = set()  # namespaces whose work was dropped
         self._failures = QuietLog(log)
+        # The "Job created" status write of each PVC whose Job was just made, written beside the
+        # next creates rather than before them (a reconcile of the PVC comes back after it).
+        self._status_writes: dict[str, asyncio.Task[None]] = {}
+        self._after_status_write: set[str] = set()  # PVCs to reconcile once it is written
+        self._status_turns: asyncio.Semaphore | None = None
         self._elector: LeaderElector | None = None
         self.leading = asyncio.Event()
         self.registry.registry.register(
@@ -207,6 +216,7 @@ class DatasetController:
             await asyncio.wait(self._workers, timeout=STOP_GRACE_SECONDS)
         for task in self._workers:
             task.cancel()
+        await self._drain_status_writes(STOP_GRACE_SECONDS if self._graceful_stop else 0)
         for task in self._workers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -352,6 +362,9 @@ class DatasetController:
 
     async def reconcile_pvc(self, key: str) -> None:
         assert self.pvcs is not None and self.jobs is not None and self._queue is not None
+        if key in self._status_writes:  # back once its status write is done: it counts here
+            self._after_status_write.add(key)
+            return
         pvc = self.pvcs.get(key)
         if pvc is None:
             self._throttled.discard(key)
@@ -389,7 +402,9 @@ class DatasetController:
             plan = await self._with_start_check(pvc, plan, plan.running_job)
         elif self.starts is not None:
             self.starts.forget(key)
-        if plan.phase is not None:
+        if plan.phase is not None and started:
+            self._write_status_later(pvc, plan)
+        elif plan.phase is not None:
             assert self.recorder is not None
             await self.recorder.record(pvc, plan)
         if plan.finished_job is not None and self.progress is not None:
@@ -405,6 +420,47 @@ class DatasetController:
             assert self.waiting is not None
             for pod_key in self.waiting.waiting_for(pvc):
                 self._queue.add((POD, pod_key))
+
+    def _write_status_later(self, pvc: PvcRecord, plan: Plan) -> None:
+        """The status write of a Job just created, in a task of its own: the worker goes on to
+        the next PVC's Job. A failed write brings the PVC back, as a failed reconcile does."""
+        if self._status_turns is None:
+            self._status_turns = asyncio.Semaphore(STATUS_CONCURRENCY)
+        turns, recorder, queue = self._status_turns, self.recorder, self._queue
+        assert recorder is not None and queue is not None
+        key = (PVC, pvc.key)
+
+        async def write() -> None:
+            try:
+                async with turns:
+                    await recorder.record(pvc, plan)
+            except asyncio.CancelledError:
+                raise
+            except NamespaceTerminating:
+                pass  # its namespace is going: nothing to say there any more
+            except Exception as exc:
+                self.metrics.reconcile_errors.labels(PVC).inc()
+                self._failures.failed(
+                    key, f"status write of {pvc.key} failed (will retry): {describe_error(exc)}"
+                )
+                queue.add_rate_limited(key)
+            finally:
+                if self._status_writes.get(pvc.key) is task:
+                    del self._status_writes[pvc.key]
+                if pvc.key in self._after_status_write:
+                    self._after_status_write.discard(pvc.key)
+                    queue.add(key)
+
+        task = asyncio.create_task(write(), name=f"status-{pvc.key}")
+        self._status_writes[pvc.key] = task
+
+    async def _drain_status_writes(self, timeout: float) -> None:
+        if self._status_writes:
+            await asyncio.wait(set(self._status_writes.values()), timeout=timeout)
+        for task in list(self._status_writes.values()):
+            task.cancel()
+        self._status_writes.clear()
+        self._after_status_write.clear()
 
     def _last_failure(self, pvc: PvcRecord, jobs: Iterable[JobRecord]) -> str | None:
         """Why the current Job's last attempt failed, while it retries (from the informer's

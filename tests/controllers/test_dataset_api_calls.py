@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from controllers.dataset import DatasetController
-from tests.e2e.datasets import NS, create_pvc, eventually, jobs, make_config, start
+from tests.e2e.datasets import NS, PREFIX, create_pvc, eventually, jobs, make_config, start
 from tests.e2e.real_node import node_agent
 from tests.world.namespaces import namespace_ready
 from tests.world.stand_ins.objectstores import S3Store, dataset_files, s3_store
@@ -118,3 +118,40 @@ async def test_a_terminating_namespace_is_dropped_and_does_not_hold_up_others(
     assert attempts <= 30  # each tried at most once, never retried
     said = [r for r in caplog.records if "namespace doomed is being deleted" in r.getMessage()]
     assert len(said) == 1
+
+
+async def test_a_slow_status_write_does_not_hold_up_the_next_pvcs_job(
+    kube_api, kube_client, core, s3, controllers
+) -> None:
+    # One worker; the first PVC's "Job created" status write reaches the server 10 s late.
+    kube_api.faults.delay("PATCH", rf"{PVCS}/held-first/status$", 10.0, times=1)
+    controller = await start(
+        controllers, kube_client, make_config(s3.endpoint, reconcile_workers=1)
+    )
+    await asyncio.wait_for(controller.leading.wait(), 30)
+
+    def job_of(pvc: str) -> bool:
+        return any(j["metadata"]["name"].startswith(f"dl-{pvc}-") for j in jobs(kube_client))
+
+    create_pvc(core, "held-first", "s3://held-first")
+    await eventually(lambda: job_of("held-first"), what="the first PVC's Job")
+    create_pvc(core, "held-second", "s3://held-second")
+    await eventually(lambda: job_of("held-second"), what="the second PVC's Job")
+    # The second Job was made while the first PVC's status write was still on its way.
+    first = core.read_namespaced_persistent_volume_claim("held-first", NS)
+    assert f"{PREFIX}data-load-phase" not in (first.metadata.annotations or {})
+
+    # The held write lands, and only then does the PVC move on (its loader pod has no node to
+    # run on): the late "Job created" never overwrites what came after it.
+    def phase_and_message() -> tuple[str, str]:
+        pvc = core.read_namespaced_persistent_volume_claim("held-first", NS)
+        loading = [c for c in pvc.status.conditions or [] if c.type == "Loading"]
+        phase = (pvc.metadata.annotations or {}).get(f"{PREFIX}data-load-phase", "")
+        return phase, (loading[0].message if loading else "")
+
+    await eventually(
+        lambda: "cannot be scheduled" in phase_and_message()[1],
+        what="the first PVC to say its loader pod cannot be scheduled",
+    )
+    assert kube_api.faults.request_count("PATCH", rf"{PVCS}/held-first/status$") == 2
+    assert phase_and_message()[0] == "Loading"
