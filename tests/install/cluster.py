@@ -11,6 +11,7 @@ removes with `kubectl delete -k`, as users uninstall.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import tempfile
 import time
@@ -135,6 +136,7 @@ class InstallCluster:
         self.s3.stop()
         self.node.stop()
         self.plane.stop()
+        shutil.rmtree(self.volumes.parent, ignore_errors=True)  # the tier's own folder
 
 
 def wait_for(
@@ -221,7 +223,9 @@ def start() -> InstallCluster:
         plane.stop()
         raise
     try:
-        node.import_image(_image_archive(folder), *IMPORTED_AS)
+        archive = _image_archive(folder)
+        node.import_image(archive, *IMPORTED_AS)
+        archive.unlink()  # containerd holds the image now; the archive is hundreds of MiB
         api = config.new_client_from_config(config_file=str(plane.kubeconfig))
         snapshots = _snapshot_storage(plane, api, folder / "volumes")
         cluster = InstallCluster(
