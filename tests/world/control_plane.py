@@ -126,6 +126,7 @@ class ControlPlane:
             process.kill()
             process.wait()
         self.processes.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def stop_apiserver(self) -> None:
         """An API outage: kube-apiserver is killed, as when it crashes or its node is lost, so
