@@ -32,6 +32,7 @@ from typing import Any
 
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
 
+from controllers.background import BackgroundWrites
 from controllers.dataset.decide import Plan, decide
 from controllers.dataset.gates import WaitingPods
 from controllers.dataset.load_gauges import LoadStateCollector
@@ -121,7 +122,7 @@ class DatasetController:
         # next creates rather than before them (a reconcile of the PVC comes back after it).
         self._status_writes: dict[str, asyncio.Task[None]] = {}
         self._after_status_write: set[str] = set()  # PVCs to reconcile once it is written
-        self._status_turns: asyncio.Semaphore | None = None
+        self._status_lane = BackgroundWrites(STATUS_CONCURRENCY)
         self._elector: LeaderElector | None = None
         self.leading = asyncio.Event()
         self.registry.registry.register(
@@ -424,16 +425,13 @@ class DatasetController:
     def _write_status_later(self, pvc: PvcRecord, plan: Plan) -> None:
         """The status write of a Job just created, in a task of its own: the worker goes on to
         the next PVC's Job. A failed write brings the PVC back, as a failed reconcile does."""
-        if self._status_turns is None:
-            self._status_turns = asyncio.Semaphore(STATUS_CONCURRENCY)
-        turns, recorder, queue = self._status_turns, self.recorder, self._queue
+        recorder, queue = self.recorder, self._queue
         assert recorder is not None and queue is not None
         key = (PVC, pvc.key)
 
         async def write() -> None:
             try:
-                async with turns:
-                    await recorder.record(pvc, plan)
+                await recorder.record(pvc, plan)
             except asyncio.CancelledError:
                 raise
             except NamespaceTerminating:
@@ -451,14 +449,12 @@ class DatasetController:
                     self._after_status_write.discard(pvc.key)
                     queue.add(key)
 
-        task = asyncio.create_task(write(), name=f"status-{pvc.key}")
+        task = self._status_lane.start(write, name=f"status-{pvc.key}")
         self._status_writes[pvc.key] = task
 
     async def _drain_status_writes(self, timeout: float) -> None:
-        if self._status_writes:
-            await asyncio.wait(set(self._status_writes.values()), timeout=timeout)
-        for task in list(self._status_writes.values()):
-            task.cancel()
+        await self._status_lane.drain(timeout)
+        self._status_lane.cancel()
         self._status_writes.clear()
         self._after_status_write.clear()
 

@@ -24,6 +24,7 @@ from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from controllers.api import write
+from controllers.background import BackgroundWrites
 from controllers.dataset.status import now_rfc3339
 from controllers.raw_writes import JSON, JSON_PATCH, STRATEGIC_MERGE, RawWriter
 from gpu_admission.cluster.api_errors import namespace_terminating
@@ -71,18 +72,15 @@ class ApiWriter:
         self.raw = RawWriter(api_client)
         self.identity = identity
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dataset-api")
-        self._event_turns: asyncio.Semaphore | None = None  # made on the loop that sends
-        self._sending: set[asyncio.Task[None]] = set()
+        self._events = BackgroundWrites(EVENT_CONCURRENCY)
 
     async def drain(self, timeout: float = EVENT_DRAIN_SECONDS) -> None:
         """Wait (a bounded while) for the Events still being sent: a clean stop keeps them."""
-        if self._sending:
-            await asyncio.wait(set(self._sending), timeout=timeout)
+        await self._events.drain(timeout)
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
-        for sending in set(self._sending):
-            sending.cancel()
+        self._events.cancel()
         await self.raw.close()
 
     async def _run(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -260,16 +258,11 @@ class ApiWriter:
             "count": 1,
         }
         path = f"/api/v1/namespaces/{ref['namespace']}/events"
-        sent = asyncio.create_task(self._post_event(path, body))
-        self._sending.add(sent)
-        sent.add_done_callback(self._sending.discard)
+        self._events.start(functools.partial(self._post_event, path, body))
 
     async def _post_event(self, path: str, body: dict[str, Any]) -> None:
-        if self._event_turns is None:
-            self._event_turns = asyncio.Semaphore(EVENT_CONCURRENCY)
         try:
-            async with self._event_turns:
-                await self.raw.request("POST", path, body)
+            await self.raw.request("POST", path, body)
         except ApiException as exc:
             ref = body["involvedObject"]
             log.info(
