@@ -29,14 +29,11 @@ from typing import IO, Any
 
 from gpu_admission.datasource import DataSource
 from gpu_admission.load_progress import from_stats, human_bytes
-from gpu_admission.names import (
-    AWS_WEB_IDENTITY_TOKEN_FILE,
-    AZURE_FEDERATED_TOKEN_FILE,
-    LOADER_PERMANENT_EXIT_CODE,
-)
+from gpu_admission.names import LOADER_PERMANENT_EXIT_CODE
 from loaders.report import RunLog, summary, token_identity, write_summary
-from loaders.reuse import MARKER, CloneLoad, begin, decide, finish, marker_path, resume
+from loaders.reuse import CloneLoad, begin, decide, finish, marker_path, resume
 from loaders.shards import (
+    AFRESH_MARKER,
     ListingError,
     ShardPlan,
     SourceObject,
@@ -45,7 +42,7 @@ from loaders.shards import (
     prune,
     write_file_list,
 )
-from loaders.source_digest import source_digest
+from loaders.source_digest import content_pin, source_digest
 from loaders.sources import REMOTE, rclone_env
 from loaders.space import free_bytes, shortfall, still_to_fetch
 from loaders.verify import verify_sha256
@@ -151,8 +148,9 @@ def run_load(
     shard: ShardPlan | None = None
     failure: tuple[str, bool] | None = None
     objects, exit_code = _listing(rclone, source, env, log, out, shard_count > 1)
-    digest = source_digest(objects, sha256 or "") if objects is not None else None
-    clone = decide(clone_of, clone_digest, digest, pinned=bool(sha256 and source.single_file))
+    pin = content_pin(source, sha256)
+    digest = source_digest(objects, pin) if objects is not None else None
+    clone = decide(clone_of, clone_digest, digest, pinned=bool(pin))
     marker = marker_path(Path(dest), shard_index, shard_count)
     clone = resume(clone, marker, digest)
     if clone.reason:
@@ -195,7 +193,7 @@ def run_load(
                 stats_seconds=stats_seconds,
                 files_from=files_from,
                 fetch_all=clone.fetch_all,
-                keep=f"/{MARKER}*" if afresh else None,
+                keep=f"/{AFRESH_MARKER}*" if afresh else None,
             )
             with contextlib.suppress(OSError):  # a volume not writable: rclone says so
                 begin(clone, marker, digest)
@@ -205,10 +203,9 @@ def run_load(
             if stalled:
                 exit_code, failure = STALLED_EXIT_CODE, (stalled, False)
     # Who a web identity token says the loader is, to name it if the role refused it.
-    token_file = env.get(AWS_WEB_IDENTITY_TOKEN_FILE) or env.get(AZURE_FEDERATED_TOKEN_FILE)
-    identity = token_identity(token_file) if exit_code else {}
-    if exit_code == 0 and sha256 and source.single_file:
-        problem = verify_sha256(Path(dest) / source.remote_path, sha256)
+    identity = token_identity(env) if exit_code else {}
+    if exit_code == 0 and pin:
+        problem = verify_sha256(Path(dest) / source.remote_path, pin)
         if problem:
             exit_code, failure = PERMANENT_EXIT_CODE, (problem, True)
     duration = time.monotonic() - started

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from gpu_admission.names import AWS_WEB_IDENTITY_TOKEN_FILE, AZURE_FEDERATED_TOKEN_FILE
 from loaders.shards import ShardPlan
 
 MAX_SUMMARY_BYTES = 4096  # the kubelet's termination-message limit
@@ -196,9 +197,11 @@ def plain_cause(errors: Iterable[str], exit_code: int) -> str:
     return classify(errors, exit_code)[0]
 
 
-def token_identity(path: str | None) -> dict[str, str]:
-    """The subject and audience a projected ServiceAccount token names, read from its claims
-    (not verified: only to say who asked). The token itself never leaves this function."""
+def token_identity(env: Mapping[str, str]) -> dict[str, str]:
+    """The subject and audience of the projected ServiceAccount token the loader's web identity
+    uses (AWS or Azure: the file `env` names), read from its claims (not verified: only to say
+    who asked). The token itself never leaves this function."""
+    path = env.get(AWS_WEB_IDENTITY_TOKEN_FILE) or env.get(AZURE_FEDERATED_TOKEN_FILE)
     if not path:
         return {}
     try:

@@ -83,11 +83,8 @@ def decide(
     return CloneDecision(CloneLoad.AFRESH, f"{why}: loading afresh")
 
 
-MARKER = AFRESH_MARKER
-
-
 def marker_path(dest: Path, shard_index: int, shard_count: int) -> Path:
-    return dest / (MARKER if shard_count == 1 else f"{MARKER}-{shard_index}")
+    return dest / (AFRESH_MARKER if shard_count == 1 else f"{AFRESH_MARKER}-{shard_index}")
 
 
 def resume(decision: CloneDecision, marker: Path, digest: SourceDigest | None) -> CloneDecision:

@@ -13,12 +13,11 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from gpu_admission.datasource import DataSource
-from gpu_admission.names import AWS_WEB_IDENTITY_TOKEN_FILE, AZURE_FEDERATED_TOKEN_FILE
 from loaders.hub import hub_settings, list_hub
 from loaders.hub_errors import HubFailure
 from loaders.report import classify, token_identity, write_summary
 from loaders.shards import ListingError, list_source
-from loaders.source_digest import SourceDigest, source_digest
+from loaders.source_digest import SourceDigest, content_pin, source_digest
 from loaders.sources import REMOTE, rclone_env
 
 FAILED_EXIT_CODE = 1
@@ -40,7 +39,7 @@ def current_digest(
         return source_digest(listing.objects, listing.commit)
     env = rclone_env(source, environ)
     objects = list_source(rclone, f"{REMOTE}:{source.remote_path}", env)
-    return source_digest(objects, sha256 if source.single_file and sha256 else "")
+    return source_digest(objects, content_pin(source, sha256))
 
 
 def run_digest_only(
@@ -63,11 +62,8 @@ def run_digest_only(
         code = permanent_exit_code if failure.permanent else FAILED_EXIT_CODE
         result.update(exitCode=code, cause=failure.cause, permanent=failure.permanent)
     except ListingError as exc:
-        token_file = environ.get(AWS_WEB_IDENTITY_TOKEN_FILE) or environ.get(
-            AZURE_FEDERATED_TOKEN_FILE
-        )
         lines = [line for line in str(exc).splitlines() if line.strip()]
-        cause, permanent = classify(lines, FAILED_EXIT_CODE, token_identity(token_file))
+        cause, permanent = classify(lines, FAILED_EXIT_CODE, token_identity(environ))
         code = permanent_exit_code if permanent else FAILED_EXIT_CODE
         result.update(exitCode=code, cause=f"listing the source failed: {cause}")
         result["permanent"] = permanent

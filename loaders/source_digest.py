@@ -20,6 +20,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpu_admission.datasource import DataSource
 from gpu_admission.digests import DIGEST_PREFIX
 from loaders.shards import SourceObject
 
@@ -44,3 +45,9 @@ def source_digest(objects: Iterable[SourceObject], pinned: str = "") -> SourceDi
     return SourceDigest(
         DIGEST_PREFIX + hasher.hexdigest(), len(ordered), sum(o.size for o in ordered)
     )
+
+
+def content_pin(source: DataSource, sha256: str | None) -> str:
+    """What fixes an rclone source's content beside its listing: the SHA-256 a single file must
+    have ("" when nothing does)."""
+    return sha256 if sha256 and source.single_file else ""
