@@ -212,6 +212,8 @@ class FakeSnapshotter:
 
 def _copy_tree(source: Path, target: Path) -> None:
     """Files with their owners and modes, as a volume's snapshot and restore keep them: a
-    non-root loader must be able to write a restored volume as it wrote the original."""
+    non-root loader must be able to write a restored volume as it wrote the original. The CSI
+    hostpath driver does the same (pkg/hostpath/hostpath.go: `tar zxvf` of the snapshot into the
+    new volume, run as root; `cp -a src/. dest/` for a clone of a volume)."""
     target.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-a", f"{source}/.", str(target)], check=True, capture_output=True)
