@@ -167,6 +167,19 @@ class FaultProxy:
         await asyncio.gather(*pending, return_exceptions=True)
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
+        watch = _is_watch(request)
+        if watch:
+            # Known as open from its first byte, before the fault rules are read: a watch the
+            # server has not answered yet is cut with the rest, and one that arrives after the
+            # cut meets the rules set before it (drop_watches runs on this loop, so the two
+            # steps never interleave with it).
+            self._watches[id(request)] = request
+        try:
+            return await self._answer(request, watch)
+        finally:
+            self._watches.pop(id(request), None)
+
+    async def _answer(self, request: web.Request, watch: bool) -> web.StreamResponse:
         error, delay = self.faults.record(request.method, request.path)
         if delay:
             await asyncio.sleep(delay)
@@ -193,22 +206,20 @@ class FaultProxy:
             # The real server is down (an outage test): the caller sees what a load balancer
             # in front of a stopped server answers.
             return _status(503, "ServiceUnavailable", f"the API server is unreachable: {exc}")
-        watch = _is_watch(request)
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for name, value in upstream.headers.items():
             if name.lower() not in HOP_BY_HOP:
                 response.headers.add(name, value)
         try:
+            if watch and id(request) not in self._watches:
+                raise ConnectionResetError("the watch was cut before the server answered")
             await response.prepare(request)
-            if watch:
-                self._watches[id(request)] = request
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)
             await response.write_eof()
         except (ConnectionResetError, aiohttp.ClientError):
             pass  # the caller went away, or the stream was cut on purpose: nothing to answer
         finally:
-            self._watches.pop(id(request), None)
             upstream.release()
         return response
 
