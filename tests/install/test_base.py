@@ -8,7 +8,6 @@ and the researchers' pods. The tests run in file order on one install; the last 
 from __future__ import annotations
 
 import argparse
-import base64
 import io
 import json
 import threading
@@ -23,73 +22,34 @@ from kubernetes import client
 
 from commands.audit import audit_command
 from tests.install.cluster import (
-    IMAGE,
     NEXT_IMAGE,
     SNAPSHOT_STORAGE_CLASS,
     InstallCluster,
     wait_for,
 )
+from tests.install.journeys import (
+    BASE,
+    NS,
+    PREFIX,
+    dataset_pvc,
+    finished,
+    installed_product,
+    loading_message,
+    pod,
+    pvc_annotations,
+    s3_secret,
+)
 from tests.world.node import network
 from tests.world.node.network import SUBNET
 from tests.world.stand_ins.trickle import Trickle
 
-BASE = "manifests"
-NS = "ml"
-PREFIX = "gpu-admission.io/"
 FINISHED_LOADS = ("Succeeded", "Failed")
-
-
-def pod(name: str, command: str, **spec: Any) -> dict[str, Any]:
-    """A researcher's pod running the project's image (it has a shell), never pulled."""
-    container = {
-        "name": "main",
-        "image": IMAGE,
-        "imagePullPolicy": "Never",
-        "command": ["sh", "-c", command],
-        **spec.pop("container", {}),
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"restartPolicy": "Never", "containers": [container], **spec},
-    }
-
-
-def finished(cluster: InstallCluster, name: str, namespace: str = NS) -> str:
-    """The pod's log once it has succeeded (its phase and events if it failed)."""
-
-    def phase() -> str | None:
-        current = cluster.core.read_namespaced_pod(name, namespace).status.phase
-        return current if current in ("Succeeded", "Failed") else None
-
-    final = wait_for(phase, f"pod {namespace}/{name} to finish")
-    log = cluster.kubectl("-n", namespace, "logs", name).stdout
-    if final != "Succeeded":
-        events = cluster.kubectl("-n", namespace, "get", "events", "-o", "wide").stdout
-        raise AssertionError(f"pod {name} {final}:\n{log}\n{events}")
-    return log
 
 
 @pytest.fixture(scope="module")
 def installed(install_cluster: InstallCluster) -> Iterator[InstallCluster]:
-    install_cluster.install(BASE)
-    install_cluster.namespace(NS)
-    # The service publishes its caBundle at start; the API server applies it a moment later.
-    wait_for(
-        lambda: (
-            install_cluster.apply(
-                [pod("probe", "true")], "--dry-run=server", check=False
-            ).returncode
-            == 0
-        ),
-        "the webhooks to answer through their Service",
-    )
-    try:
+    with installed_product(install_cluster, BASE):
         yield install_cluster
-    finally:
-        install_cluster.kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=false")
-        install_cluster.uninstall(BASE)
 
 
 def webhook_pods(cluster: InstallCluster) -> list[client.V1Pod]:
@@ -202,42 +162,11 @@ def test_a_misspelt_credential_secret_is_refused(installed: InstallCluster) -> N
     assert "wJalrXUtnFEMI" not in refused.stderr  # the value is never echoed
 
 
-def _s3_secret(cluster: InstallCluster, name: str) -> None:
-    keys = {
-        "AWS_ACCESS_KEY_ID": "team-a",
-        "AWS_SECRET_ACCESS_KEY": "team-a-secret",
-        "AWS_ENDPOINT_URL": cluster.s3.endpoint,
-    }
-    data = {k: base64.b64encode(v.encode()).decode() for k, v in keys.items()}
-    secret = {"apiVersion": "v1", "kind": "Secret", "type": "aws-credential"}
-    cluster.apply([{**secret, "metadata": {"name": name, "namespace": NS}, "data": data}])
-
-
-def dataset_pvc(name: str, source: str, credentials: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {
-            "name": name,
-            "namespace": NS,
-            "annotations": {
-                f"{PREFIX}data-source": source,
-                f"{PREFIX}data-credentials": credentials,
-            },
-        },
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-    }
-
-
-def _annotations(cluster: InstallCluster, name: str) -> dict[str, str]:
-    return cluster.core.read_namespaced_persistent_volume_claim(name, NS).metadata.annotations or {}
-
-
 def test_a_dataset_is_loaded_and_its_consumer_reads_it(installed: InstallCluster) -> None:
     installed.s3.put(
         "weights", {"model/config.json": b'{"layers": 12}\n', "model/w.bin": b"\x01" * 4096}
     )
-    _s3_secret(installed, "s3-reader")
+    s3_secret(installed, "s3-reader")
     installed.apply([dataset_pvc("weights", "s3://weights/model", "s3-reader")])
     consumer = pod(
         "reader",
@@ -250,17 +179,17 @@ def test_a_dataset_is_loaded_and_its_consumer_reads_it(installed: InstallCluster
     assert gates, "the consumer waits behind the dataset's scheduling gate"
     phase = wait_for(
         lambda: (
-            _annotations(installed, "weights").get(f"{PREFIX}data-load-phase")
+            pvc_annotations(installed, "weights").get(f"{PREFIX}data-load-phase")
             in ("Succeeded", "Failed")
-            and _annotations(installed, "weights")[f"{PREFIX}data-load-phase"]
+            and pvc_annotations(installed, "weights")[f"{PREFIX}data-load-phase"]
         ),
         "the load to end",
         timeout=180,
     )
-    assert phase == "Succeeded", _annotations(installed, "weights")
+    assert phase == "Succeeded", pvc_annotations(installed, "weights")
     assert finished(installed, "reader").split() == ['{"layers":', "12}", "4096"]
     # The version it read is recorded: the digest of the listing, its files and bytes.
-    loaded = _annotations(installed, "weights")
+    loaded = pvc_annotations(installed, "weights")
     assert loaded[f"{PREFIX}data-digest"].startswith("sha256:")
     assert (loaded[f"{PREFIX}data-digest-files"], loaded[f"{PREFIX}data-digest-bytes"]) == (
         "2",
@@ -273,14 +202,16 @@ def test_audit_sources_names_a_dataset_whose_source_changed(
 ) -> None:
     """The check Job runs on the real node from the project's image, with the PVC's Secret."""
     installed.s3.put("corpus-v", {"a.txt": b"first\n", "b.txt": b"kept\n"})
-    _s3_secret(installed, "s3-corpus-v")
+    s3_secret(installed, "s3-corpus-v")
     installed.apply([dataset_pvc("versioned", "s3://corpus-v", "s3-corpus-v")])
     wait_for(
-        lambda: _annotations(installed, "versioned").get(f"{PREFIX}data-load-phase") == "Succeeded",
+        lambda: (
+            pvc_annotations(installed, "versioned").get(f"{PREFIX}data-load-phase") == "Succeeded"
+        ),
         "the load to succeed",
         timeout=180,
     )
-    then = _annotations(installed, "versioned")[f"{PREFIX}data-digest"]
+    then = pvc_annotations(installed, "versioned")[f"{PREFIX}data-digest"]
     installed.s3.put("corpus-v", {"a.txt": b"other\n"})  # the same size, new bytes
     # The audit builds its Jobs from the controller's own configuration.
     config = installed.core.read_namespaced_config_map("gpu-admission", "gpu-admission")
@@ -307,14 +238,14 @@ def test_audit_sources_names_a_dataset_whose_source_changed(
 def _loaded(cluster: InstallCluster, name: str) -> dict[str, str]:
     phase = wait_for(
         lambda: (
-            _annotations(cluster, name).get(f"{PREFIX}data-load-phase") in FINISHED_LOADS
-            and _annotations(cluster, name)[f"{PREFIX}data-load-phase"]
+            pvc_annotations(cluster, name).get(f"{PREFIX}data-load-phase") in FINISHED_LOADS
+            and pvc_annotations(cluster, name)[f"{PREFIX}data-load-phase"]
         ),
         f"the load of {name} to end",
         timeout=180,
     )
-    assert phase == "Succeeded", _loading_message(cluster, name)
-    return _annotations(cluster, name)
+    assert phase == "Succeeded", loading_message(cluster, name)
+    return pvc_annotations(cluster, name)
 
 
 def _cloned(cluster: InstallCluster, claim: dict[str, Any]) -> client.V1PersistentVolumeClaim:
@@ -341,7 +272,7 @@ def test_a_clone_is_loaded_afresh_once_its_source_changed_and_kept_while_it_did_
     snapshot of the unchanged source, copies nothing."""
     weights = {"w/a.bin": b"\x02" * 8192, "w/b.bin": b"\x03" * 4096, "config.json": b"{}\n"}
     installed.s3.put("models-v", weights)
-    _s3_secret(installed, "s3-models")
+    s3_secret(installed, "s3-models")
 
     def claim(name: str) -> dict[str, Any]:
         body = dataset_pvc(name, "s3://models-v", "s3-models")
@@ -360,7 +291,7 @@ def test_a_clone_is_loaded_afresh_once_its_source_changed_and_kept_while_it_did_
     second = _loaded(installed, "model-2")
     assert second[f"{PREFIX}data-load-files"] == "3"  # every object again
     assert second[f"{PREFIX}data-digest"] != first[f"{PREFIX}data-digest"]
-    assert _loading_message(installed, "model-2").startswith(
+    assert loading_message(installed, "model-2").startswith(
         f"loaded s3://models-v afresh into a clone of VolumeSnapshot {kept}, since the source "
         "changed since the snapshot was taken"
     )
@@ -379,7 +310,7 @@ def test_a_clone_is_loaded_afresh_once_its_source_changed_and_kept_while_it_did_
     reused = _loaded(installed, "model-3")
     assert reused[f"{PREFIX}data-load-files"] == "0"
     assert reused[f"{PREFIX}data-digest"] == second[f"{PREFIX}data-digest"]
-    assert _loading_message(installed, "model-3").startswith(
+    assert loading_message(installed, "model-3").startswith(
         f"reused VolumeSnapshot {newer}: s3://models-v lists as it did when the snapshot was taken"
     )
 
@@ -389,12 +320,12 @@ def test_a_source_too_big_for_its_volume_fails_at_once_and_is_not_retried(
 ) -> None:
     # 300 MB into a 4 MiB claim: the loader lists, compares, and stops before writing.
     installed.s3.put("huge", {f"shard-{i}.bin": bytes(100_000_000) for i in range(3)})
-    _s3_secret(installed, "s3-huge")
+    s3_secret(installed, "s3-huge")
     claim = dataset_pvc("tiny", "s3://huge", "s3-huge")
     claim["spec"]["resources"]["requests"]["storage"] = "4Mi"
     installed.apply([claim])
     phase = wait_for(
-        lambda: _annotations(installed, "tiny").get(f"{PREFIX}data-load-phase") == "Failed",
+        lambda: pvc_annotations(installed, "tiny").get(f"{PREFIX}data-load-phase") == "Failed",
         "the load to fail",
         timeout=60,
     )
@@ -405,7 +336,7 @@ def test_a_source_too_big_for_its_volume_fails_at_once_and_is_not_retried(
         loading.message
     )
     assert "trying again cannot fix this, so it was not retried" in loading.message
-    job = _annotations(installed, "tiny")[f"{PREFIX}data-load-job"]
+    job = pvc_annotations(installed, "tiny")[f"{PREFIX}data-load-job"]
     status = client.BatchV1Api(installed.api).read_namespaced_job(job, NS).status
     assert status.failed == 1  # one attempt, no retry
     volume = installed.core.read_persistent_volume(claim_now.spec.volume_name)
@@ -440,24 +371,18 @@ def trust_and_stall(installed: InstallCluster) -> Iterator[Trickle]:
         trickle.stop()
 
 
-def _loading_message(cluster: InstallCluster, name: str, namespace: str = NS) -> str:
-    claim = cluster.core.read_namespaced_persistent_volume_claim(name, namespace)
-    loading = [c for c in claim.status.conditions or [] if c.type == "Loading"]
-    return (loading[0].message or "") if loading else ""
-
-
 def test_a_loader_that_cannot_start_is_named_on_its_pvc(
     installed: InstallCluster, trust_and_stall: Trickle
 ) -> None:
     # This namespace has no `corp-ca`: the kubelet cannot mount it (FailedMount), and the PVC
     # says why.
     installed.s3.put("corpus", {"a.txt": b"a\n"})
-    _s3_secret(installed, "s3-corpus")
+    s3_secret(installed, "s3-corpus")
     installed.apply([dataset_pvc("corpus", "s3://corpus", "s3-corpus")])
     message = wait_for(
         lambda: (
-            "corp-ca" in _loading_message(installed, "corpus")
-            and _loading_message(installed, "corpus")
+            "corp-ca" in loading_message(installed, "corpus")
+            and loading_message(installed, "corpus")
         ),
         "the PVC to name the missing ConfigMap",
         timeout=180,
@@ -484,7 +409,7 @@ def test_a_source_that_stops_sending_is_given_up_and_said_on_the_pvc(
     def failed() -> str | None:
         claim_now = installed.core.read_namespaced_persistent_volume_claim("stalled", namespace)
         phase = (claim_now.metadata.annotations or {}).get(f"{PREFIX}data-load-phase")
-        return _loading_message(installed, "stalled", namespace) if phase == "Failed" else None
+        return loading_message(installed, "stalled", namespace) if phase == "Failed" else None
 
     message = wait_for(failed, "the stalled load to fail after its retry", timeout=180)
     assert "the source stopped sending: no data for 5s; 64.0 KiB of 300 KiB copied" in message

@@ -1,7 +1,7 @@
-"""Failed loads end to end, on the real control plane (tests/e2e/real_node.py): a transient
-failure (the object store briefly unreachable) recovers by itself through the loader Job's own
-retries; a permanent one (no such bucket) is not retried, and `data-load-retry` loads the same
-source again once the cause is fixed."""
+"""A transient failure end to end, on the real control plane (tests/e2e/real_node.py): the object
+store briefly unreachable (a loopback port nothing listens on, then a proxy to the store on it)
+recovers by itself through the loader Job's own retries. A permanent failure, which waits for
+`data-load-retry`, runs on the real node: tests/install/test_loads.py."""
 
 from __future__ import annotations
 
@@ -74,44 +74,3 @@ async def test_a_briefly_unreachable_store_recovers_by_itself(
     assert tree(kubelet.pvc_dir(NS, "flaky-store")) == FILES
     [job] = jobs(kube_client)  # one load: the Job itself retried
     assert job["status"]["failed"] >= 1 and job["status"]["succeeded"] == 1
-
-
-async def test_a_permanent_failure_is_not_retried_until_asked(
-    kube_client: client.ApiClient,
-    core: client.CoreV1Api,
-    kubelet: Any,
-    s3: S3Store,
-    controllers: list[DatasetController],
-) -> None:
-    await start(controllers, kube_client, make_config(s3.endpoint, backoff_limit=5))
-    create_pvc(core, "later", "s3://not-there-yet")
-    pvc = await wait_phase(core, "later", "Failed")
-    message = pvc["status"]["conditions"][0]["message"]
-    assert "the source was not found" in message and "so it was not retried" in message
-    [first] = jobs(kube_client)
-    assert first["status"]["failed"] == 1  # not 6: the backoff limit was never used
-
-    # The cause is fixed; the user asks for the same source again.
-    s3.put("not-there-yet", FILES, public=True)
-    core.patch_namespaced_persistent_volume_claim(
-        "later", NS, {"metadata": {"annotations": {f"{PREFIX}data-load-retry": "1"}}}
-    )
-    job_key = f"{PREFIX}data-load-job"
-    await eventually(
-        lambda: (
-            read_pvc(core, "later")["metadata"]["annotations"][job_key] != first["metadata"]["name"]
-        ),
-        what="the new load to be recorded",
-    )
-    pvc = await wait_phase(core, "later", "Succeeded")
-    assert tree(kubelet.pvc_dir(NS, "later")) == FILES
-    names = {j["metadata"]["name"] for j in jobs(kube_client)}
-    assert len(names) == 2 and pvc["metadata"]["annotations"][f"{PREFIX}data-load-job"] in names
-    # The same value again changes nothing: no third load.
-    core.patch_namespaced_persistent_volume_claim(
-        "later", NS, {"metadata": {"annotations": {f"{PREFIX}data-load-retry": "1"}}}
-    )
-    assert read_pvc(core, "later")["metadata"]["annotations"][f"{PREFIX}data-load-phase"] == (
-        "Succeeded"
-    )
-    assert len(jobs(kube_client)) == 2

@@ -1,28 +1,25 @@
-"""Sharded loads end to end on the real control plane (tests/e2e/real_node.py): the controller,
-the real Job controller's Indexed Jobs (backoffLimitPerIndex), the played kubelet running real
-`gpu-admission load` shards with real rclone against moto, and progress read from the loader
-pods' logs through kube-apiserver's `pods/log`, which asks the node over HTTPS."""
+"""Sharded loads on the real control plane (tests/e2e/real_node.py): a sharded PVC that cannot be
+shared refused, and progress read from the loader pods' logs through kube-apiserver's `pods/log`
+while a holding proxy keeps part of the source in flight (the played kubelet runs the shards:
+the proxy is on loopback). The shards' copies and a shard's lone retry run on the real node,
+through the installed product: tests/install/test_shards.py."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from controllers.dataset import DatasetController
-from controllers.dataset.jobspec import DATA_MOUNT_PATH
 from gpu_admission.config import Config
 from tests.e2e.datasets import (
     NS,
     PREFIX,
     eventually,
-    jobs,
-    loader,
     make_config,
     read_pvc,
     start,
@@ -59,81 +56,6 @@ def create_sharded_pvc(core: client.CoreV1Api, name: str, source: str, shards: i
         "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
     }
     core.create_namespaced_persistent_volume_claim(NS, body, _preload_content=False)
-
-
-def loader_pods(core: client.CoreV1Api) -> list[dict[str, Any]]:
-    response = core.list_namespaced_pod(
-        NS, label_selector=f"{PREFIX}data-load=true", _preload_content=False
-    )
-    return json.loads(response.data)["items"]
-
-
-def summaries_by_shard(core: client.CoreV1Api) -> dict[int, list[dict[str, Any]]]:
-    found: dict[int, list[dict[str, Any]]] = {}
-    for pod in loader_pods(core):
-        index = int(pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
-        state = pod["status"]["containerStatuses"][0]["state"].get("terminated") or {}
-        message = state.get("message", "")
-        found.setdefault(index, []).append(json.loads(message) if message.startswith("{") else {})
-    return found
-
-
-async def test_four_shards_copy_every_object_once_and_succeed(
-    kube_client: client.ApiClient,
-    core: client.CoreV1Api,
-    kubelet: Any,
-    s3: S3Store,
-    controllers: list[DatasetController],
-) -> None:
-    s3.put("sharded-data", FILES, public=True)
-    await start(controllers, kube_client, sharded_config(s3.endpoint))
-    create_sharded_pvc(core, "big", "s3://sharded-data", 4)
-    pvc = await wait_phase(core, "big", "Succeeded")
-    assert tree(kubelet.pvc_dir(NS, "big")) == FILES
-    [job] = jobs(kube_client)
-    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 4
-    assert job["status"]["completedIndexes"] == "0-3"
-    # The loaders' own counts: one attempt per shard, and the shards' parts add up to the
-    # source with nothing copied twice.
-    shards = summaries_by_shard(core)
-    assert sorted(shards) == [0, 1, 2, 3] and all(len(a) == 1 for a in shards.values())
-    files = [shards[i][0]["files"] for i in range(4)]
-    assert sum(files) == len(FILES) and all(f > 0 for f in files)
-    assert len({shards[i][0]["listing"] for i in range(4)}) == 1
-    annotations = pvc["metadata"]["annotations"]
-    assert annotations[f"{PREFIX}data-load-files"] == str(len(FILES))
-    assert annotations[f"{PREFIX}data-load-bytes"] == str(sum(map(len, FILES.values())))
-    assert PROGRESS not in annotations and PROGRESS not in (pvc["metadata"].get("labels") or {})
-    [condition] = pvc["status"]["conditions"]
-    assert condition["message"].endswith("by 4 shards")
-
-
-async def test_a_shard_failing_once_is_retried_alone(
-    kube_client: client.ApiClient,
-    core: client.CoreV1Api,
-    kubelet: Any,
-    s3: S3Store,
-    tmp_path: Path,
-    controllers: list[DatasetController],
-) -> None:
-    files = dataset_files(files=60, large_bytes=0)
-    s3.put("flaky-shard", files, public=True)
-    # Shard 2's first attempt fails before loading anything; the retry removes the marker the
-    # first left on the volume (the only place two attempts share), then loads.
-    marker = f"{DATA_MOUNT_PATH}/.shard-2-failed-once"
-    script = (
-        f'if [ "$JOB_COMPLETION_INDEX" = 2 ]; then if [ ! -e {marker} ]; then touch {marker}; '
-        f'echo "network went away" >&2; exit 1; fi; rm -f {marker}; fi; exec "$@"'
-    )
-    config = sharded_config(s3.endpoint, loader_command=["sh", "-c", script, "sh", *loader()])
-    await start(controllers, kube_client, config)
-    create_sharded_pvc(core, "flaky", "s3://flaky-shard", 4)
-    await wait_phase(core, "flaky", "Succeeded")
-    assert tree(kubelet.pvc_dir(NS, "flaky")) == files
-    attempts = {i: len(a) for i, a in summaries_by_shard(core).items()}
-    assert attempts == {0: 1, 1: 1, 2: 2, 3: 1}
-    [job] = jobs(kube_client)
-    assert job["status"]["failed"] == 1 and job["status"]["completedIndexes"] == "0-3"
 
 
 async def test_read_write_once_pvc_asking_for_shards_is_refused(admission_cluster: Any) -> None:
