@@ -35,6 +35,7 @@ from loaders.hub_errors import HubFailure, classified
 from loaders.report import write_summary
 from loaders.shards import ShardPlan, SourceObject, plan_shard
 from loaders.source_digest import source_digest
+from loaders.stop import STOPPED_EXIT_CODE
 
 PARTIAL_SUFFIX = ".incomplete"  # what huggingface_hub writes while a file downloads
 BOOKKEEPING = ".cache/huggingface"  # huggingface_hub's metadata inside local_dir
@@ -273,7 +274,9 @@ def run_hub_load(
         code = permanent_exit_code if failure.permanent else 1
         result.update(exitCode=code, cause=failure.cause, permanent=failure.permanent)
     except KeyboardInterrupt:
-        result.update(exitCode=143, cause="the loader was stopped before the copy finished")
+        result.update(
+            exitCode=STOPPED_EXIT_CODE, cause="the loader was stopped before the copy finished"
+        )
         result["permanent"] = False
     result["durationSeconds"] = round(time.monotonic() - started, 3)
     with lock:

@@ -45,6 +45,7 @@ from loaders.shards import (
 from loaders.source_digest import content_pin, source_digest
 from loaders.sources import REMOTE, rclone_env
 from loaders.space import free_bytes, shortfall, still_to_fetch
+from loaders.stop import STOPPED_EXIT_CODE, Stopped, stopped_by_sigterm
 from loaders.verify import verify_sha256
 from loaders.watchdog import StallWatchdog
 
@@ -147,7 +148,14 @@ def run_load(
     interrupted = False
     shard: ShardPlan | None = None
     failure: tuple[str, bool] | None = None
-    objects, exit_code = _listing(rclone, source, env, log, out, shard_count > 1)
+    try:
+        with stopped_by_sigterm():
+            objects, exit_code = _listing(rclone, source, env, log, out, shard_count > 1)
+    except Stopped:  # the pod is being deleted: end now, saying so
+        duration = time.monotonic() - started
+        result = summary(log, STOPPED_EXIT_CODE, duration, source.url, interrupted=True)
+        write_summary(result, out, termination_log)
+        return STOPPED_EXIT_CODE
     pin = content_pin(source, sha256)
     digest = source_digest(objects, pin) if objects is not None else None
     clone = decide(clone_of, clone_digest, digest, pinned=bool(pin))

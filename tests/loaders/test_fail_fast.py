@@ -1,11 +1,15 @@
 """Loads that fail fast and say why, with real rclone: a source too big for its volume is refused
-before anything is written (a real size-limited filesystem), and a source that stops sending is
-given up after the stall timeout, while a slow but moving one is not."""
+before anything is written (a real size-limited filesystem), a source that stops sending is
+given up after the stall timeout while a slow but moving one is not, and a loader stopped while
+it lists its source ends at once with its summary."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,8 +21,12 @@ from gpu_admission.datasource import parse_data_source
 from loaders.rclone import PERMANENT_EXIT_CODE, STALLED_EXIT_CODE
 from loaders.shards import SourceObject
 from loaders.space import Needed, shortfall, still_to_fetch, with_margin
+from loaders.stop import STOPPED_EXIT_CODE
 from loaders.watchdog import StallWatchdog, progress_marker
-from tests.loaders.test_rclone import load, s3, s3_env  # noqa: F401  (the fixture)
+from tests import ROOT
+from tests.loaders.test_rclone import BIN, load, s3, s3_env  # noqa: F401  (the fixture)
+from tests.support.waits import while_running
+from tests.world.stand_ins.holding_proxy import ThreadedHoldingProxy
 from tests.world.stand_ins.objectstores import S3Store
 from tests.world.stand_ins.trickle import Trickle
 
@@ -158,3 +166,39 @@ def test_the_job_passes_the_stall_timeout_to_rclone_loads_only() -> None:
     s3_args = loader_args(parse_data_source("s3://bucket/prefix"), False, config)
     assert s3_args[s3_args.index("--stall-timeout") + 1] == "120"
     assert "--stall-timeout" not in loader_args(parse_data_source("hf://org/model"), False, config)
+
+
+def test_a_loader_stopped_while_listing_ends_at_once_and_says_so(
+    s3: S3Store,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # In a pod the loader is PID 1, to which the kernel delivers no SIGTERM it has no handler
+    # for: without one, a loader deleted mid-listing lives out the grace period. Here (not PID 1)
+    # the same gap shows as a loader killed outright: no summary, its rclone left running.
+    s3.put("held-listing", {"a.bin": b"a"}, public=True)
+    proxy = ThreadedHoldingProxy(s3.endpoint).start()
+    proxy.hold("held-listing")
+    termination_log = tmp_path / "termination-log"
+    env = {**os.environ, **s3_env(s3), "RCLONE_CONFIG_SRC_ENDPOINT": proxy.endpoint}
+    command = [sys.executable, "-m", "commands.load", "--source", "s3://held-listing"]
+    command += ["--dest", str(tmp_path / "out"), "--rclone", str(BIN / "rclone")]
+    command += ["--termination-log", str(termination_log)]
+    loader = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        while_running(
+            lambda: proxy.held.get("held-listing", 0) > 0,
+            "the listing to be in flight",
+            {"the loader": loader},
+            timeout=30,
+        )
+        loader.send_signal(signal.SIGTERM)
+        assert loader.wait(timeout=30) == STOPPED_EXIT_CODE
+        summary = json.loads(termination_log.read_text())
+        assert summary["cause"] == "the loader was stopped before the copy finished"
+        assert summary["permanent"] is False and summary["exitCode"] == STOPPED_EXIT_CODE
+        # Its rclone went with it: the held listing request was dropped by its client.
+        while_running(lambda: proxy.dropped.get("held-listing"), "rclone to hang up", {}, 30)
+    finally:
+        loader.kill()
+        loader.wait()
+        proxy.stop()

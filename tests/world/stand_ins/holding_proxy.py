@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+START_SECONDS = 10.0
 
 
 def bucket_and_key(request_line: bytes) -> tuple[str, str]:
@@ -58,10 +62,12 @@ class HoldingProxy:
                 return released
         return None
 
-    async def start(self, port: int = 0) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", port)
+    async def start(self, port: int = 0, host: str = "127.0.0.1") -> None:
+        """Listen on `host` (the pod network's address when pods on a real node load through
+        it)."""
+        self._server = await asyncio.start_server(self._serve, host, port)
         port = self._server.sockets[0].getsockname()[1]
-        self.endpoint = f"http://127.0.0.1:{port}"
+        self.endpoint = f"http://{host}:{port}"
 
     async def stop(self) -> None:
         assert self._server is not None
@@ -148,3 +154,57 @@ async def holding_proxy(upstream: str) -> AsyncIterator[HoldingProxy]:
         yield proxy
     finally:
         await proxy.stop()
+
+
+class ThreadedHoldingProxy:
+    """The proxy on an event loop of its own, for tests that are not async (the install tier):
+    holds and releases are handed to that loop."""
+
+    def __init__(self, upstream: str, host: str = "127.0.0.1") -> None:
+        self._proxy = HoldingProxy(upstream)
+        self._host = host
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="holding-proxy", daemon=True
+        )
+
+    @property
+    def endpoint(self) -> str:
+        return self._proxy.endpoint
+
+    @property
+    def held(self) -> dict[str, int]:
+        return self._proxy.held
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        return self._proxy.dropped
+
+    def start(self) -> ThreadedHoldingProxy:
+        self._thread.start()
+        self._on_loop(self._proxy.start, 0, self._host)
+        return self
+
+    def hold(self, bucket: str, prefix: str = "") -> None:
+        self._on_loop(_as_coroutine(self._proxy.hold), bucket, prefix)
+
+    def release(self, bucket: str | None = None, prefix: str | None = None) -> None:
+        self._on_loop(_as_coroutine(self._proxy.release), bucket, prefix)
+
+    def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+        self._on_loop(self._proxy.stop)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(START_SECONDS)
+        self._loop.close()
+
+    def _on_loop(self, call: Callable[..., Any], *args: Any) -> None:
+        asyncio.run_coroutine_threadsafe(call(*args), self._loop).result(START_SECONDS)
+
+
+def _as_coroutine(call: Callable[..., None]) -> Callable[..., Any]:
+    async def on_loop(*args: Any) -> None:
+        call(*args)
+
+    return on_loop
