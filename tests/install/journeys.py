@@ -67,11 +67,12 @@ def finished(cluster: InstallCluster, name: str, namespace: str = NS) -> str:
     return log
 
 
-def s3_secret(cluster: InstallCluster, name: str) -> None:
+def s3_secret(cluster: InstallCluster, name: str, endpoint: str | None = None) -> None:
+    """Keys for the S3 stand-in (or whatever stands at `endpoint` in front of it)."""
     keys = {
         "AWS_ACCESS_KEY_ID": "team-a",
         "AWS_SECRET_ACCESS_KEY": "team-a-secret",
-        "AWS_ENDPOINT_URL": cluster.s3.endpoint,
+        "AWS_ENDPOINT_URL": endpoint or cluster.s3.endpoint,
     }
     data = {k: base64.b64encode(v.encode()).decode() for k, v in keys.items()}
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "aws-credential"}
