@@ -19,6 +19,7 @@ from loaders.report import classify, token_identity, write_summary
 from loaders.shards import ListingError, list_source
 from loaders.source_digest import SourceDigest, content_pin, source_digest
 from loaders.sources import REMOTE, rclone_env
+from loaders.stop import STOPPED_EXIT_CODE, Stopped, stopped_by_sigterm
 
 FAILED_EXIT_CODE = 1
 
@@ -57,7 +58,10 @@ def run_digest_only(
     started = time.monotonic()
     result: dict[str, Any] = {"phase": "Failed", "source": source.url}
     try:
-        digest = current_digest(source, environ, rclone=rclone, sha256=sha256, include=include)
+        with stopped_by_sigterm():  # the audit deletes its Jobs: end at once when it does
+            digest = current_digest(source, environ, rclone=rclone, sha256=sha256, include=include)
+    except Stopped:
+        result.update(exitCode=STOPPED_EXIT_CODE, cause="the check was stopped", permanent=False)
     except HubFailure as failure:
         code = permanent_exit_code if failure.permanent else FAILED_EXIT_CODE
         result.update(exitCode=code, cause=failure.cause, permanent=failure.permanent)

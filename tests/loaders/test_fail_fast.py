@@ -168,9 +168,18 @@ def test_the_job_passes_the_stall_timeout_to_rclone_loads_only() -> None:
     assert "--stall-timeout" not in loader_args(parse_data_source("hf://org/model"), False, config)
 
 
+@pytest.mark.parametrize(
+    ("flags", "cause"),
+    [
+        ([], "the loader was stopped before the copy finished"),
+        (["--digest-only"], "the check was stopped"),  # a source check (`audit --sources`)
+    ],
+)
 def test_a_loader_stopped_while_listing_ends_at_once_and_says_so(
     s3: S3Store,  # noqa: F811
     tmp_path: Path,
+    flags: list[str],
+    cause: str,
 ) -> None:
     # In a pod the loader is PID 1, to which the kernel delivers no SIGTERM it has no handler
     # for: without one, a loader deleted mid-listing lives out the grace period. Here (not PID 1)
@@ -182,7 +191,7 @@ def test_a_loader_stopped_while_listing_ends_at_once_and_says_so(
     env = {**os.environ, **s3_env(s3), "RCLONE_CONFIG_SRC_ENDPOINT": proxy.endpoint}
     command = [sys.executable, "-m", "commands.load", "--source", "s3://held-listing"]
     command += ["--dest", str(tmp_path / "out"), "--rclone", str(BIN / "rclone")]
-    command += ["--termination-log", str(termination_log)]
+    command += ["--termination-log", str(termination_log), *flags]
     loader = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, cwd=ROOT)
     try:
         while_running(
@@ -194,7 +203,7 @@ def test_a_loader_stopped_while_listing_ends_at_once_and_says_so(
         loader.send_signal(signal.SIGTERM)
         assert loader.wait(timeout=30) == STOPPED_EXIT_CODE
         summary = json.loads(termination_log.read_text())
-        assert summary["cause"] == "the loader was stopped before the copy finished"
+        assert summary["cause"] == cause
         assert summary["permanent"] is False and summary["exitCode"] == STOPPED_EXIT_CODE
         # Its rclone went with it: the held listing request was dropped by its client.
         while_running(lambda: proxy.dropped.get("held-listing"), "rclone to hang up", {}, 30)
