@@ -13,7 +13,9 @@ import pytest
 from tests.install.cluster import InstallCluster, start
 from tests.world import control_plane
 from tests.world.containers.engine import Unavailable, build_image
+from tests.world.node import network
 from tests.world.node import node as real_node
+from tests.world.stand_ins.holding_proxy import ThreadedHoldingProxy
 
 # The kubelet versions the tier ran on, or why it did not run: the run's summary says which.
 RAN_ON: list[str] = []
@@ -45,3 +47,14 @@ def install_cluster() -> Iterator[InstallCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def held_store(install_cluster: InstallCluster) -> Iterator[ThreadedHoldingProxy]:
+    """A proxy in front of the S3 stand-in, on the pod network, that holds a load's requests
+    until the test releases them: the loader really runs while the test acts, with no sleeps."""
+    proxy = ThreadedHoldingProxy(install_cluster.s3.endpoint, host=network.HOST).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()

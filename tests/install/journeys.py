@@ -6,13 +6,17 @@ from __future__ import annotations
 import base64
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+from kubernetes import client
 
 from tests.install.cluster import IMAGE, InstallCluster, wait_for
 
 BASE = "manifests"
 NS = "ml"
 PREFIX = "gpu-admission.io/"
+LOAD_SECONDS = 240
 
 
 @contextlib.contextmanager
@@ -103,3 +107,44 @@ def loading_message(cluster: InstallCluster, name: str, namespace: str = NS) -> 
     claim = cluster.core.read_namespaced_persistent_volume_claim(name, namespace)
     loading = [c for c in claim.status.conditions or [] if c.type == "Loading"]
     return (loading[0].message or "") if loading else ""
+
+
+def load_finished(cluster: InstallCluster, name: str) -> dict[str, str]:
+    def phase() -> str | None:
+        found = pvc_annotations(cluster, name).get(f"{PREFIX}data-load-phase")
+        return found if found in ("Succeeded", "Failed") else None
+
+    wait_for(phase, f"the load of {name} to end", timeout=LOAD_SECONDS)
+    return pvc_annotations(cluster, name)
+
+
+def volume_of(cluster: InstallCluster, name: str) -> Path:
+    claim = cluster.core.read_namespaced_persistent_volume_claim(name, NS)
+    return Path(cluster.core.read_persistent_volume(claim.spec.volume_name).spec.host_path.path)
+
+
+def jobs_of(cluster: InstallCluster, claim: str) -> list[client.V1Job]:
+    found = client.BatchV1Api(cluster.api).list_namespaced_job(NS).items
+    return [j for j in found if any(o.name == claim for o in j.metadata.owner_references or [])]
+
+
+def consumer(name: str, claim: str, command: str, **spec: Any) -> dict[str, Any]:
+    mount = {"volumeMounts": [{"name": "data", "mountPath": "/data"}]}
+    volume = {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
+    return pod(name, command, container=mount, volumes=[volume], **spec)
+
+
+def waiting(cluster: InstallCluster, name: str) -> bool:
+    """Gated, labelled for the controller, neither bound nor run."""
+    found = cluster.core.read_namespaced_pod(name, NS)
+    return (
+        [g.name for g in found.spec.scheduling_gates or []] == [f"{PREFIX}data-load"]
+        and (found.metadata.labels or {}).get(f"{PREFIX}data-wait") == "true"
+        and not found.spec.node_name
+        and found.status.phase == "Pending"
+        and not found.status.container_statuses
+    )
+
+
+def mount_of(cluster: InstallCluster, name: str) -> client.V1VolumeMount:
+    return cluster.core.read_namespaced_pod(name, NS).spec.containers[0].volume_mounts[0]

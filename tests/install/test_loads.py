@@ -10,6 +10,7 @@ loader really runs (its pod is up, its request in flight) while the test acts, w
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,29 +21,83 @@ import yaml
 from kubernetes import client, watch
 
 from controllers.dataset.jobspec import DATA_MOUNT_PATH
+from tests import ROOT
 from tests.install.cluster import InstallCluster, wait_for
 from tests.install.journeys import (
+    BASE,
+    LOAD_SECONDS,
     NS,
     PREFIX,
+    consumer,
     dataset_pvc,
     finished,
     installed_product,
-    pod,
+    jobs_of,
+    load_finished,
+    mount_of,
     pvc_annotations,
     s3_secret,
+    volume_of,
+    waiting,
 )
-from tests.world.node import network
 from tests.world.stand_ins.holding_proxy import ThreadedHoldingProxy
 from tests.world.stand_ins.objectstores import dataset_files, tree
 
 # A few hundred small objects and one much larger.
 FILES = dataset_files(files=300, large_bytes=12 * 1024 * 1024)
-LOAD_SECONDS = 240
+
+
+# The loader command a platform engineer's overlay sets (GPU_ADMISSION_DATASET__LOADER_COMMAND
+# on the controller): for s3://flaky-data only, shard 2's first attempt fails before loading
+# anything; its retry removes the marker the first left on the volume (the only place two
+# attempts share), then loads. Every other load runs the loader as it is.
+MARKER = f"{DATA_MOUNT_PATH}/.shard-2-failed-once"
+FLAKY_SHARD_COMMAND = [
+    "sh",
+    "-c",
+    'case "$*" in *s3://flaky-data*) if [ "$JOB_COMPLETION_INDEX" = 2 ]; then '
+    f'if [ ! -e {MARKER} ]; then touch {MARKER}; echo "network went away" >&2; exit 1; fi; '
+    f'rm -f {MARKER}; fi;; esac; exec "$@"',
+    "sh",
+    "gpu-admission",
+    "load",
+]
+
+
+def engineer_overlay(folder: Path) -> Path:
+    """A kustomization of the platform engineer's own over `manifests/`, the usual way to
+    customise an install: here it sets the controller's loader command."""
+    patch = [
+        {
+            "op": "add",
+            "path": "/spec/template/spec/containers/0/env/-",
+            "value": {
+                "name": "GPU_ADMISSION_DATASET__LOADER_COMMAND",
+                "value": json.dumps(FLAKY_SHARD_COMMAND),
+            },
+        }
+    ]
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        # kustomize takes no absolute path to a base
+        "resources": [os.path.relpath(ROOT / BASE, folder)],
+        "patches": [
+            {
+                "target": {"kind": "Deployment", "name": "gpu-admission-controller"},
+                "patch": json.dumps(patch),
+            }
+        ],
+    }
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return folder
 
 
 @pytest.fixture(scope="module")
-def installed(install_cluster: InstallCluster) -> Iterator[InstallCluster]:
-    with installed_product(install_cluster):
+def installed(
+    install_cluster: InstallCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InstallCluster]:
+    with installed_product(install_cluster, str(engineer_overlay(tmp_path_factory.mktemp("ops")))):
         yield install_cluster
 
 
@@ -52,20 +107,6 @@ def sharded_pvc(cluster: InstallCluster, name: str, bucket: str, shards: int) ->
     claim["metadata"]["annotations"][f"{PREFIX}data-load-parallelism"] = str(shards)
     claim["spec"]["accessModes"] = ["ReadWriteMany"]
     cluster.apply([claim])
-
-
-def load_finished(cluster: InstallCluster, name: str) -> dict[str, str]:
-    def phase() -> str | None:
-        found = pvc_annotations(cluster, name).get(f"{PREFIX}data-load-phase")
-        return found if found in ("Succeeded", "Failed") else None
-
-    wait_for(phase, f"the load of {name} to end", timeout=LOAD_SECONDS)
-    return pvc_annotations(cluster, name)
-
-
-def volume_of(cluster: InstallCluster, name: str) -> Path:
-    claim = cluster.core.read_namespaced_persistent_volume_claim(name, NS)
-    return Path(cluster.core.read_persistent_volume(claim.spec.volume_name).spec.host_path.path)
 
 
 def loader_job(cluster: InstallCluster, name: str) -> client.V1Job:
@@ -115,80 +156,13 @@ def test_four_shards_copy_every_object_once_and_succeed(installed: InstallCluste
     assert loading.message.endswith("by 4 shards")
 
 
-@pytest.fixture
-def shard_two_fails_once(installed: InstallCluster) -> Iterator[None]:
-    """The loader command wrapped, as a platform engineer sets it in the ConfigMap: shard 2's
-    first attempt fails before loading anything; its retry removes the marker the first left on
-    the volume (the only place two attempts share), then loads. Set back afterwards."""
-    marker = f"{DATA_MOUNT_PATH}/.shard-2-failed-once"
-    script = (
-        f'if [ "$JOB_COMPLETION_INDEX" = 2 ]; then if [ ! -e {marker} ]; then touch {marker}; '
-        f'echo "network went away" >&2; exit 1; fi; rm -f {marker}; fi; exec "$@"'
-    )
-    config = installed.core.read_namespaced_config_map("gpu-admission", "gpu-admission")
-    before = config.data["config.yaml"]
-    settings = yaml.safe_load(before)
-    settings["dataset"]["loader_command"] = ["sh", "-c", script, "sh", "gpu-admission", "load"]
-    restart_controller(installed, yaml.safe_dump(settings))
-    try:
-        yield
-    finally:
-        restart_controller(installed, before)
-
-
-def restart_controller(cluster: InstallCluster, config_yaml: str) -> None:
-    cluster.core.patch_namespaced_config_map(
-        "gpu-admission", "gpu-admission", {"data": {"config.yaml": config_yaml}}
-    )
-    cluster.kubectl(
-        "-n", "gpu-admission", "rollout", "restart", "deployment/gpu-admission-controller"
-    )
-    cluster.rolled_out("gpu-admission-controller")
-
-
-def test_a_shard_failing_once_is_retried_alone(
-    installed: InstallCluster, shard_two_fails_once: None
-) -> None:
+def test_a_shard_failing_once_is_retried_alone(installed: InstallCluster) -> None:
+    # The installed loader command fails shard 2's first attempt of s3://flaky-data
+    # (FLAKY_SHARD_COMMAND).
     _, job = sharded_load_succeeds(installed, "flaky", dataset_files(files=60, large_bytes=0), 4)
     attempts = {i: len(a) for i, a in summaries_by_shard(installed, job.metadata.name).items()}
     assert attempts == {0: 1, 1: 1, 2: 2, 3: 1}
     assert job.status.failed == 1 and job.status.completed_indexes == "0-3"
-
-
-@pytest.fixture
-def held_store(installed: InstallCluster) -> Iterator[ThreadedHoldingProxy]:
-    proxy = ThreadedHoldingProxy(installed.s3.endpoint, host=network.HOST).start()
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
-
-
-def consumer(name: str, claim: str, command: str, **spec: Any) -> dict[str, Any]:
-    mount = {"volumeMounts": [{"name": "data", "mountPath": "/data"}]}
-    volume = {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
-    return pod(name, command, container=mount, volumes=[volume], **spec)
-
-
-def waiting(cluster: InstallCluster, name: str) -> bool:
-    """Gated, labelled for the controller, neither bound nor run."""
-    found = cluster.core.read_namespaced_pod(name, NS)
-    return (
-        [g.name for g in found.spec.scheduling_gates or []] == [f"{PREFIX}data-load"]
-        and (found.metadata.labels or {}).get(f"{PREFIX}data-wait") == "true"
-        and not found.spec.node_name
-        and found.status.phase == "Pending"
-        and not found.status.container_statuses
-    )
-
-
-def mount_of(cluster: InstallCluster, name: str) -> client.V1VolumeMount:
-    return cluster.core.read_namespaced_pod(name, NS).spec.containers[0].volume_mounts[0]
-
-
-def jobs_of(cluster: InstallCluster, claim: str) -> list[client.V1Job]:
-    found = client.BatchV1Api(cluster.api).list_namespaced_job(NS).items
-    return [j for j in found if any(o.name == claim for o in j.metadata.owner_references or [])]
 
 
 def warnings_on(cluster: InstallCluster, name: str) -> list[client.CoreV1Event]:
@@ -350,3 +324,56 @@ def test_editing_the_source_mid_load_replaces_the_loader(
     # The kubelet killed the first loader: its held request was dropped, never answered.
     assert held_store.dropped.get("first-source", 0) >= 1
     finished(installed, "reader")  # released once the new source was loaded
+
+
+def held_load(cluster: InstallCluster, proxy: ThreadedHoldingProxy, name: str) -> client.V1Job:
+    """A load of `name` in flight, its listing held at the proxy; its loader Job."""
+    cluster.s3.put(f"{name}-data", {"a.txt": b"a\n", "b/c.txt": b"c\n"})
+    proxy.hold(f"{name}-data")
+    s3_secret(cluster, f"s3-{name}", endpoint=proxy.endpoint)
+    cluster.apply([dataset_pvc(name, f"s3://{name}-data", f"s3-{name}")])
+    wait_for(
+        lambda: (
+            pvc_annotations(cluster, name).get(f"{PREFIX}data-load-phase") == "Loading"
+            and proxy.held.get(f"{name}-data", 0) > 0
+        ),
+        f"the load of {name} to be in flight",
+    )
+    [job] = jobs_of(cluster, name)
+    return job
+
+
+def test_a_restarted_controller_adopts_the_running_job(
+    installed: InstallCluster, held_store: ThreadedHoldingProxy
+) -> None:
+    job = held_load(installed, held_store, "adopted")
+    # A new release of the controller rolls out while the load runs.
+    installed.kubectl(
+        "-n", "gpu-admission", "rollout", "restart", "deployment/gpu-admission-controller"
+    )
+    installed.rolled_out("gpu-admission-controller")
+    held_store.release()
+    loaded = load_finished(installed, "adopted")
+    assert loaded[f"{PREFIX}data-load-phase"] == "Succeeded", loaded
+    assert [j.metadata.name for j in jobs_of(installed, "adopted")] == [job.metadata.name]
+    assert tree(volume_of(installed, "adopted")) == {"a.txt": b"a\n", "b/c.txt": b"c\n"}
+    events = installed.core.list_namespaced_event(
+        NS, field_selector="involvedObject.name=adopted,reason=LoadStarted"
+    )
+    assert len(events.items) == 1
+
+
+def claims(cluster: InstallCluster) -> set[str]:
+    return {c.metadata.name for c in cluster.core.list_namespaced_persistent_volume_claim(NS).items}
+
+
+def test_deleting_the_pvc_mid_load_stops_its_loader_and_removes_the_job(
+    installed: InstallCluster, held_store: ThreadedHoldingProxy
+) -> None:
+    held_load(installed, held_store, "short-lived")
+    installed.core.delete_namespaced_persistent_volume_claim("short-lived", NS)
+    # The controller deletes the Job; the kubelet stops the loader, which hangs up at once; the
+    # claim, protected while a pod uses it, then goes.
+    wait_for(lambda: not jobs_of(installed, "short-lived"), "the Job to be deleted")
+    wait_for(lambda: held_store.dropped.get("short-lived-data"), "the loader to hang up")
+    wait_for(lambda: "short-lived" not in claims(installed), "the claim to be gone")

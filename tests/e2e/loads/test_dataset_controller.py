@@ -4,14 +4,15 @@ agent running the loader Job's command (real `gpu-admission load` and real rclon
 provisioner giving each claim its volume, and moto / fake-gcs-server as the clouds.
 
 PVCs are created already labelled, as the PVC mutating webhook leaves them; consumer pods are
-created with the gate already set, as the pod webhook leaves them.
+created with the gate already set, as the pod webhook leaves them. A controller restarted
+mid-load and a PVC deleted mid-load run on the real node, through the installed product:
+tests/install/test_loads.py.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -33,7 +34,6 @@ from tests.e2e.datasets import (
     start,
     wait_phase,
 )
-from tests.e2e.real_node import node_agent
 from tests.world.kubelet.node import FakeKubelet
 from tests.world.stand_ins.objectstores import (
     GcsStore,
@@ -190,47 +190,6 @@ async def test_missing_bucket_fails_with_a_useful_message(
     [condition] = [c for c in pvc["status"]["conditions"] if c["type"] == "Loading"]
     assert "the source was not found" in condition["message"]
     assert len(jobs(kube_client)) == 1
-
-
-async def test_restarted_controller_adopts_the_running_job(
-    kube_client: client.ApiClient,
-    core: client.CoreV1Api,
-    tmp_path: Path,
-    s3: S3Store,
-    controllers: list[DatasetController],
-) -> None:
-    files = dataset_files(files=50, large_bytes=0)
-    s3.put("restart-data", files, public=True)
-    base = make_config(s3.endpoint)
-    election = base.leader_election.model_copy(update={"enabled": False})
-    config = base.model_copy(update={"leader_election": election})
-    first = await start(controllers, kube_client, config, "first")
-    create_pvc(core, "restart", "s3://restart-data")
-    await eventually(lambda: jobs(kube_client), what="the loader Job")
-    await first.stop()
-    controllers.remove(first)
-    # The controller is gone; the load runs (and may finish) without it.
-    with node_agent(kube_client, tmp_path / "pvcs") as node:
-        await start(controllers, kube_client, config, "second")
-        await wait_phase(core, "restart", "Succeeded")
-        assert len(jobs(kube_client)) == 1
-        assert tree(node.pvc_dir(NS, "restart")) == files
-        started = [e for e in events_for(core, "restart") if e["reason"] == "LoadStarted"]
-        assert len(started) == 1
-
-
-async def test_deleting_the_pvc_mid_load_removes_the_job(
-    kube_client: client.ApiClient,
-    core: client.CoreV1Api,
-    s3: S3Store,
-    controllers: list[DatasetController],
-) -> None:
-    # No kubelet: the loader pod never runs, so the load is still in progress when deleted.
-    await start(controllers, kube_client, make_config(s3.endpoint))
-    create_pvc(core, "short-lived", "s3://anything-at-all")
-    await eventually(lambda: jobs(kube_client), what="the loader Job")
-    core.delete_namespaced_persistent_volume_claim("short-lived", NS)
-    await eventually(lambda: not jobs(kube_client), what="the Job to be deleted")
 
 
 async def test_concurrent_load_limit_keeps_extra_pvcs_pending(
