@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +18,7 @@ from gpu_admission.names import DATA_MOUNT_PATH
 from loaders.hub import run_hub_load
 from loaders.rclone import DEFAULT_STALL_SECONDS, PERMANENT_EXIT_CODE, TERMINATION_LOG, run_load
 from loaders.source_check import run_digest_only
+from loaders.stop import stopped_by_sigterm
 
 USAGE_EXIT_CODE = 2
 INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by the Job controller in every Indexed Job pod
@@ -169,11 +169,7 @@ def main_load(args: argparse.Namespace) -> int:
 def run_hub(source: DataSource, args: argparse.Namespace, index: int, count: int) -> int:
     """An hf:// load, in this process with huggingface_hub; SIGTERM stops it with a summary."""
 
-    def stop(_signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
+    with stopped_by_sigterm():
         return run_hub_load(
             source,
             args.dest,
@@ -188,8 +184,6 @@ def run_hub(source: DataSource, args: argparse.Namespace, index: int, count: int
             stats_seconds=args.stats_seconds,
             permanent_exit_code=PERMANENT_EXIT_CODE,
         )
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> int:

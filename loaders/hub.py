@@ -35,7 +35,7 @@ from loaders.hub_errors import HubFailure, classified
 from loaders.report import write_summary
 from loaders.shards import ShardPlan, SourceObject, plan_shard
 from loaders.source_digest import source_digest
-from loaders.stop import STOPPED_EXIT_CODE
+from loaders.stop import STOPPED_CAUSE, STOPPED_EXIT_CODE, Stopped
 
 PARTIAL_SUFFIX = ".incomplete"  # what huggingface_hub writes while a file downloads
 BOOKKEEPING = ".cache/huggingface"  # huggingface_hub's metadata inside local_dir
@@ -273,11 +273,8 @@ def run_hub_load(
     except HubFailure as failure:
         code = permanent_exit_code if failure.permanent else 1
         result.update(exitCode=code, cause=failure.cause, permanent=failure.permanent)
-    except KeyboardInterrupt:
-        result.update(
-            exitCode=STOPPED_EXIT_CODE, cause="the loader was stopped before the copy finished"
-        )
-        result["permanent"] = False
+    except (KeyboardInterrupt, Stopped):
+        result.update(exitCode=STOPPED_EXIT_CODE, cause=STOPPED_CAUSE, permanent=False)
     result["durationSeconds"] = round(time.monotonic() - started, 3)
     with lock:
         write_summary(result, out, termination_log)

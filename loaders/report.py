@@ -13,6 +13,7 @@ from typing import IO, Any
 
 from gpu_admission.names import AWS_WEB_IDENTITY_TOKEN_FILE, AZURE_FEDERATED_TOKEN_FILE
 from loaders.shards import ShardPlan
+from loaders.stop import STOPPED_CAUSE
 
 MAX_SUMMARY_BYTES = 4096  # the kubelet's termination-message limit
 MAX_ERRORS_KEPT = 20
@@ -242,7 +243,7 @@ def summary(
     if exit_code != 0:
         cause, permanent = failure or classify(log.errors, exit_code, identity)
         if interrupted:
-            cause, permanent = "the loader was stopped before the copy finished", False
+            cause, permanent = STOPPED_CAUSE, False
         result["cause"] = cause
         result["permanent"] = permanent
     return result
