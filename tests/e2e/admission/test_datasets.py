@@ -1,7 +1,7 @@
 """A bad dataset PVC refused by the real webhooks, as kube-apiserver and kubectl show it. The
 journeys of datasets with pods (consumers gated mid-load, then given the data read-only; a
 failed load warning its consumers; a source edited mid-load) run on the real node, through the
-installed product: tests/install/test_loads.py."""
+installed product: tests/install/loads/test_s3_loads.py."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ provisioner giving each claim its volume, and moto / fake-gcs-server as the clou
 PVCs are created already labelled, as the PVC mutating webhook leaves them; consumer pods are
 created with the gate already set, as the pod webhook leaves them. A controller restarted
 mid-load and a PVC deleted mid-load run on the real node, through the installed product:
-tests/install/test_loads.py.
+tests/install/loads/test_s3_loads.py.
 """
 
 from __future__ import annotations

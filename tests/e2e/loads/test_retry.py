@@ -1,7 +1,7 @@
 """A transient failure end to end, on the real control plane (tests/e2e/real_node.py): the object
 store briefly unreachable (a loopback port nothing listens on, then a proxy to the store on it)
 recovers by itself through the loader Job's own retries. A permanent failure, which waits for
-`data-load-retry`, runs on the real node: tests/install/test_loads.py."""
+`data-load-retry`, runs on the real node: tests/install/loads/test_s3_loads.py."""
 
 from __future__ import annotations
 

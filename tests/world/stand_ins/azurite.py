@@ -1,5 +1,6 @@
 """Azurite, Microsoft's Azure Storage emulator (the npm package, its Blob service), on 127.0.0.1
-for loader tests: real Shared Key and SAS authentication, real Blob REST answers and errors.
+(or the pod network's address, for loaders on the real node) for loader tests: real Shared Key
+and SAS authentication, real Blob REST answers and errors.
 
 Found at `$GPU_ADMISSION_AZURITE`, else in the project's `.venv/node` (where `make test` installs
 it with npm), else on PATH. The account is declared with AZURITE_ACCOUNTS, so its key and SAS
@@ -55,15 +56,15 @@ class Azurite:
     """`oauth`: HTTPS with a private CA (`ca_path`) and bearer tokens accepted as Azure Storage
     accepts Entra ID's (Azurite's `--oauth basic`: issuer, audience and lifetime checked)."""
 
-    def __init__(self, oauth: bool = False) -> None:
+    def __init__(self, oauth: bool = False, host: str = "127.0.0.1") -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="azurite-")
         self.port = free_port()
         scheme = "https" if oauth else "http"
-        self.endpoint = f"{scheme}://127.0.0.1:{self.port}/{ACCOUNT}"
+        self.endpoint = f"{scheme}://{host}:{self.port}/{ACCOUNT}"
         self.ca_path: Path | None = None
         extra: list[str] = []
         if oauth:
-            bundle = issue_bundle(ServingSpec("azurite", "test", ips=["127.0.0.1"]))
+            bundle = issue_bundle(ServingSpec("azurite", "test", ips=[host]))
             folder = Path(self._dir.name)
             (folder / "cert.pem").write_bytes(bundle.cert_pem)
             (folder / "key.pem").write_bytes(bundle.key_pem)
@@ -77,7 +78,7 @@ class Azurite:
             [
                 azurite_path(),
                 "--blobHost",
-                "127.0.0.1",
+                host,
                 "--blobPort",
                 str(self.port),
                 "--location",
@@ -142,11 +143,11 @@ def azurite(oauth: bool = False) -> Iterator[Azurite]:
 
 
 @contextmanager
-def azurite_or_skip(oauth: bool = False) -> Iterator[Azurite]:
+def azurite_or_skip(oauth: bool = False, host: str = "127.0.0.1") -> Iterator[Azurite]:
     """Azurite for a test: skipped where it is not installed, except under CI, where its
     absence is a failure (CI installs it; a skipped Azure test must never read as a pass)."""
     try:
-        store = Azurite(oauth)
+        store = Azurite(oauth, host)
     except AzuriteMissing as exc:
         if os.environ.get("CI"):
             raise

@@ -16,7 +16,7 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", 
 
 
 class FlakyProxy:
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, host: str = "127.0.0.1") -> None:
         target = urllib.parse.urlsplit(upstream)
         self.failing = threading.Event()
         self.refused = 0  # requests answered with the outage
@@ -56,9 +56,9 @@ class FlakyProxy:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer((host, 0), Handler)
         self._server.daemon_threads = True
-        self.base = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.base = f"http://{host}:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
@@ -67,8 +67,9 @@ class FlakyProxy:
 
 
 @contextmanager
-def flaky_proxy(upstream: str) -> Iterator[FlakyProxy]:
-    proxy = FlakyProxy(upstream)
+def flaky_proxy(upstream: str, host: str = "127.0.0.1") -> Iterator[FlakyProxy]:
+    """`host`: 127.0.0.1, or the pod network's address for loaders on the real node."""
+    proxy = FlakyProxy(upstream, host)
     try:
         yield proxy
     finally:

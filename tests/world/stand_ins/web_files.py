@@ -26,7 +26,7 @@ class Fault:
 
 
 class WebFiles:
-    def __init__(self, tls: bool = True) -> None:
+    def __init__(self, tls: bool = True, host: str = "127.0.0.1") -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="web-files-")
         self.root = Path(self._dir.name) / "site"
         self.root.mkdir()
@@ -51,15 +51,15 @@ class WebFiles:
         self.ca_path = Path(self._dir.name) / "ca.crt"
         scheme = "http"
         if tls:
-            tls_server, ca_pem = start_https("files", handler)
+            tls_server, ca_pem = start_https("files", handler, host)
             self._server: http.server.ThreadingHTTPServer = tls_server
             self.ca_path.write_bytes(ca_pem)
             scheme = "https"
         else:
-            self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            self._server = http.server.ThreadingHTTPServer((host, 0), handler)
             self._server.daemon_threads = True
             threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        self.base = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
+        self.base = f"{scheme}://{host}:{self._server.server_address[1]}"
 
     def _fault(self, handler: http.server.BaseHTTPRequestHandler) -> bool:
         """Answer with a planned error instead of the file, if one is due; True when it did."""
@@ -99,8 +99,9 @@ class WebFiles:
 
 
 @contextmanager
-def web_files(tls: bool = True) -> Iterator[WebFiles]:
-    server = WebFiles(tls)
+def web_files(tls: bool = True, host: str = "127.0.0.1") -> Iterator[WebFiles]:
+    """`host`: 127.0.0.1, or the pod network's address for loaders on the real node."""
+    server = WebFiles(tls, host)
     try:
         yield server
     finally:

@@ -10,28 +10,19 @@ loader really runs (its pod is up, its request in flight) while the test acts, w
 from __future__ import annotations
 
 import json
-import os
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
 from kubernetes import client, watch
 
-from controllers.dataset.jobspec import DATA_MOUNT_PATH
-from tests import ROOT
 from tests.install.cluster import InstallCluster, wait_for
 from tests.install.journeys import (
-    BASE,
     LOAD_SECONDS,
     NS,
     PREFIX,
     consumer,
     dataset_pvc,
     finished,
-    installed_product,
     jobs_of,
     load_finished,
     mount_of,
@@ -45,60 +36,6 @@ from tests.world.stand_ins.objectstores import dataset_files, tree
 
 # A few hundred small objects and one much larger.
 FILES = dataset_files(files=300, large_bytes=12 * 1024 * 1024)
-
-
-# The loader command a platform engineer's overlay sets (GPU_ADMISSION_DATASET__LOADER_COMMAND
-# on the controller): for s3://flaky-data only, shard 2's first attempt fails before loading
-# anything; its retry removes the marker the first left on the volume (the only place two
-# attempts share), then loads. Every other load runs the loader as it is.
-MARKER = f"{DATA_MOUNT_PATH}/.shard-2-failed-once"
-FLAKY_SHARD_COMMAND = [
-    "sh",
-    "-c",
-    'case "$*" in *s3://flaky-data*) if [ "$JOB_COMPLETION_INDEX" = 2 ]; then '
-    f'if [ ! -e {MARKER} ]; then touch {MARKER}; echo "network went away" >&2; exit 1; fi; '
-    f'rm -f {MARKER}; fi;; esac; exec "$@"',
-    "sh",
-    "gpu-admission",
-    "load",
-]
-
-
-def engineer_overlay(folder: Path) -> Path:
-    """A kustomization of the platform engineer's own over `manifests/`, the usual way to
-    customise an install: here it sets the controller's loader command."""
-    patch = [
-        {
-            "op": "add",
-            "path": "/spec/template/spec/containers/0/env/-",
-            "value": {
-                "name": "GPU_ADMISSION_DATASET__LOADER_COMMAND",
-                "value": json.dumps(FLAKY_SHARD_COMMAND),
-            },
-        }
-    ]
-    kustomization = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        # kustomize takes no absolute path to a base
-        "resources": [os.path.relpath(ROOT / BASE, folder)],
-        "patches": [
-            {
-                "target": {"kind": "Deployment", "name": "gpu-admission-controller"},
-                "patch": json.dumps(patch),
-            }
-        ],
-    }
-    (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-    return folder
-
-
-@pytest.fixture(scope="module")
-def installed(
-    install_cluster: InstallCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[InstallCluster]:
-    with installed_product(install_cluster, str(engineer_overlay(tmp_path_factory.mktemp("ops")))):
-        yield install_cluster
 
 
 def sharded_pvc(cluster: InstallCluster, name: str, bucket: str, shards: int) -> None:
@@ -158,7 +95,7 @@ def test_four_shards_copy_every_object_once_and_succeed(installed: InstallCluste
 
 def test_a_shard_failing_once_is_retried_alone(installed: InstallCluster) -> None:
     # The installed loader command fails shard 2's first attempt of s3://flaky-data
-    # (FLAKY_SHARD_COMMAND).
+    # (conftest.LOADER_COMMAND).
     _, job = sharded_load_succeeds(installed, "flaky", dataset_files(files=60, large_bytes=0), 4)
     attempts = {i: len(a) for i, a in summaries_by_shard(installed, job.metadata.name).items()}
     assert attempts == {0: 1, 1: 1, 2: 2, 3: 1}

@@ -1,0 +1,124 @@
+"""One install for every load journey on the real node: the product applied through a platform
+engineer's own kustomize overlay over `manifests/` (the usual way to customise an install),
+beside the stores the loaders read, all on the pod network, where a real pod can reach them.
+
+The overlay sets what an engineer sets for their stores: the Azure Blob endpoint and the
+private CA that the web server's certificate comes from (the `trust-bundle` ConfigMap, in the
+researchers' namespace), and a loader command that fails the first attempt of one shard of
+`s3://flaky-data` and turns rclone's own retries down for `az://busy`, so a failure reaches the
+Job, whose retries the journeys are about."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controllers.dataset.jobspec import DATA_MOUNT_PATH
+from tests import ROOT
+from tests.install.cluster import InstallCluster
+from tests.install.journeys import BASE, NS, installed_product
+from tests.world.node import network
+from tests.world.stand_ins.azurite import ACCOUNT, Azurite, AzuriteMissing
+from tests.world.stand_ins.flaky_proxy import FlakyProxy, flaky_proxy
+from tests.world.stand_ins.web_files import WebFiles, web_files
+
+TRUST_BUNDLE = "trust-bundle"
+
+# The loader command the overlay sets (GPU_ADMISSION_DATASET__LOADER_COMMAND on the controller).
+# s3://flaky-data: shard 2's first attempt fails before loading anything; its retry removes the
+# marker the first left on the volume (the only place two attempts share), then loads.
+# az://busy: rclone tries once, so a busy service fails the pod and the Job retries it. Every
+# other load runs the loader as it is.
+MARKER = f"{DATA_MOUNT_PATH}/.shard-2-failed-once"
+LOADER_COMMAND = [
+    "sh",
+    "-c",
+    'case "$*" in *s3://flaky-data*) if [ "$JOB_COMPLETION_INDEX" = 2 ]; then '
+    f'if [ ! -e {MARKER} ]; then touch {MARKER}; echo "network went away" >&2; exit 1; fi; '
+    f"rm -f {MARKER}; fi;; *az://busy*) export RCLONE_LOW_LEVEL_RETRIES=1 RCLONE_RETRIES=1;; "
+    'esac; exec "$@"',
+    "sh",
+    "gpu-admission",
+    "load",
+]
+
+
+@dataclass(frozen=True)
+class Stores:
+    """The stores on the pod network. `azure` is None where Azurite is not installed
+    (`azure_missing` says why; under CI that is a failure)."""
+
+    web: WebFiles
+    azure: Azurite | None
+    busy_azure: FlakyProxy | None  # in front of `azure`: every az:// load goes through it
+    azure_missing: str = ""
+
+
+def engineer_overlay(folder: Path, stores: Stores) -> Path:
+    settings: dict[str, Any] = {
+        "GPU_ADMISSION_DATASET__LOADER_COMMAND": LOADER_COMMAND,
+        "GPU_ADMISSION_DATASET__TRUSTED_CA_CONFIG_MAP": TRUST_BUNDLE,
+        "GPU_ADMISSION_DATASET__LOADER_ENV": {"RCLONE_RETRIES_SLEEP": "0.1s"},
+    }
+    if stores.busy_azure is not None:
+        endpoint = f"{stores.busy_azure.base}/{ACCOUNT}"
+        settings["GPU_ADMISSION_DATASET__LOADER_ENV"]["RCLONE_AZUREBLOB_ENDPOINT"] = endpoint
+    patch = [
+        {
+            "op": "add",
+            "path": "/spec/template/spec/containers/0/env/-",
+            "value": {"name": name, "value": json.dumps(value)},
+        }
+        for name, value in settings.items()
+    ]
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        # kustomize takes no absolute path to a base
+        "resources": [os.path.relpath(ROOT / BASE, folder)],
+        "patches": [
+            {
+                "target": {"kind": "Deployment", "name": "gpu-admission-controller"},
+                "patch": json.dumps(patch),
+            }
+        ],
+    }
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return folder
+
+
+@pytest.fixture(scope="package")
+def stores(install_cluster: InstallCluster) -> Iterator[Stores]:
+    with ExitStack() as stack:
+        web = stack.enter_context(web_files(host=network.HOST))
+        try:
+            azure = Azurite(host=network.HOST)
+        except AzuriteMissing as missing:
+            if os.environ.get("CI"):
+                raise
+            yield Stores(web, None, None, str(missing))
+            return
+        stack.callback(azure.stop)
+        busy = stack.enter_context(flaky_proxy(azure.endpoint, host=network.HOST))
+        yield Stores(web, azure, busy)
+
+
+@pytest.fixture(scope="package")
+def installed(
+    install_cluster: InstallCluster, stores: Stores, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InstallCluster]:
+    overlay = engineer_overlay(tmp_path_factory.mktemp("ops"), stores)
+    with installed_product(install_cluster, str(overlay)):
+        bundle = {"ca.crt": stores.web.ca_path.read_text()}
+        install_cluster.core.create_namespaced_config_map(
+            NS, {"metadata": {"name": TRUST_BUNDLE}, "data": bundle}
+        )
+        yield install_cluster
