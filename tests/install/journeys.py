@@ -148,3 +148,21 @@ def waiting(cluster: InstallCluster, name: str) -> bool:
 
 def mount_of(cluster: InstallCluster, name: str) -> client.V1VolumeMount:
     return cluster.core.read_namespaced_pod(name, NS).spec.containers[0].volume_mounts[0]
+
+
+def created_as_clone(
+    cluster: InstallCluster, claim: dict[str, Any]
+) -> client.V1PersistentVolumeClaim:
+    """`claim` created once admission clones it: its dry runs show when the webhook has seen
+    the ready snapshot (its informer follows the snapshot controller's write)."""
+    core = cluster.core
+    wait_for(
+        lambda: (
+            core.create_namespaced_persistent_volume_claim(
+                NS, claim, dry_run="All"
+            ).spec.data_source_ref
+        ),
+        "admission to clone from the ready snapshot",
+        timeout=60,
+    )
+    return core.create_namespaced_persistent_volume_claim(NS, claim)

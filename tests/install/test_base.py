@@ -31,6 +31,7 @@ from tests.install.journeys import (
     BASE,
     NS,
     PREFIX,
+    created_as_clone,
     dataset_pvc,
     finished,
     installed_product,
@@ -248,22 +249,6 @@ def _loaded(cluster: InstallCluster, name: str) -> dict[str, str]:
     return pvc_annotations(cluster, name)
 
 
-def _cloned(cluster: InstallCluster, claim: dict[str, Any]) -> client.V1PersistentVolumeClaim:
-    """`claim` created once admission clones it: its dry runs show when the webhook has seen
-    the ready snapshot (its informer follows the snapshot controller's write)."""
-    core = cluster.core
-    wait_for(
-        lambda: (
-            core.create_namespaced_persistent_volume_claim(
-                NS, claim, dry_run="All"
-            ).spec.data_source_ref
-        ),
-        "admission to clone from the ready snapshot",
-        timeout=60,
-    )
-    return core.create_namespaced_persistent_volume_claim(NS, claim)
-
-
 def test_a_clone_is_loaded_afresh_once_its_source_changed_and_kept_while_it_did_not(
     installed: InstallCluster,
 ) -> None:
@@ -284,7 +269,7 @@ def test_a_clone_is_loaded_afresh_once_its_source_changed_and_kept_while_it_did_
     kept = first[f"{PREFIX}data-snapshot"]
     installed.s3.put("models-v", {"w/a.bin": b"\xfd" * 8192})  # the same size, new bytes
 
-    created = _cloned(installed, claim("model-2"))
+    created = created_as_clone(installed, claim("model-2"))
     assert created.spec.data_source_ref.name == kept
     cloned = created.metadata.annotations
     assert cloned[f"{PREFIX}data-cloned-digest"] == first[f"{PREFIX}data-digest"]
@@ -305,7 +290,7 @@ def test_a_clone_is_loaded_afresh_once_its_source_changed_and_kept_while_it_did_
     assert finished(installed, "model-2-reader").split() == ["fd"]
 
     newer = second[f"{PREFIX}data-snapshot"]
-    third = _cloned(installed, claim("model-3"))
+    third = created_as_clone(installed, claim("model-3"))
     assert third.spec.data_source_ref.name == newer
     reused = _loaded(installed, "model-3")
     assert reused[f"{PREFIX}data-load-files"] == "0"

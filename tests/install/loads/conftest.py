@@ -2,11 +2,11 @@
 engineer's own kustomize overlay over `manifests/` (the usual way to customise an install),
 beside the stores the loaders read, all on the pod network, where a real pod can reach them.
 
-The overlay sets what an engineer sets for their stores: the Azure Blob endpoint and the
-private CA that the web server's certificate comes from (the `trust-bundle` ConfigMap, in the
-researchers' namespace), and a loader command that fails the first attempt of one shard of
-`s3://flaky-data` and turns rclone's own retries down for `az://busy`, so a failure reaches the
-Job, whose retries the journeys are about."""
+The overlay sets what an engineer sets for their stores: the Azure Blob endpoint, the Hugging
+Face Hub's (a private mirror's), and the private CAs of the web server's and the Hub's
+certificates (the `trust-bundle` ConfigMap, in the researchers' namespace); and a loader command
+that fails the first attempt of one shard of `s3://flaky-data` and turns rclone's own retries
+down for `az://busy`, so a failure reaches the Job, whose retries the journeys are about."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from tests.install.journeys import BASE, NS, installed_product
 from tests.world.node import network
 from tests.world.stand_ins.azurite import ACCOUNT, Azurite, AzuriteMissing
 from tests.world.stand_ins.flaky_proxy import FlakyProxy, flaky_proxy
+from tests.world.stand_ins.hf_hub import HubStandIn, hub_stand_in
 from tests.world.stand_ins.web_files import WebFiles, web_files
 
 TRUST_BUNDLE = "trust-bundle"
@@ -57,6 +58,7 @@ class Stores:
     (`azure_missing` says why; under CI that is a failure)."""
 
     web: WebFiles
+    hub: HubStandIn
     azure: Azurite | None
     busy_azure: FlakyProxy | None  # in front of `azure`: every az:// load goes through it
     azure_missing: str = ""
@@ -67,6 +69,7 @@ def engineer_overlay(folder: Path, stores: Stores) -> Path:
         "GPU_ADMISSION_DATASET__LOADER_COMMAND": LOADER_COMMAND,
         "GPU_ADMISSION_DATASET__TRUSTED_CA_CONFIG_MAP": TRUST_BUNDLE,
         "GPU_ADMISSION_DATASET__LOADER_ENV": {"RCLONE_RETRIES_SLEEP": "0.1s"},
+        "GPU_ADMISSION_DATASET__HUGGINGFACE_ENDPOINT": stores.hub.endpoint,
     }
     if stores.busy_azure is not None:
         endpoint = f"{stores.busy_azure.base}/{ACCOUNT}"
@@ -99,16 +102,17 @@ def engineer_overlay(folder: Path, stores: Stores) -> Path:
 def stores(install_cluster: InstallCluster) -> Iterator[Stores]:
     with ExitStack() as stack:
         web = stack.enter_context(web_files(host=network.HOST))
+        hub = stack.enter_context(hub_stand_in(host=network.HOST))
         try:
             azure = Azurite(host=network.HOST)
         except AzuriteMissing as missing:
             if os.environ.get("CI"):
                 raise
-            yield Stores(web, None, None, str(missing))
+            yield Stores(web, hub, None, None, str(missing))
             return
         stack.callback(azure.stop)
         busy = stack.enter_context(flaky_proxy(azure.endpoint, host=network.HOST))
-        yield Stores(web, azure, busy)
+        yield Stores(web, hub, azure, busy)
 
 
 @pytest.fixture(scope="package")
@@ -117,7 +121,7 @@ def installed(
 ) -> Iterator[InstallCluster]:
     overlay = engineer_overlay(tmp_path_factory.mktemp("ops"), stores)
     with installed_product(install_cluster, str(overlay)):
-        bundle = {"ca.crt": stores.web.ca_path.read_text()}
+        bundle = {"ca.crt": stores.web.ca_path.read_text() + stores.hub.ca_path.read_text()}
         install_cluster.core.create_namespaced_config_map(
             NS, {"metadata": {"name": TRUST_BUNDLE}, "data": bundle}
         )

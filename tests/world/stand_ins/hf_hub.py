@@ -95,7 +95,7 @@ class Fault:
 
 
 class HubStandIn:
-    def __init__(self, page_size: int = 1000) -> None:
+    def __init__(self, page_size: int = 1000, host: str = "127.0.0.1") -> None:
         self.repos: dict[tuple[str, str], Repo] = {}
         self.tokens: set[str] = set()  # every token the stand-in knows
         self.faults: dict[str, Fault] = {}  # path prefix -> fault
@@ -117,10 +117,10 @@ class HubStandIn:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        self._server, ca_pem = start_https("hub", Handler)
+        self._server, ca_pem = start_https("hub", Handler, host)
         self.ca_path = Path(self._dir.name) / "hub-ca.crt"
         self.ca_path.write_bytes(ca_pem)
-        self.endpoint = f"https://127.0.0.1:{self._server.server_address[1]}"
+        self.endpoint = f"https://{host}:{self._server.server_address[1]}"
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -341,8 +341,9 @@ def tree_entries(files: Mapping[str, bytes], path: str, recursive: bool) -> list
 
 
 @contextmanager
-def hub_stand_in(page_size: int = 1000) -> Iterator[HubStandIn]:
-    hub = HubStandIn(page_size)
+def hub_stand_in(page_size: int = 1000, host: str = "127.0.0.1") -> Iterator[HubStandIn]:
+    """`host`: 127.0.0.1, or the pod network's address for loaders on the real node."""
+    hub = HubStandIn(page_size, host)
     try:
         yield hub
     finally:
