@@ -1,12 +1,12 @@
-"""Free TCP ports on 127.0.0.1 for the servers tests start."""
+"""Free TCP ports for the servers tests start (on 127.0.0.1 unless told)."""
 
 from __future__ import annotations
 
 import socket
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on now (the kernel's pick, released at once for the caller)."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]

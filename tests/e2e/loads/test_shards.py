@@ -2,7 +2,7 @@
 shared refused, and progress read from the loader pods' logs through kube-apiserver's `pods/log`
 while a holding proxy keeps part of the source in flight (the played kubelet runs the shards:
 the proxy is on loopback). The shards' copies and a shard's lone retry run on the real node,
-through the installed product: tests/install/test_shards.py."""
+through the installed product: tests/install/loads/test_s3_loads.py."""
 
 from __future__ import annotations
 

@@ -2,11 +2,12 @@
 engineer's own kustomize overlay over `manifests/` (the usual way to customise an install),
 beside the stores the loaders read, all on the pod network, where a real pod can reach them.
 
-The overlay sets what an engineer sets for their stores: the Azure Blob endpoint, the Hugging
-Face Hub's (a private mirror's), and the private CAs of the web server's and the Hub's
-certificates (the `trust-bundle` ConfigMap, in the researchers' namespace); and a loader command
-that fails the first attempt of one shard of `s3://flaky-data` and turns rclone's own retries
-down for `az://busy`, so a failure reaches the Job, whose retries the journeys are about."""
+The overlay sets what an engineer sets for their stores: the endpoints of S3 (for anonymous
+reads; a Secret names its own), GCS, Azure Blob and the Hugging Face Hub (a private mirror),
+and the private CAs of the web server's and the Hub's certificates (the `trust-bundle`
+ConfigMap, in the researchers' namespace); and a loader command that fails the first attempt of
+one shard of `s3://flaky-data` and turns rclone's own retries down for `az://busy`, so a
+failure reaches the Job, whose retries the journeys are about."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from tests.world.node import network
 from tests.world.stand_ins.azurite import ACCOUNT, Azurite, AzuriteMissing
 from tests.world.stand_ins.flaky_proxy import FlakyProxy, flaky_proxy
 from tests.world.stand_ins.hf_hub import HubStandIn, hub_stand_in
+from tests.world.stand_ins.objectstores import GcsStore, gcs_store
 from tests.world.stand_ins.web_files import WebFiles, web_files
 
 TRUST_BUNDLE = "trust-bundle"
@@ -59,21 +61,26 @@ class Stores:
 
     web: WebFiles
     hub: HubStandIn
+    gcs: GcsStore
     azure: Azurite | None
     busy_azure: FlakyProxy | None  # in front of `azure`: every az:// load goes through it
     azure_missing: str = ""
 
 
-def engineer_overlay(folder: Path, stores: Stores) -> Path:
+def engineer_overlay(folder: Path, s3_endpoint: str, stores: Stores) -> Path:
+    loader_env = {
+        "RCLONE_RETRIES_SLEEP": "0.1s",
+        "RCLONE_S3_ENDPOINT": s3_endpoint,
+        "RCLONE_GCS_ENDPOINT": stores.gcs.endpoint,
+    }
     settings: dict[str, Any] = {
         "GPU_ADMISSION_DATASET__LOADER_COMMAND": LOADER_COMMAND,
         "GPU_ADMISSION_DATASET__TRUSTED_CA_CONFIG_MAP": TRUST_BUNDLE,
-        "GPU_ADMISSION_DATASET__LOADER_ENV": {"RCLONE_RETRIES_SLEEP": "0.1s"},
+        "GPU_ADMISSION_DATASET__LOADER_ENV": loader_env,
         "GPU_ADMISSION_DATASET__HUGGINGFACE_ENDPOINT": stores.hub.endpoint,
     }
     if stores.busy_azure is not None:
-        endpoint = f"{stores.busy_azure.base}/{ACCOUNT}"
-        settings["GPU_ADMISSION_DATASET__LOADER_ENV"]["RCLONE_AZUREBLOB_ENDPOINT"] = endpoint
+        loader_env["RCLONE_AZUREBLOB_ENDPOINT"] = f"{stores.busy_azure.base}/{ACCOUNT}"
     patch = [
         {
             "op": "add",
@@ -103,23 +110,25 @@ def stores(install_cluster: InstallCluster) -> Iterator[Stores]:
     with ExitStack() as stack:
         web = stack.enter_context(web_files(host=network.HOST))
         hub = stack.enter_context(hub_stand_in(host=network.HOST))
+        gcs = stack.enter_context(gcs_store(host=network.HOST))
         try:
             azure = Azurite(host=network.HOST)
         except AzuriteMissing as missing:
             if os.environ.get("CI"):
                 raise
-            yield Stores(web, hub, None, None, str(missing))
+            yield Stores(web, hub, gcs, None, None, str(missing))
             return
         stack.callback(azure.stop)
         busy = stack.enter_context(flaky_proxy(azure.endpoint, host=network.HOST))
-        yield Stores(web, hub, azure, busy)
+        yield Stores(web, hub, gcs, azure, busy)
 
 
 @pytest.fixture(scope="package")
 def installed(
     install_cluster: InstallCluster, stores: Stores, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[InstallCluster]:
-    overlay = engineer_overlay(tmp_path_factory.mktemp("ops"), stores)
+    folder = tmp_path_factory.mktemp("ops")
+    overlay = engineer_overlay(folder, install_cluster.s3.endpoint, stores)
     with installed_product(install_cluster, str(overlay)):
         bundle = {"ca.crt": stores.web.ca_path.read_text() + stores.hub.ca_path.read_text()}
         install_cluster.core.create_namespaced_config_map(

