@@ -278,7 +278,9 @@ class DatasetConfig(_Model):
     """The loader container's command; flags are appended."""
     loader_env: dict[str, str] = Field(default_factory=dict)
     """Extra env for loader containers, e.g. RCLONE_CONFIG_SRC_ENDPOINT for an S3-compatible store
-    read anonymously, or HTTPS_PROXY. Credential references win on the same name.
+    read anonymously, or HTTPS_PROXY. Credential references win on the same name, and over a
+    backend-wide RCLONE_<BACKEND>_<OPTION> here (RCLONE_S3_ENDPOINT beside a Secret's
+    AWS_ENDPOINT_URL: the Secret's endpoint is used).
     """
     # Over max_concurrent_loads, a PVC stays Pending and is looked at again after this long.
     capacity_requeue_seconds: Annotated[float, Field(gt=0)] = 5.0

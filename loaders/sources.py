@@ -36,7 +36,7 @@ AZURE_BLOB_HOST = "blob.core.windows.net"
 
 def rclone_env(source: DataSource, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment rclone runs with: the Job's, plus what the source's backend needs."""
-    env = dict(environ)
+    env = _remote_over_backend_flags(source, environ)
     env.setdefault(PREFIX + "TYPE", RCLONE_BACKEND[source.scheme])
     if source.scheme == "s3" and not env.get(PREFIX + "PROVIDER"):
         endpoint = env.get(PREFIX + "ENDPOINT") or env.get("RCLONE_S3_ENDPOINT")
@@ -48,6 +48,22 @@ def rclone_env(source: DataSource, environ: Mapping[str, str]) -> dict[str, str]
         env.setdefault(PREFIX + "URL", source.web_base)
         if source.directory:
             env.setdefault(PREFIX + "NO_HEAD", "true")
+    return env
+
+
+def _remote_over_backend_flags(source: DataSource, environ: Mapping[str, str]) -> dict[str, str]:
+    """The Job's environment, less each backend-wide setting that the remote sets itself.
+
+    rclone reads `RCLONE_<BACKEND>_<OPTION>` (e.g. `RCLONE_S3_ENDPOINT`) as the command-line
+    flag `--s3-endpoint`, and a flag beats the remote's own `RCLONE_CONFIG_SRC_<OPTION>`
+    (checked with rclone: both endpoints set, it dials the flag's). The remote's settings come
+    from the PVC's Secret (its AWS_ENDPOINT_URL, say) and the backend-wide ones from the
+    cluster's `dataset.loader_env`: the more specific must win."""
+    env = dict(environ)
+    flag = f"RCLONE_{RCLONE_BACKEND[source.scheme].upper()}_"
+    for key, value in environ.items():
+        if key.startswith(PREFIX) and value:
+            env.pop(flag + key.removeprefix(PREFIX), None)
     return env
 
 

@@ -209,3 +209,29 @@ def test_rclone_env_provider_and_empty_optional_values() -> None:
     env = rclone_env(s3, {"RCLONE_CONFIG_SRC_ENDPOINT": "http://minio:9000"})
     assert env["RCLONE_CONFIG_SRC_PROVIDER"] == "Other"
     assert rclone_env(parse_data_source("gs://bucket-1"), {})["RCLONE_CONFIG_SRC_TYPE"] == "gcs"
+
+
+def test_the_secrets_endpoint_wins_over_the_clusters_backend_default(
+    s3: S3Store, tmp_path: Path
+) -> None:
+    # A cluster-wide RCLONE_S3_ENDPOINT (dataset.loader_env) pointing nowhere: rclone reads it
+    # as the flag --s3-endpoint, which would beat the remote's own endpoint from the Secret.
+    env = s3_env(s3) | {
+        "RCLONE_S3_ENDPOINT": "http://127.0.0.1:9",
+        "RCLONE_LOW_LEVEL_RETRIES": "1",
+        "RCLONE_RETRIES": "1",
+    }
+    code, summary, _ = load("s3://public-data/imagenet/train", tmp_path / "data", env)
+    assert code == 0, summary
+    assert tree(tmp_path / "data") == FILES
+    # Without a remote endpoint of its own, the cluster's default stands.
+    s3_source = parse_data_source("s3://bucket-1")
+    assert rclone_env(s3_source, {"RCLONE_S3_ENDPOINT": "http://minio:9000"}) == {
+        "RCLONE_S3_ENDPOINT": "http://minio:9000",
+        "RCLONE_CONFIG_SRC_TYPE": "s3",
+        "RCLONE_CONFIG_SRC_PROVIDER": "Other",
+    }
+    both = {"RCLONE_S3_ENDPOINT": "http://x:1", "RCLONE_CONFIG_SRC_ENDPOINT": "http://y:2"}
+    assert "RCLONE_S3_ENDPOINT" not in rclone_env(s3_source, both)
+    gcs_env = {"RCLONE_GCS_ENDPOINT": "http://x:1", "RCLONE_CONFIG_SRC_ENDPOINT": "http://y:2"}
+    assert "RCLONE_GCS_ENDPOINT" not in rclone_env(parse_data_source("gs://bucket-1"), gcs_env)
