@@ -23,7 +23,6 @@ from kubernetes import client
 from commands.audit import audit_command
 from tests.install.cluster import (
     NEXT_IMAGE,
-    SNAPSHOT_STORAGE_CLASS,
     InstallCluster,
     wait_for,
 )
@@ -31,7 +30,6 @@ from tests.install.journeys import (
     BASE,
     NS,
     PREFIX,
-    created_as_clone,
     dataset_pvc,
     finished,
     installed_product,
@@ -43,8 +41,6 @@ from tests.install.journeys import (
 from tests.world.node import network
 from tests.world.node.network import SUBNET
 from tests.world.stand_ins.trickle import Trickle
-
-FINISHED_LOADS = ("Succeeded", "Failed")
 
 
 @pytest.fixture(scope="module")
@@ -234,70 +230,6 @@ def test_audit_sources_names_a_dataset_whose_source_changed(
     assert sources["versioned"]["result"] == "source changed", err.getvalue()
     assert f"(digest {then.removeprefix('sha256:')[:12]})" in sources["versioned"]["message"]
     assert "weights" not in sources  # its source is as it was loaded
-
-
-def _loaded(cluster: InstallCluster, name: str) -> dict[str, str]:
-    phase = wait_for(
-        lambda: (
-            pvc_annotations(cluster, name).get(f"{PREFIX}data-load-phase") in FINISHED_LOADS
-            and pvc_annotations(cluster, name)[f"{PREFIX}data-load-phase"]
-        ),
-        f"the load of {name} to end",
-        timeout=180,
-    )
-    assert phase == "Succeeded", loading_message(cluster, name)
-    return pvc_annotations(cluster, name)
-
-
-def test_a_clone_is_loaded_afresh_once_its_source_changed_and_kept_while_it_did_not(
-    installed: InstallCluster,
-) -> None:
-    """On the real node: the first load is snapshotted; its source changes; the next PVC is
-    cloned from the snapshot and loaded afresh; the PVC after that, cloned from the newer
-    snapshot of the unchanged source, copies nothing."""
-    weights = {"w/a.bin": b"\x02" * 8192, "w/b.bin": b"\x03" * 4096, "config.json": b"{}\n"}
-    installed.s3.put("models-v", weights)
-    s3_secret(installed, "s3-models")
-
-    def claim(name: str) -> dict[str, Any]:
-        body = dataset_pvc(name, "s3://models-v", "s3-models")
-        body["spec"]["storageClassName"] = SNAPSHOT_STORAGE_CLASS
-        return body
-
-    installed.apply([claim("model-1")])
-    first = _loaded(installed, "model-1")
-    kept = first[f"{PREFIX}data-snapshot"]
-    installed.s3.put("models-v", {"w/a.bin": b"\xfd" * 8192})  # the same size, new bytes
-
-    created = created_as_clone(installed, claim("model-2"))
-    assert created.spec.data_source_ref.name == kept
-    cloned = created.metadata.annotations
-    assert cloned[f"{PREFIX}data-cloned-digest"] == first[f"{PREFIX}data-digest"]
-    second = _loaded(installed, "model-2")
-    assert second[f"{PREFIX}data-load-files"] == "3"  # every object again
-    assert second[f"{PREFIX}data-digest"] != first[f"{PREFIX}data-digest"]
-    assert loading_message(installed, "model-2").startswith(
-        f"loaded s3://models-v afresh into a clone of VolumeSnapshot {kept}, since the source "
-        "changed since the snapshot was taken"
-    )
-    reader = pod(
-        "model-2-reader",
-        "od -An -tx1 -N1 /data/w/a.bin",
-        container={"volumeMounts": [{"name": "data", "mountPath": "/data"}]},
-        volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "model-2"}}],
-    )
-    installed.apply([reader])
-    assert finished(installed, "model-2-reader").split() == ["fd"]
-
-    newer = second[f"{PREFIX}data-snapshot"]
-    third = created_as_clone(installed, claim("model-3"))
-    assert third.spec.data_source_ref.name == newer
-    reused = _loaded(installed, "model-3")
-    assert reused[f"{PREFIX}data-load-files"] == "0"
-    assert reused[f"{PREFIX}data-digest"] == second[f"{PREFIX}data-digest"]
-    assert loading_message(installed, "model-3").startswith(
-        f"reused VolumeSnapshot {newer}: s3://models-v lists as it did when the snapshot was taken"
-    )
 
 
 def test_a_source_too_big_for_its_volume_fails_at_once_and_is_not_retried(

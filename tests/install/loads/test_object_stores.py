@@ -55,31 +55,31 @@ def test_public_s3_and_gcs_buckets_load_and_say_what_they_did(
     files = dataset_files(files=300, large_bytes=20 * 1024 * 1024)
     installed.s3.put("imagenet-public", files, prefix="train/", public=True)
     stores.gcs.put("coco-public", files, prefix="2017/")
-    installed.apply([anonymous_pvc("imagenet", "s3://imagenet-public/train")])
-    installed.apply([anonymous_pvc("coco", "gs://coco-public/2017")])
-    for name in ("imagenet", "coco"):
+    installed.apply([anonymous_pvc("public-s3", "s3://imagenet-public/train")])
+    installed.apply([anonymous_pvc("public-gcs", "gs://coco-public/2017")])
+    for name in ("public-s3", "public-gcs"):
         annotations = load_finished(installed, name)
         assert annotations[PHASE] == "Succeeded", annotations
         assert tree(volume_of(installed, name)) == files
         assert annotations[f"{PREFIX}data-load-files"] == str(len(files))
         assert annotations[f"{PREFIX}data-load-bytes"] == str(sum(map(len, files.values())))
         assert float(annotations[f"{PREFIX}data-load-duration-seconds"]) > 0
-    imagenet = installed.core.read_namespaced_persistent_volume_claim("imagenet", NS)
-    job_name = loader_job_name("imagenet", imagenet.metadata.uid, "s3://imagenet-public/train")
-    assert imagenet.metadata.annotations[f"{PREFIX}data-load-job"] == job_name
-    assert [j.metadata.name for j in jobs_of(installed, "imagenet")] == [job_name]
-    condition = loading_condition(installed, "imagenet")
+    public = installed.core.read_namespaced_persistent_volume_claim("public-s3", NS)
+    job_name = loader_job_name("public-s3", public.metadata.uid, "s3://imagenet-public/train")
+    assert public.metadata.annotations[f"{PREFIX}data-load-job"] == job_name
+    assert [j.metadata.name for j in jobs_of(installed, "public-s3")] == [job_name]
+    condition = loading_condition(installed, "public-s3")
     assert condition.status == "False" and condition.reason == "Succeeded"
     assert condition.last_transition_time
 
     def reasons() -> list[str] | None:
-        found = [e.reason for e in events_of(installed, "imagenet")]
+        found = [e.reason for e in events_of(installed, "public-s3")]
         return found if "LoadSucceeded" in found else None
 
     said = wait_for(reasons, "the LoadSucceeded event")  # it follows the status write
     assert said.count("LoadStarted") == 1 and said.count("LoadSucceeded") == 1
     # Other components speak of the PVC too (the PV controller); ours say who they are.
-    ours = [e for e in events_of(installed, "imagenet") if e.reason.startswith("Load")]
+    ours = [e for e in events_of(installed, "public-s3") if e.reason.startswith("Load")]
     assert ours and all(e.source.component == "gpu-admission" for e in ours)
 
 
