@@ -20,7 +20,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from commands.audit import audit_command
+from commands.audit import EXIT_FINDINGS, audit_command
 from tests.install.cluster import (
     NEXT_IMAGE,
     InstallCluster,
@@ -224,12 +224,25 @@ def test_audit_sources_names_a_dataset_whose_source_changed(
         sources_timeout=180,
         sources_parallel=8,
     )
-    audit_command(args, out, err)
-    findings = json.loads(out.getvalue())["findings"]
-    sources = {f["name"]: f for f in findings if f["policy"] == "dataset-source-version"}
+    assert audit_command(args, out, err) == EXIT_FINDINGS, err.getvalue()
+    report = json.loads(out.getvalue())
+    sources = {f["name"]: f for f in report["findings"] if f["policy"] == "dataset-source-version"}
     assert sources["versioned"]["result"] == "source changed", err.getvalue()
-    assert f"(digest {then.removeprefix('sha256:')[:12]})" in sources["versioned"]["message"]
+    message = sources["versioned"]["message"]
+    assert message.startswith("s3://corpus-v changed since it was loaded: it lists 2 files")
+    assert f"(digest {then.removeprefix('sha256:')[:12]})" in message
+    assert "data-load-retry=<any new value>" in message
     assert "weights" not in sources  # its source is as it was loaded
+    checked = report["summary"]["objects"]["dataset sources"]
+    assert checked >= 2 and f"checking the sources of {checked} loaded dataset PVC(s)" in (
+        err.getvalue()
+    )
+    # The audit's Jobs are gone (deleting them is asked; the API server may still hold them
+    # while their pods go, marked for deletion).
+    jobs = client.BatchV1Api(installed.api).list_namespaced_job(
+        NS, label_selector=f"{PREFIX}source-check"
+    )
+    assert all(j.metadata.deletion_timestamp for j in jobs.items)
 
 
 def test_a_source_too_big_for_its_volume_fails_at_once_and_is_not_retried(
