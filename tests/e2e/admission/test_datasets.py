@@ -1,7 +1,8 @@
-"""A bad dataset PVC refused by the real webhooks, as kube-apiserver and kubectl show it. The
+"""Bad dataset PVCs refused by the real webhooks, as kube-apiserver and kubectl show them (a
+source that cannot be, a Secret that is not there, shards on a volume only one node mounts). The
 journeys of datasets with pods (consumers gated mid-load, then given the data read-only; a
 failed load warning its consumers; a source edited mid-load) run on the real node, through the
-installed product: tests/install/loads/test_s3_loads.py."""
+installed product: tests/install/loads/."""
 
 from __future__ import annotations
 
@@ -70,3 +71,14 @@ async def test_a_bad_dataset_pvc_is_refused_with_what_to_fix(cluster: AdmissionC
     with pytest.raises(ApiException) as absent:
         await asyncio.to_thread(cluster.core.read_namespaced_persistent_volume_claim, "private", NS)
     assert absent.value.status == 404
+
+
+async def test_a_read_write_once_pvc_asking_for_shards_is_refused(
+    cluster: AdmissionCluster,
+) -> None:
+    claim = dataset_pvc("rwo", "s3://some-bucket/x")
+    claim["metadata"]["annotations"][f"{PREFIX}data-load-parallelism"] = "4"
+    claim["spec"]["accessModes"] = ["ReadWriteOnce"]
+    shown = await asyncio.to_thread(kubectl_create, cluster, claim)
+    assert "denied the request" in shown
+    assert "4 loader shards" in shown and "ReadWriteMany" in shown

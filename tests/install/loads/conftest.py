@@ -6,8 +6,10 @@ The overlay sets what an engineer sets for their stores: the endpoints of S3 (fo
 reads; a Secret names its own), GCS, Azure Blob and the Hugging Face Hub (a private mirror),
 and the private CAs of the web server's and the Hub's certificates (the `trust-bundle`
 ConfigMap, in the researchers' namespace); and a loader command that fails the first attempt of
-one shard of `s3://flaky-data` and turns rclone's own retries down for `az://busy`, so a
-failure reaches the Job, whose retries the journeys are about."""
+one shard of `s3://flaky-data`, turns rclone's own retries down for `az://busy` and
+`s3://comes-back`, so a failure reaches the Job, whose retries the journeys are about, and opens
+a connection per request for `s3://watched-data`, so the proxy in front of it holds requests one
+by one. Progress is read every half second, so a journey sees it move."""
 
 from __future__ import annotations
 
@@ -38,15 +40,18 @@ TRUST_BUNDLE = "trust-bundle"
 # The loader command the overlay sets (GPU_ADMISSION_DATASET__LOADER_COMMAND on the controller).
 # s3://flaky-data: shard 2's first attempt fails before loading anything; its retry removes the
 # marker the first left on the volume (the only place two attempts share), then loads.
-# az://busy: rclone tries once, so a busy service fails the pod and the Job retries it. Every
-# other load runs the loader as it is.
+# az://busy, s3://comes-back: rclone tries once, so an unreachable or busy store fails the pod
+# and the Job retries it. s3://watched-data: no keep-alive. Every other load runs the loader as
+# it is.
 MARKER = f"{DATA_MOUNT_PATH}/.shard-2-failed-once"
 LOADER_COMMAND = [
     "sh",
     "-c",
     'case "$*" in *s3://flaky-data*) if [ "$JOB_COMPLETION_INDEX" = 2 ]; then '
     f'if [ ! -e {MARKER} ]; then touch {MARKER}; echo "network went away" >&2; exit 1; fi; '
-    f"rm -f {MARKER}; fi;; *az://busy*) export RCLONE_LOW_LEVEL_RETRIES=1 RCLONE_RETRIES=1;; "
+    f"rm -f {MARKER}; fi;; *az://busy*|*s3://comes-back*) "
+    "export RCLONE_LOW_LEVEL_RETRIES=1 RCLONE_RETRIES=1;; "
+    "*s3://watched-data*) export RCLONE_DISABLE_HTTP_KEEP_ALIVES=true;; "
     'esac; exec "$@"',
     "sh",
     "gpu-admission",
@@ -77,6 +82,8 @@ def engineer_overlay(folder: Path, s3_endpoint: str, stores: Stores) -> Path:
         "GPU_ADMISSION_DATASET__LOADER_COMMAND": LOADER_COMMAND,
         "GPU_ADMISSION_DATASET__TRUSTED_CA_CONFIG_MAP": TRUST_BUNDLE,
         "GPU_ADMISSION_DATASET__LOADER_ENV": loader_env,
+        "GPU_ADMISSION_DATASET__PROGRESS_INTERVAL_SECONDS": 0.5,
+        "GPU_ADMISSION_DATASET__TRANSFERS": 32,
         "GPU_ADMISSION_DATASET__HUGGINGFACE_ENDPOINT": stores.hub.endpoint,
     }
     if stores.busy_azure is not None:

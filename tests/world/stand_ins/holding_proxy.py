@@ -180,9 +180,10 @@ class ThreadedHoldingProxy:
     def dropped(self) -> dict[str, int]:
         return self._proxy.dropped
 
-    def start(self) -> ThreadedHoldingProxy:
+    def start(self, port: int = 0) -> ThreadedHoldingProxy:
+        """Listen on `port` (0: any free one)."""
         self._thread.start()
-        self._on_loop(self._proxy.start, 0, self._host)
+        self._on_loop(self._proxy.start, port, self._host)
         return self
 
     def hold(self, bucket: str, prefix: str = "") -> None:
