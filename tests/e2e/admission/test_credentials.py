@@ -1,23 +1,20 @@
-"""Cloud credentials end to end: kubectl, the real kube-apiserver calling the real HTTPS webhook
-service with its informer-fed view, and the played kubelet running the pod's command.
-
-Secrets are created with kubectl as a user would (accepted, or denied with the webhook's words);
-then a pod whose ServiceAccount is bound to the gcp-credential Secret and which names the
-aws-credential Secret itself runs, and prints what it received.
+"""Credential Secrets end to end: kubectl, the real kube-apiserver calling the real HTTPS webhook
+service with its informer-fed view. Secrets are created with kubectl as a user would (accepted,
+or denied with the webhook's words); a pod naming a Secret that is not there is refused. A pod
+given its credentials and running runs on the real node, through the installed product:
+tests/install/researcher/test_pod_credentials.py.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client
 
 from tests.support.keys import new_rsa_pem
 from tests.world.harness import AdmissionCluster, KubectlResult
-from tests.world.kubelet.node import FakeKubelet
 
 NS = "ml"
 WAIT_SECONDS = 30
@@ -88,98 +85,6 @@ def test_kubectl_sees_credential_secrets_accepted_and_denied(
 
     code, out, err = cluster.kubectl("get", "secrets", "-o", "name")
     assert out.split() == ["secret/gcs-reader"], err
-
-
-def test_pod_receives_credentials_from_its_annotation_and_service_account(
-    cluster: AdmissionCluster, kubelet: FakeKubelet, tmp_path: Path
-) -> None:
-    key_file = _key_file(tmp_path / "key.json")
-    for args in (
-        [f"--from-file=key.json={key_file}", "--type=gcp-credential", "gcs-reader"],
-        [
-            "--type=aws-credential",
-            f"--from-literal=AWS_ACCESS_KEY_ID={KEY_ID}",
-            f"--from-literal=AWS_SECRET_ACCESS_KEY={SECRET_KEY}",
-            "--from-literal=AWS_REGION=us-west-2",
-            "s3-writer",
-        ],
-    ):
-        code, _, err = create_secret(cluster, *args)
-        assert code == 0, err
-    account = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {
-            "name": "trainer",
-            "annotations": {"gpu-admission.io/cloud-credentials": "gcs-reader"},
-        },
-    }
-    code, _, err = cluster.kubectl("create", "-f", "-", stdin=json.dumps(account))
-    assert code == 0, err
-
-    # The service edge resolves cache misses for the objects the policy names up front: the
-    # ServiceAccount and the pod's own Secrets. A Secret named only by the ServiceAccount must
-    # already be in the informer cache, so wait for it as a cluster would have by then.
-    gcp_informer = cluster.view.secret_informers[0]  # type=gcp-credential
-    cluster.wait_until(
-        lambda: gcp_informer.get(f"{NS}/gcs-reader") is not None, "the Secret in the cache"
-    )
-
-    script = (
-        "import json, os\n"
-        "path = os.environ['GOOGLE_APPLICATION_CREDENTIALS']\n"
-        "print(path)\n"
-        "print(json.load(open(path))['client_email'])\n"
-        "for name in sorted(n for n in os.environ if n.startswith('AWS_')):\n"
-        "    print(name + '=' + os.environ[name])\n"
-    )
-    pod = {
-        "metadata": {
-            "name": "data-prep",
-            "annotations": {"gpu-admission.io/cloud-credentials": "s3-writer"},
-        },
-        "spec": {
-            "serviceAccountName": "trainer",
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "prep",
-                    "image": "python:3.12-slim",
-                    "command": [sys.executable, "-c", script],
-                }
-            ],
-        },
-    }
-    cluster.core.create_namespaced_pod(NS, pod)
-    finished = _wait_finished(cluster.core, "data-prep")
-    log = kubelet.logs(NS, "data-prep", "prep")
-    assert finished.status.phase == "Succeeded", log
-    assert log.splitlines() == [
-        "/var/run/secrets/gcp/gcs-reader/key.json",
-        CLIENT_EMAIL,
-        f"AWS_ACCESS_KEY_ID={KEY_ID}",
-        "AWS_DEFAULT_REGION=us-west-2",
-        "AWS_REGION=us-west-2",
-        f"AWS_SECRET_ACCESS_KEY={SECRET_KEY}",
-    ]
-    # The stored pod holds references only, never a value.
-    stored = json.dumps(cluster.api.sanitize_for_serialization(finished.spec))
-    assert SECRET_KEY not in stored and KEY_ID not in stored and "PRIVATE KEY" not in stored
-
-
-def _wait_finished(core: client.CoreV1Api, name: str) -> client.V1Pod:
-    stream = watch.Watch()
-    for event in stream.stream(
-        core.list_namespaced_pod,
-        NS,
-        field_selector=f"metadata.name={name}",
-        timeout_seconds=WAIT_SECONDS,
-    ):
-        pod = event["object"]
-        if pod.status and pod.status.phase in ("Succeeded", "Failed"):
-            stream.stop()
-            return pod
-    raise AssertionError(f"pod {name} did not finish within {WAIT_SECONDS} s")
 
 
 def test_pod_naming_a_missing_secret_is_refused(cluster: AdmissionCluster) -> None:

@@ -3,7 +3,7 @@
 cluster serves no snapshot API, or has no VolumeSnapshotClass for the driver, loads still
 succeed and the controller says so once. The cache itself (a clone reused, or loaded afresh
 once its source changed; other credentials never cloned) runs on the real node, through the
-installed product: tests/install/loads/test_dataset_cache.py."""
+installed product: tests/install/researcher/test_dataset_cache.py."""
 
 from __future__ import annotations
 

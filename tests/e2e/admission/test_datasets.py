@@ -2,7 +2,7 @@
 source that cannot be, a Secret that is not there, shards on a volume only one node mounts). The
 journeys of datasets with pods (consumers gated mid-load, then given the data read-only; a
 failed load warning its consumers; a source edited mid-load) run on the real node, through the
-installed product: tests/install/loads/."""
+installed product: tests/install/researcher/."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 scheduler, Job controller, garbage collector and PV controller) with the played kubelet: a
 setting of the controller's own (`dataset.max_concurrent_loads`) that the test chooses, so it
 runs an in-process controller. The loads themselves run on the real node, through the installed
-product: tests/install/loads/ (S3 and GCS, keys and rejected keys, a missing bucket, a
+product: tests/install/researcher/ (S3 and GCS, keys and rejected keys, a missing bucket, a
 controller restarted mid-load, a PVC deleted mid-load).
 """
 

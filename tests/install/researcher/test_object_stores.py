@@ -23,7 +23,7 @@ from tests.install.journeys import (
     volume_of,
     waiting,
 )
-from tests.install.loads.conftest import Stores
+from tests.install.researcher.conftest import Stores
 from tests.world.node import network
 from tests.world.stand_ins.objectstores import S3Store, dataset_files, tree
 

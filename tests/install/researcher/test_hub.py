@@ -24,7 +24,7 @@ from tests.install.journeys import (
     loading_message,
     volume_of,
 )
-from tests.install.loads.conftest import Stores
+from tests.install.researcher.conftest import Stores
 from tests.world.stand_ins.hf_hub import HubStandIn
 from tests.world.stand_ins.objectstores import tree
 

@@ -22,7 +22,7 @@ from tests.install.journeys import (
     loading_message,
     volume_of,
 )
-from tests.install.loads.conftest import Stores
+from tests.install.researcher.conftest import Stores
 from tests.world.stand_ins.azurite import ACCOUNT, KEY, Azurite
 from tests.world.stand_ins.objectstores import dataset_files, tree
 from tests.world.stand_ins.web_files import WebFiles

@@ -1,6 +1,7 @@
-"""One install for every load journey on the real node: the product applied through a platform
-engineer's own kustomize overlay over `manifests/` (the usual way to customise an install),
-beside the stores the loaders read, all on the pod network, where a real pod can reach them.
+"""One install for a researcher's journeys on the real node (loads, and pods given credentials):
+the product applied through a platform engineer's own kustomize overlay over `manifests/` (the
+usual way to customise an install), beside the stores the loaders read, all on the pod network,
+where a real pod can reach them.
 
 The overlay sets what an engineer sets for their stores: the endpoints of S3 (for anonymous
 reads; a Secret names its own), GCS, Azure Blob and the Hugging Face Hub (a private mirror),

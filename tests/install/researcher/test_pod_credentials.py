@@ -1,0 +1,86 @@
+"""Cloud credentials reaching a researcher's pod on a real node, through the installed product:
+Secrets made with `kubectl create secret` as the documentation shows, a pod whose ServiceAccount
+is bound to one and which names the other itself, run by the real kubelet from the project's
+image, printing what it received; the stored pod holds references, never a value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.install.cluster import InstallCluster
+from tests.install.journeys import NS, finished, pod
+from tests.support.keys import new_rsa_pem
+
+CLIENT_EMAIL = "loader@ml-platform-demo.iam.gserviceaccount.com"
+KEY_ID = "AKIAIOSFODNN7EXAMPLE"
+SECRET_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+PRINT_WHAT_IT_GOT = (
+    "import json, os\n"
+    "path = os.environ['GOOGLE_APPLICATION_CREDENTIALS']\n"
+    "print(path)\n"
+    "print(json.load(open(path))['client_email'])\n"
+    "for name in sorted(n for n in os.environ if n.startswith('AWS_')):\n"
+    "    print(name + '=' + os.environ[name])\n"
+)
+
+
+def key_file(path: Path) -> Path:
+    document = {
+        "type": "service_account",
+        "project_id": "ml-platform-demo",
+        "private_key_id": "3f1c2a9b7e6d5c4b3a2918f7e6d5c4b3a2918f7e",
+        "private_key": new_rsa_pem(),
+        "client_email": CLIENT_EMAIL,
+        "client_id": "104729384756102938475",
+        "token_uri": "https://oauth2.googleapis.com/token",
+    }
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_a_pod_receives_credentials_from_its_annotation_and_service_account(
+    installed: InstallCluster, tmp_path: Path
+) -> None:
+    gcp_key = key_file(tmp_path / "key.json")
+    for args in (
+        [f"--from-file=key.json={gcp_key}", "--type=gcp-credential", "gcs-reader"],
+        [
+            "--type=aws-credential",
+            f"--from-literal=AWS_ACCESS_KEY_ID={KEY_ID}",
+            f"--from-literal=AWS_SECRET_ACCESS_KEY={SECRET_KEY}",
+            "--from-literal=AWS_REGION=us-west-2",
+            "s3-writer",
+        ],
+    ):
+        installed.kubectl("-n", NS, "create", "secret", "generic", *args)
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": "trainer",
+            "namespace": NS,
+            "annotations": {"gpu-admission.io/cloud-credentials": "gcs-reader"},
+        },
+    }
+    installed.apply([account])
+    prep = pod(
+        "data-prep",
+        "",
+        serviceAccountName="trainer",
+        container={"command": ["python3", "-c", PRINT_WHAT_IT_GOT]},
+    )
+    prep["metadata"]["annotations"] = {"gpu-admission.io/cloud-credentials": "s3-writer"}
+    installed.apply([prep])
+    assert finished(installed, "data-prep").splitlines() == [
+        "/var/run/secrets/gcp/gcs-reader/key.json",
+        CLIENT_EMAIL,
+        f"AWS_ACCESS_KEY_ID={KEY_ID}",
+        "AWS_DEFAULT_REGION=us-west-2",
+        "AWS_REGION=us-west-2",
+        f"AWS_SECRET_ACCESS_KEY={SECRET_KEY}",
+    ]
+    # The stored pod holds references only, never a value.
+    stored = installed.core.read_namespaced_pod("data-prep", NS)
+    spec = json.dumps(installed.api.sanitize_for_serialization(stored.spec))
+    assert SECRET_KEY not in spec and KEY_ID not in spec and "PRIVATE KEY" not in spec
