@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +84,12 @@ def crds(real_cluster: control_plane.ControlPlane) -> None:
 
 @pytest.fixture
 def public_discovery(api: client.ApiClient) -> Iterator[None]:
+    with publicly_discoverable(api):
+        yield
+
+
+@contextmanager
+def publicly_discoverable(api: client.ApiClient) -> Iterator[None]:
     """OIDC discovery readable without credentials, as a cloud's identity provider reads it:
     the binding Kubernetes' docs give for it (kube-apiserver serves discovery to
     service accounts only, by default)."""

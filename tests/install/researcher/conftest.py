@@ -4,7 +4,8 @@ usual way to customise an install), beside the stores the loaders read, all on t
 where a real pod can reach them.
 
 The overlay sets what an engineer sets for their stores: the endpoints of S3 (for anonymous
-reads; a Secret names its own), GCS, Azure Blob and the Hugging Face Hub (a private mirror),
+reads; a Secret names its own), AWS STS (for keyless reads), GCS, Azure Blob and the Hugging
+Face Hub (a private mirror),
 and the private CAs of the web server's and the Hub's certificates (the `trust-bundle`
 ConfigMap, in the researchers' namespace); and a loader command that fails the first attempt of
 one shard of `s3://flaky-data`, turns rclone's own retries down for `az://busy` and
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from tests.world.stand_ins.azurite import ACCOUNT, Azurite, AzuriteMissing
 from tests.world.stand_ins.flaky_proxy import FlakyProxy, flaky_proxy
 from tests.world.stand_ins.hf_hub import HubStandIn, hub_stand_in
 from tests.world.stand_ins.objectstores import GcsStore, gcs_store
+from tests.world.stand_ins.sts_gate import StsGate
 from tests.world.stand_ins.web_files import WebFiles, web_files
 
 TRUST_BUNDLE = "trust-bundle"
@@ -68,6 +71,7 @@ class Stores:
     web: WebFiles
     hub: HubStandIn
     gcs: GcsStore
+    sts: StsGate  # its keys, trust and moto endpoint are set by the journey that uses it
     azure: Azurite | None
     busy_azure: FlakyProxy | None  # in front of `azure`: every az:// load goes through it
     azure_missing: str = ""
@@ -78,6 +82,7 @@ def engineer_overlay(folder: Path, s3_endpoint: str, stores: Stores) -> Path:
         "RCLONE_RETRIES_SLEEP": "0.1s",
         "RCLONE_S3_ENDPOINT": s3_endpoint,
         "RCLONE_GCS_ENDPOINT": stores.gcs.endpoint,
+        "AWS_ENDPOINT_URL_STS": stores.sts.endpoint,
     }
     settings: dict[str, Any] = {
         "GPU_ADMISSION_DATASET__LOADER_COMMAND": LOADER_COMMAND,
@@ -119,16 +124,20 @@ def stores(install_cluster: InstallCluster) -> Iterator[Stores]:
         web = stack.enter_context(web_files(host=network.HOST))
         hub = stack.enter_context(hub_stand_in(host=network.HOST))
         gcs = stack.enter_context(gcs_store(host=network.HOST))
+        plane = install_cluster.plane
+        context = ssl.create_default_context(cafile=str(plane.ca_path))
+        sts = StsGate(install_cluster.s3.endpoint, plane.url, context, ("", ""), host=network.HOST)
+        stack.callback(sts.stop)
         try:
             azure = Azurite(host=network.HOST)
         except AzuriteMissing as missing:
             if os.environ.get("CI"):
                 raise
-            yield Stores(web, hub, gcs, None, None, str(missing))
+            yield Stores(web, hub, gcs, sts, None, None, str(missing))
             return
         stack.callback(azure.stop)
         busy = stack.enter_context(flaky_proxy(azure.endpoint, host=network.HOST))
-        yield Stores(web, hub, gcs, azure, busy)
+        yield Stores(web, hub, gcs, sts, azure, busy)
 
 
 @pytest.fixture(scope="package")

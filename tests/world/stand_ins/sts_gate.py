@@ -41,6 +41,7 @@ class StsGate:
     trust: dict[str, str] = field(default_factory=dict)  # role ARN -> allowed `sub`
     exchanges: list[dict[str, Any]] = field(default_factory=list)
     endpoint: str = ""
+    host: str = "127.0.0.1"  # or the pod network's address, for loaders on the real node
 
     def __post_init__(self) -> None:
         gate = self
@@ -58,9 +59,9 @@ class StsGate:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer((self.host, 0), Handler)
         self._server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.endpoint = f"http://{self.host}:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
