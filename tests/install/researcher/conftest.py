@@ -5,19 +5,19 @@ where a real pod can reach them.
 
 The overlay sets what an engineer sets for their stores: the endpoints of S3 (for anonymous
 reads; a Secret names its own), AWS STS (for keyless reads), GCS, Azure Blob and the Hugging
-Face Hub (a private mirror),
-and the private CAs of the web server's and the Hub's certificates (the `trust-bundle`
-ConfigMap, in the researchers' namespace); and a loader command that fails the first attempt of
-one shard of `s3://flaky-data`, turns rclone's own retries down for `az://busy` and
-`s3://comes-back`, so a failure reaches the Job, whose retries the journeys are about, and opens
-a connection per request for `s3://watched-data`, so the proxy in front of it holds requests one
-by one. Progress is read every half second, so a journey sees it move."""
+Face Hub (a private mirror), and the private CAs of the web server's, the Hub's and Google STS's
+certificates (the `trust-bundle` ConfigMap, in the researchers' namespace); and a loader command
+that fails the first attempt of one shard of `s3://flaky-data`, turns rclone's own retries down
+for `az://busy` and `s3://comes-back`, so a failure reaches the Job, whose retries the journeys
+are about, and opens a connection per request for `s3://watched-data`, so the proxy in front of
+it holds requests one by one. Progress is read every half second, so a journey sees it move."""
 
 from __future__ import annotations
 
 import json
 import os
 import ssl
+import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -34,6 +34,7 @@ from tests.install.journeys import BASE, NS, installed_product
 from tests.world.node import network
 from tests.world.stand_ins.azurite import ACCOUNT, Azurite, AzuriteMissing
 from tests.world.stand_ins.flaky_proxy import FlakyProxy, flaky_proxy
+from tests.world.stand_ins.google_sts import GoogleSts
 from tests.world.stand_ins.hf_hub import HubStandIn, hub_stand_in
 from tests.world.stand_ins.objectstores import GcsStore, gcs_store
 from tests.world.stand_ins.sts_gate import StsGate
@@ -72,6 +73,7 @@ class Stores:
     hub: HubStandIn
     gcs: GcsStore
     sts: StsGate  # its keys, trust and moto endpoint are set by the journey that uses it
+    google_sts: GoogleSts  # named by a Secret's federation file: no setting needed
     azure: Azurite | None
     busy_azure: FlakyProxy | None  # in front of `azure`: every az:// load goes through it
     azure_missing: str = ""
@@ -128,16 +130,19 @@ def stores(install_cluster: InstallCluster) -> Iterator[Stores]:
         context = ssl.create_default_context(cafile=str(plane.ca_path))
         sts = StsGate(install_cluster.s3.endpoint, plane.url, context, ("", ""), host=network.HOST)
         stack.callback(sts.stop)
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="google-sts-")))
+        google_sts = GoogleSts(plane.url, context, folder, host=network.HOST)
+        stack.callback(google_sts.stop)
         try:
             azure = Azurite(host=network.HOST)
         except AzuriteMissing as missing:
             if os.environ.get("CI"):
                 raise
-            yield Stores(web, hub, gcs, sts, None, None, str(missing))
+            yield Stores(web, hub, gcs, sts, google_sts, None, None, str(missing))
             return
         stack.callback(azure.stop)
         busy = stack.enter_context(flaky_proxy(azure.endpoint, host=network.HOST))
-        yield Stores(web, hub, gcs, sts, azure, busy)
+        yield Stores(web, hub, gcs, sts, google_sts, azure, busy)
 
 
 @pytest.fixture(scope="package")
@@ -147,7 +152,8 @@ def installed(
     folder = tmp_path_factory.mktemp("ops")
     overlay = engineer_overlay(folder, install_cluster.s3.endpoint, stores)
     with installed_product(install_cluster, str(overlay)):
-        bundle = {"ca.crt": stores.web.ca_path.read_text() + stores.hub.ca_path.read_text()}
+        cas = (stores.web.ca_path, stores.hub.ca_path, stores.google_sts.ca_path)
+        bundle = {"ca.crt": "".join(path.read_text() for path in cas)}
         install_cluster.core.create_namespaced_config_map(
             NS, {"metadata": {"name": TRUST_BUNDLE}, "data": bundle}
         )

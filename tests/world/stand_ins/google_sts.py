@@ -29,6 +29,7 @@ class GoogleSts:
     exchanges: list[dict[str, Any]] = field(default_factory=list)
     token_url: str = ""
     ca_path: Path = Path()
+    host: str = "127.0.0.1"  # or the pod network's address, for loaders on the real node
 
     def __post_init__(self) -> None:
         sts = self
@@ -42,10 +43,10 @@ class GoogleSts:
                 pass
 
         # HTTPS, as the real one (the gcp-credential validation wants an https token_url).
-        self._server, ca_pem = start_https("sts", Handler)
+        self._server, ca_pem = start_https("sts", Handler, self.host)
         self.ca_path = self.workdir / "google-sts-ca.crt"
         self.ca_path.write_bytes(ca_pem)
-        self.token_url = f"https://127.0.0.1:{self._server.server_address[1]}/v1/token"
+        self.token_url = f"https://{self.host}:{self._server.server_address[1]}/v1/token"
 
     def stop(self) -> None:
         self._server.shutdown()
