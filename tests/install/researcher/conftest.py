@@ -33,6 +33,7 @@ from tests.install.cluster import InstallCluster
 from tests.install.journeys import BASE, NS, installed_product
 from tests.world.node import network
 from tests.world.stand_ins.azurite import ACCOUNT, Azurite, AzuriteMissing
+from tests.world.stand_ins.entra_id import EntraId
 from tests.world.stand_ins.flaky_proxy import FlakyProxy, flaky_proxy
 from tests.world.stand_ins.google_sts import GoogleSts
 from tests.world.stand_ins.hf_hub import HubStandIn, hub_stand_in
@@ -46,22 +47,26 @@ TRUST_BUNDLE = "trust-bundle"
 # s3://flaky-data: shard 2's first attempt fails before loading anything; its retry removes the
 # marker the first left on the volume (the only place two attempts share), then loads.
 # az://busy, s3://comes-back: rclone tries once, so an unreachable or busy store fails the pod
-# and the Job retries it. s3://watched-data: no keep-alive. Every other load runs the loader as
-# it is.
+# and the Job retries it. s3://watched-data: no keep-alive. az://keyless-models: the Blob
+# service that takes Entra's tokens. Every other load runs the loader as it is.
 MARKER = f"{DATA_MOUNT_PATH}/.shard-2-failed-once"
-LOADER_COMMAND = [
-    "sh",
-    "-c",
-    'case "$*" in *s3://flaky-data*) if [ "$JOB_COMPLETION_INDEX" = 2 ]; then '
-    f'if [ ! -e {MARKER} ]; then touch {MARKER}; echo "network went away" >&2; exit 1; fi; '
-    f"rm -f {MARKER}; fi;; *az://busy*|*s3://comes-back*) "
-    "export RCLONE_LOW_LEVEL_RETRIES=1 RCLONE_RETRIES=1;; "
-    "*s3://watched-data*) export RCLONE_DISABLE_HTTP_KEEP_ALIVES=true;; "
-    'esac; exec "$@"',
-    "sh",
-    "gpu-admission",
-    "load",
-]
+
+
+def loader_command(keyless_azure_endpoint: str) -> list[str]:
+    return [
+        "sh",
+        "-c",
+        'case "$*" in *s3://flaky-data*) if [ "$JOB_COMPLETION_INDEX" = 2 ]; then '
+        f'if [ ! -e {MARKER} ]; then touch {MARKER}; echo "network went away" >&2; exit 1; fi; '
+        f"rm -f {MARKER}; fi;; *az://busy*|*s3://comes-back*) "
+        "export RCLONE_LOW_LEVEL_RETRIES=1 RCLONE_RETRIES=1;; "
+        "*s3://watched-data*) export RCLONE_DISABLE_HTTP_KEEP_ALIVES=true;; "
+        f"*az://keyless-models*) export RCLONE_AZUREBLOB_ENDPOINT={keyless_azure_endpoint};; "
+        'esac; exec "$@"',
+        "sh",
+        "gpu-admission",
+        "load",
+    ]
 
 
 @dataclass(frozen=True)
@@ -74,8 +79,10 @@ class Stores:
     gcs: GcsStore
     sts: StsGate  # its keys, trust and moto endpoint are set by the journey that uses it
     google_sts: GoogleSts  # named by a Secret's federation file: no setting needed
+    entra: EntraId  # Microsoft Entra ID, the private cloud's authority for keyless Azure
     azure: Azurite | None
     busy_azure: FlakyProxy | None  # in front of `azure`: every az:// load goes through it
+    keyless_azure: Azurite | None  # HTTPS, taking Entra's tokens: az://keyless-models only
     azure_missing: str = ""
 
 
@@ -85,9 +92,14 @@ def engineer_overlay(folder: Path, s3_endpoint: str, stores: Stores) -> Path:
         "RCLONE_S3_ENDPOINT": s3_endpoint,
         "RCLONE_GCS_ENDPOINT": stores.gcs.endpoint,
         "AWS_ENDPOINT_URL_STS": stores.sts.endpoint,
+        # A private cloud's Entra authority (instance discovery asks login.microsoftonline.com,
+        # which knows Azure's public authorities only).
+        "AZURE_AUTHORITY_HOST": stores.entra.authority_host,
+        "RCLONE_AZUREBLOB_DISABLE_INSTANCE_DISCOVERY": "true",
     }
+    keyless_azure = stores.keyless_azure.endpoint if stores.keyless_azure else "none"
     settings: dict[str, Any] = {
-        "GPU_ADMISSION_DATASET__LOADER_COMMAND": LOADER_COMMAND,
+        "GPU_ADMISSION_DATASET__LOADER_COMMAND": loader_command(keyless_azure),
         "GPU_ADMISSION_DATASET__TRUSTED_CA_CONFIG_MAP": TRUST_BUNDLE,
         "GPU_ADMISSION_DATASET__LOADER_ENV": loader_env,
         "GPU_ADMISSION_DATASET__PROGRESS_INTERVAL_SECONDS": 0.5,
@@ -133,16 +145,20 @@ def stores(install_cluster: InstallCluster) -> Iterator[Stores]:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="google-sts-")))
         google_sts = GoogleSts(plane.url, context, folder, host=network.HOST)
         stack.callback(google_sts.stop)
+        entra = EntraId(plane.url, context, folder, host=network.HOST)
+        stack.callback(entra.stop)
         try:
             azure = Azurite(host=network.HOST)
         except AzuriteMissing as missing:
             if os.environ.get("CI"):
                 raise
-            yield Stores(web, hub, gcs, sts, google_sts, None, None, str(missing))
+            yield Stores(web, hub, gcs, sts, google_sts, entra, None, None, None, str(missing))
             return
         stack.callback(azure.stop)
         busy = stack.enter_context(flaky_proxy(azure.endpoint, host=network.HOST))
-        yield Stores(web, hub, gcs, sts, google_sts, azure, busy)
+        keyless = Azurite(oauth=True, host=network.HOST)
+        stack.callback(keyless.stop)
+        yield Stores(web, hub, gcs, sts, google_sts, entra, azure, busy, keyless)
 
 
 @pytest.fixture(scope="package")
@@ -152,7 +168,10 @@ def installed(
     folder = tmp_path_factory.mktemp("ops")
     overlay = engineer_overlay(folder, install_cluster.s3.endpoint, stores)
     with installed_product(install_cluster, str(overlay)):
-        cas = (stores.web.ca_path, stores.hub.ca_path, stores.google_sts.ca_path)
+        cas = [stores.web.ca_path, stores.hub.ca_path, stores.google_sts.ca_path]
+        cas.append(stores.entra.ca_path)
+        if stores.keyless_azure is not None and stores.keyless_azure.ca_path is not None:
+            cas.append(stores.keyless_azure.ca_path)
         bundle = {"ca.crt": "".join(path.read_text() for path in cas)}
         install_cluster.core.create_namespaced_config_map(
             NS, {"metadata": {"name": TRUST_BUNDLE}, "data": bundle}

@@ -95,7 +95,7 @@ def test_four_shards_copy_every_object_once_and_succeed(installed: InstallCluste
 
 def test_a_shard_failing_once_is_retried_alone(installed: InstallCluster) -> None:
     # The installed loader command fails shard 2's first attempt of s3://flaky-data
-    # (conftest.LOADER_COMMAND).
+    # (conftest.loader_command).
     _, job = sharded_load_succeeds(installed, "flaky", dataset_files(files=60, large_bytes=0), 4)
     attempts = {i: len(a) for i, a in summaries_by_shard(installed, job.metadata.name).items()}
     assert attempts == {0: 1, 1: 1, 2: 2, 3: 1}

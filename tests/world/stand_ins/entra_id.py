@@ -50,6 +50,7 @@ class EntraId:
     exchanges: list[dict[str, Any]] = field(default_factory=list)
     authority_host: str = ""
     ca_path: Path = Path()
+    host: str = "127.0.0.1"  # or the pod network's address, for loaders on the real node
 
     def __post_init__(self) -> None:
         entra = self
@@ -75,10 +76,10 @@ class EntraId:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        self._server, ca_pem = start_https("entra", Handler)
+        self._server, ca_pem = start_https("entra", Handler, self.host)
         self.ca_path = self.workdir / "entra-ca.crt"
         self.ca_path.write_bytes(ca_pem)
-        self.authority_host = f"https://127.0.0.1:{self._server.server_address[1]}/"
+        self.authority_host = f"https://{self.host}:{self._server.server_address[1]}/"
 
     def stop(self) -> None:
         self._server.shutdown()
