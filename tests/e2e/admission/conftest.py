@@ -1,7 +1,9 @@
 """Journeys through the real webhook service: the session's real kube-apiserver calls it, as
-registered from the rendered manifests (tests/world/harness.py). Pods run on a played node agent
-beside the real scheduler and Job controller (tests/e2e/real_node.py); snapshots are taken by the
-played CSI snapshotter on the real external-snapshotter CRDs."""
+registered from the rendered manifests (tests/world/harness.py). Where a journey's pods must run
+here (a cluster without snapshots, whose controller runs in-process), they run on a played node
+agent beside the real scheduler and Job controller (tests/e2e/real_node.py), with the played CSI
+snapshotter on the real external-snapshotter CRDs; every other journey with pods runs on the real
+node, through the installed product (tests/install/)."""
 
 from __future__ import annotations
 
@@ -23,12 +25,6 @@ STORAGE_CLASS = "shared-fs"
 @pytest.fixture
 def cluster(admission_cluster_factory: AdmissionClusterFactory) -> AdmissionCluster:
     return admission_cluster_factory()
-
-
-@pytest.fixture
-def kubelet(cluster: AdmissionCluster, tmp_path: Path) -> Iterator[FakeKubelet]:
-    with node_agent(cluster.api, tmp_path / "pvcs") as node:
-        yield node
 
 
 @pytest.fixture

@@ -1,9 +1,8 @@
 """The dataset controller's load limit on the real control plane (kube-apiserver, the real
-scheduler, Job controller, garbage collector and PV controller) with the played kubelet: a
-setting of the controller's own (`dataset.max_concurrent_loads`) that the test chooses, so it
-runs an in-process controller. The loads themselves run on the real node, through the installed
-product: tests/install/researcher/ (S3 and GCS, keys and rejected keys, a missing bucket, a
-controller restarted mid-load, a PVC deleted mid-load).
+scheduler and Job controller), with a setting of the controller's own that the test chooses
+(`dataset.max_concurrent_loads`), so the controller runs in-process. There is no node: the
+loader pods stay Pending, so the loads that started stay running while the test looks. The loads
+themselves run on the real node, through the installed product: tests/install/researcher/.
 """
 
 from __future__ import annotations
