@@ -71,6 +71,20 @@ def finished(cluster: InstallCluster, name: str, namespace: str = NS) -> str:
     return log
 
 
+def encoded(values: dict[str, str]) -> dict[str, str]:
+    """A Secret's `data`: each value base64-encoded."""
+    return {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
+
+
+def credential_secret(
+    cluster: InstallCluster, name: str, kind: str, values: dict[str, str]
+) -> None:
+    """A credential Secret of type `kind` (aws-credential, ...) in the researchers' namespace."""
+    cluster.core.create_namespaced_secret(
+        NS, {"metadata": {"name": name}, "type": kind, "data": encoded(values)}
+    )
+
+
 def s3_secret(cluster: InstallCluster, name: str, endpoint: str | None = None) -> None:
     """Keys for the S3 stand-in (or whatever stands at `endpoint` in front of it)."""
     keys = {
@@ -78,9 +92,7 @@ def s3_secret(cluster: InstallCluster, name: str, endpoint: str | None = None) -
         "AWS_SECRET_ACCESS_KEY": "team-a-secret",
         "AWS_ENDPOINT_URL": endpoint or cluster.s3.endpoint,
     }
-    data = {k: base64.b64encode(v.encode()).decode() for k, v in keys.items()}
-    secret = {"apiVersion": "v1", "kind": "Secret", "type": "aws-credential"}
-    cluster.apply([{**secret, "metadata": {"name": name, "namespace": NS}, "data": data}])
+    credential_secret(cluster, name, "aws-credential", keys)
 
 
 def dataset_pvc(name: str, source: str, credentials: str) -> dict[str, Any]:

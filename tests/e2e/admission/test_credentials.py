@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.support.keys import new_rsa_pem
+from tests.support.keys import service_account_key_file
 from tests.world.harness import AdmissionCluster, KubectlResult
 
 NS = "ml"
@@ -28,25 +28,10 @@ def create_secret(cluster: AdmissionCluster, *args: str) -> KubectlResult:
     return cluster.kubectl("create", "secret", "generic", *args)
 
 
-def _key_file(path: Path) -> Path:
-    pem = new_rsa_pem()
-    document = {
-        "type": "service_account",
-        "project_id": "ml-platform-demo",
-        "private_key_id": "3f1c2a9b7e6d5c4b3a2918f7e6d5c4b3a2918f7e",
-        "private_key": pem,
-        "client_email": CLIENT_EMAIL,
-        "client_id": "104729384756102938475",
-        "token_uri": "https://oauth2.googleapis.com/token",
-    }
-    path.write_text(json.dumps(document))
-    return path
-
-
 def test_kubectl_sees_credential_secrets_accepted_and_denied(
     cluster: AdmissionCluster, tmp_path: Path
 ) -> None:
-    key_file = _key_file(tmp_path / "key.json")
+    key_file = service_account_key_file(tmp_path / "key.json", CLIENT_EMAIL)
     code, out, err = create_secret(
         cluster,
         "gcs-reader",

@@ -17,6 +17,7 @@ from tests.install.cluster import InstallCluster, wait_for
 from tests.install.journeys import (
     NS,
     PREFIX,
+    encoded,
     jobs_of,
     load_finished,
     loading_message,
@@ -56,7 +57,7 @@ def azure_secret(
         "kind": "Secret",
         "type": "azure-credential",
         "metadata": {"name": name, "namespace": NS},
-        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+        "data": encoded(data),
     }
     return cluster.apply([secret], check=check)
 

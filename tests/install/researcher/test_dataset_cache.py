@@ -6,7 +6,6 @@ and loaded afresh once an object changed; other credentials or an opt-out never 
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from kubernetes import client
@@ -16,6 +15,7 @@ from tests.install.journeys import (
     NS,
     PREFIX,
     created_as_clone,
+    credential_secret,
     finished,
     load_finished,
     loading_message,
@@ -171,10 +171,7 @@ def test_other_credentials_for_the_same_source_are_not_cloned(installed: Install
         "AWS_SECRET_ACCESS_KEY": "team-b-secret",
         "AWS_ENDPOINT_URL": installed.s3.endpoint,
     }
-    data = {k: base64.b64encode(v.encode()).decode() for k, v in keys.items()}
-    installed.core.create_namespaced_secret(
-        NS, {"metadata": {"name": "team-b"}, "type": "aws-credential", "data": data}
-    )
+    credential_secret(installed, "team-b", "aws-credential", keys)
     # The same source with no credentials is cloned (a dry run shows it once admission has
     # seen the ready snapshot); with team-b's credentials it is not, nor when it opts out.
     created_as_clone(installed, claim("team-a-again", "s3://team-data"))

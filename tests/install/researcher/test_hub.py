@@ -7,7 +7,6 @@ commit loads in full."""
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
@@ -19,6 +18,7 @@ from tests.install.journeys import (
     NS,
     PREFIX,
     created_as_clone,
+    credential_secret,
     jobs_of,
     load_finished,
     loading_message,
@@ -79,12 +79,7 @@ def test_a_private_model_loads_at_its_commit_and_is_cloned_only_for_that_commit(
     token = hub.token("ml-team")
     repo = hub.repo("acme/tiny-llm", private=True, readers={token})
     first = repo.commit(MODEL)
-    secret = {
-        "metadata": {"name": "hub"},
-        "type": "huggingface-credential",
-        "data": {"HF_TOKEN": base64.b64encode(token.encode()).decode()},
-    }
-    installed.core.create_namespaced_secret(NS, secret)
+    credential_secret(installed, "hub", "huggingface-credential", {"HF_TOKEN": token})
     create(installed, claim("at-main", "hf://acme/tiny-llm", data_credentials="hub"))
     annotations = loaded(installed, "at-main")
     assert files_of(installed, "at-main") == MODEL

@@ -7,7 +7,6 @@ token ever shows in what people read, the controller's log included."""
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import uuid
@@ -20,6 +19,7 @@ from tests.install.cluster import InstallCluster
 from tests.install.journeys import (
     NS,
     PREFIX,
+    credential_secret,
     dataset_pvc,
     jobs_of,
     load_finished,
@@ -81,10 +81,7 @@ def keyless(installed: InstallCluster, stores: Stores) -> Iterator[tuple[S3Store
 
 def keyless_secret(cluster: InstallCluster, name: str, role: str, endpoint: str) -> None:
     keys = {"AWS_ROLE_ARN": role, "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}
-    data = {k: base64.b64encode(v.encode()).decode() for k, v in keys.items()}
-    cluster.core.create_namespaced_secret(
-        NS, {"metadata": {"name": name}, "type": "aws-credential", "data": data}
-    )
+    credential_secret(cluster, name, "aws-credential", keys)
 
 
 def what_people_read(cluster: InstallCluster, claim: str) -> list[str]:

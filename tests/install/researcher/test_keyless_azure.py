@@ -6,7 +6,6 @@ over HTTPS with the bearer token; an identity with no federated credential fails
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +14,7 @@ from tests.install.cluster import InstallCluster
 from tests.install.journeys import (
     NS,
     PREFIX,
+    credential_secret,
     dataset_pvc,
     load_finished,
     loading_message,
@@ -50,10 +50,7 @@ def keyless_secret(cluster: InstallCluster, name: str, client_id: str) -> None:
         "AZURE_CLIENT_ID": client_id,
         "AZURE_TENANT_ID": TENANT,
     }
-    data = {k: base64.b64encode(v.encode()).decode() for k, v in keys.items()}
-    cluster.core.create_namespaced_secret(
-        NS, {"metadata": {"name": name}, "type": "azure-credential", "data": data}
-    )
+    credential_secret(cluster, name, "azure-credential", keys)
 
 
 def test_a_loader_reads_blob_storage_with_a_federated_token(

@@ -6,7 +6,6 @@ webhook and the real kubelet, exactly the tokens their SDKs read."""
 
 from __future__ import annotations
 
-import base64
 import json
 import ssl
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from tests.install.cluster import InstallCluster
 from tests.install.journeys import (
     NS,
     PREFIX,
+    credential_secret,
     dataset_pvc,
     finished,
     load_finished,
@@ -44,13 +44,6 @@ def sts(installed: InstallCluster, stores: Stores) -> Iterator[GoogleSts]:
         yield stores.google_sts
 
 
-def create_secret(cluster: InstallCluster, name: str, kind: str, data: dict[str, str]) -> None:
-    encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
-    cluster.core.create_namespaced_secret(
-        NS, {"metadata": {"name": name}, "type": kind, "data": encoded}
-    )
-
-
 def federation_file(token_url: str) -> str:
     return json.dumps(
         {
@@ -67,7 +60,7 @@ def test_a_loader_reads_gcs_with_a_federated_token(
     installed: InstallCluster, stores: Stores, sts: GoogleSts
 ) -> None:
     stores.gcs.put("keyless-gcs", FILES)
-    create_secret(
+    credential_secret(
         installed, "gcs-wif", "gcp-credential", {"key.json": federation_file(sts.token_url)}
     )
     claim = dataset_pvc("federated", "gs://keyless-gcs", "gcs-wif")
@@ -90,10 +83,10 @@ def test_a_loader_reads_gcs_with_a_federated_token(
 
 
 def test_a_pod_gets_the_tokens_its_sdks_read(installed: InstallCluster, sts: GoogleSts) -> None:
-    create_secret(
+    credential_secret(
         installed, "gcs-wif-pod", "gcp-credential", {"key.json": federation_file(sts.token_url)}
     )
-    create_secret(installed, "s3-role", "aws-credential", {"AWS_ROLE_ARN": ROLE})
+    credential_secret(installed, "s3-role", "aws-credential", {"AWS_ROLE_ARN": ROLE})
     # Where the pod leaves what it read.
     out_claim = {
         "metadata": {"name": "token-out"},

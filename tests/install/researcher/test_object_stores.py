@@ -4,7 +4,6 @@ said on the PVC, in its Events and to the pod waiting for it."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ from tests.install.journeys import (
     NS,
     PREFIX,
     consumer,
+    credential_secret,
     dataset_pvc,
     jobs_of,
     load_finished,
@@ -99,10 +99,7 @@ def s3_keys(cluster: InstallCluster, name: str, endpoint: str, key: str, secret:
         "AWS_REGION": "us-east-1",
         "AWS_ENDPOINT_URL": endpoint,
     }
-    data = {k: base64.b64encode(v.encode()).decode() for k, v in keys.items()}
-    cluster.core.create_namespaced_secret(
-        NS, {"metadata": {"name": name}, "type": "aws-credential", "data": data}
-    )
+    credential_secret(cluster, name, "aws-credential", keys)
 
 
 def test_a_private_bucket_loads_with_keys_and_rejected_keys_fail_for_good(

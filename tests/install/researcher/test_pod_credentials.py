@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.install.cluster import InstallCluster
 from tests.install.journeys import NS, finished, pod
-from tests.support.keys import new_rsa_pem
+from tests.support.keys import service_account_key_file
 
 CLIENT_EMAIL = "loader@ml-platform-demo.iam.gserviceaccount.com"
 KEY_ID = "AKIAIOSFODNN7EXAMPLE"
@@ -25,24 +25,10 @@ PRINT_WHAT_IT_GOT = (
 )
 
 
-def key_file(path: Path) -> Path:
-    document = {
-        "type": "service_account",
-        "project_id": "ml-platform-demo",
-        "private_key_id": "3f1c2a9b7e6d5c4b3a2918f7e6d5c4b3a2918f7e",
-        "private_key": new_rsa_pem(),
-        "client_email": CLIENT_EMAIL,
-        "client_id": "104729384756102938475",
-        "token_uri": "https://oauth2.googleapis.com/token",
-    }
-    path.write_text(json.dumps(document))
-    return path
-
-
 def test_a_pod_receives_credentials_from_its_annotation_and_service_account(
     installed: InstallCluster, tmp_path: Path
 ) -> None:
-    gcp_key = key_file(tmp_path / "key.json")
+    gcp_key = service_account_key_file(tmp_path / "key.json", CLIENT_EMAIL)
     for args in (
         [f"--from-file=key.json={gcp_key}", "--type=gcp-credential", "gcs-reader"],
         [
