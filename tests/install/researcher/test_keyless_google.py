@@ -86,7 +86,7 @@ def test_a_pod_gets_the_tokens_its_sdks_read(installed: InstallCluster, sts: Goo
     credential_secret(
         installed, "gcs-wif-pod", "gcp-credential", {"key.json": federation_file(sts.token_url)}
     )
-    credential_secret(installed, "s3-role", "aws-credential", {"AWS_ROLE_ARN": ROLE})
+    credential_secret(installed, "s3-role-pod", "aws-credential", {"AWS_ROLE_ARN": ROLE})
     # Where the pod leaves what it read.
     out_claim = {
         "metadata": {"name": "token-out"},
@@ -104,7 +104,7 @@ def test_a_pod_gets_the_tokens_its_sdks_read(installed: InstallCluster, sts: Goo
         container={"volumeMounts": [{"name": "out", "mountPath": "/out"}]},
         volumes=[{"name": "out", "persistentVolumeClaim": {"claimName": "token-out"}}],
     )
-    trainer["metadata"]["annotations"] = {f"{PREFIX}cloud-credentials": "s3-role, gcs-wif-pod"}
+    trainer["metadata"]["annotations"] = {f"{PREFIX}cloud-credentials": "s3-role-pod, gcs-wif-pod"}
     installed.apply([trainer])
     finished(installed, "token-reader")
     out = volume_of(installed, "token-out")
