@@ -11,7 +11,9 @@ terminated state, as in `run.ContainerProcess` (whose interface this shares).
 
 from __future__ import annotations
 
+import subprocess
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,9 @@ from tests.world.kubelet.run import MESSAGE_MAX_BYTES, Mount, Termination, tail_
 
 # podman's own failures: the container never ran (kubelet: StartError / CreateContainerError).
 ENGINE_EXIT_CODES = {125, 126, 127}
+# How long a kill keeps removing a container that is still being created, and how often.
+KILL_SECONDS = 60.0
+KILL_RETRY_SECONDS = 0.5
 
 
 def security(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, Any]:
@@ -47,15 +52,29 @@ class ImageContainerProcess:
         self._engine = engine
         self._image = image
         self._run: ContainerRun | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._killed = threading.Event()
         self._lock = threading.Lock()
 
     def kill(self) -> None:
+        """Remove the container, and again until its `run` has ended: a removal that comes
+        while the engine is still creating the container finds nothing to remove, and the
+        container would then run on after its pod (a webhook's `serve` never exits)."""
         with self._lock:
             self._killed.set()
-            run = self._run
-        if run is not None:
+            run, process = self._run, self._process
+        if run is None:
+            return
+        deadline = time.monotonic() + KILL_SECONDS
+        while True:
             self._engine.kill(run)
+            if process is None or time.monotonic() > deadline:
+                return
+            try:
+                process.wait(timeout=KILL_RETRY_SECONDS)
+                return
+            except subprocess.TimeoutExpired:
+                continue
 
     def run(
         self,
@@ -92,6 +111,7 @@ class ImageContainerProcess:
             self._run = run
             with log_path.open("ab") as log:
                 process = self._engine.start(run, log)
+            self._process = process
         exit_code = process.wait()
         if exit_code < 0:
             exit_code = 128 - exit_code
