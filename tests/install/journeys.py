@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.install.cluster import IMAGE, InstallCluster, wait_for
+from tests.install.cluster import IMAGE, SNAPSHOT_STORAGE_CLASS, InstallCluster, wait_for
 
 BASE = "manifests"
 NS = "ml"
@@ -128,6 +128,34 @@ def load_finished(cluster: InstallCluster, name: str) -> dict[str, str]:
 
     wait_for(phase, f"the load of {name} to end", timeout=LOAD_SECONDS)
     return pvc_annotations(cluster, name)
+
+
+def load_succeeded(cluster: InstallCluster, name: str) -> dict[str, str]:
+    """The PVC's annotations once its load has succeeded (its Loading message if it failed)."""
+    found = load_finished(cluster, name)
+    assert found[f"{PREFIX}data-load-phase"] == "Succeeded", loading_message(cluster, name)
+    return found
+
+
+def failed_attempts(cluster: InstallCluster, claim: str) -> int:
+    """Loader pods of the claim's Jobs that failed, as the Job controller counts them."""
+    return sum(j.status.failed or 0 for j in jobs_of(cluster, claim))
+
+
+def cached_pvc(name: str, source: str, **annotations: str) -> dict[str, Any]:
+    """A dataset PVC whose storage class can be snapshotted (so its load is kept, and a new PVC
+    of the same source may start as a clone); `annotations` by their names after the prefix,
+    `_` for `-`."""
+    values = {f"{PREFIX}data-source": source}
+    values.update({PREFIX + k.replace("_", "-"): v for k, v in annotations.items()})
+    return {
+        "metadata": {"name": name, "namespace": NS, "annotations": values},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": SNAPSHOT_STORAGE_CLASS,
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
 
 
 def volume_of(cluster: InstallCluster, name: str) -> Path:

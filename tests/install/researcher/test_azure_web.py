@@ -18,9 +18,11 @@ from tests.install.journeys import (
     NS,
     PREFIX,
     encoded,
+    failed_attempts,
     jobs_of,
     load_finished,
     loading_message,
+    pvc_annotations,
     volume_of,
 )
 from tests.install.researcher.conftest import Stores
@@ -142,10 +144,6 @@ def test_az_refusals_and_a_wrong_key_that_fails_for_good(
     assert wrong not in message
 
 
-def first_attempt_failed(cluster: InstallCluster, claim: str) -> bool:
-    return any((j.status.failed or 0) >= 1 for j in jobs_of(cluster, claim))
-
-
 def test_a_busy_blob_service_is_retried_by_the_job_and_then_loads(
     installed: InstallCluster, azure: Azurite, stores: Stores
 ) -> None:
@@ -158,7 +156,7 @@ def test_a_busy_blob_service_is_retried_by_the_job_and_then_loads(
     busy.failing.set()  # ServerBusy until the first loader pod has failed
     try:
         dataset(installed, "busy", data_source="az://busy", data_credentials="blob-busy")
-        wait_for(lambda: first_attempt_failed(installed, "busy"), "the first loader pod to fail")
+        wait_for(lambda: failed_attempts(installed, "busy") >= 1, "the first loader pod to fail")
         assert busy.refused > 0
     finally:
         busy.failing.clear()
@@ -211,9 +209,9 @@ def test_an_https_outage_is_retried_by_the_job_and_then_loads(
     files.fail("/flaky/", 503)  # until the first loader pod has failed
     try:
         dataset(installed, "flaky-web", data_source=files.url("flaky/f.bin"))
-        wait_for(lambda: first_attempt_failed(installed, "flaky-web"), "the first pod to fail")
+        wait_for(lambda: failed_attempts(installed, "flaky-web") >= 1, "the first pod to fail")
         # A transient failure does not end the load.
-        assert pvc_phase(installed, "flaky-web") != "Failed"
+        assert pvc_annotations(installed, "flaky-web").get(PHASE) != "Failed"
     finally:
         files.faults.clear()
     loaded = load_finished(installed, "flaky-web")
@@ -221,8 +219,3 @@ def test_an_https_outage_is_retried_by_the_job_and_then_loads(
     assert tree(volume_of(installed, "flaky-web")) == {"f.bin": b"flaky bytes"}
     [job] = jobs_of(installed, "flaky-web")
     assert job.status.failed == 1  # the transient failure used one retry, not the whole Job
-
-
-def pvc_phase(cluster: InstallCluster, name: str) -> str | None:
-    claim = cluster.core.read_namespaced_persistent_volume_claim(name, NS)
-    return (claim.metadata.annotations or {}).get(PHASE)

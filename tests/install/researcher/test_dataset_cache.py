@@ -10,14 +10,15 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.install.cluster import SNAPSHOT_STORAGE_CLASS, InstallCluster
+from tests.install.cluster import InstallCluster
 from tests.install.journeys import (
     NS,
     PREFIX,
+    cached_pvc,
     created_as_clone,
     credential_secret,
     finished,
-    load_finished,
+    load_succeeded,
     loading_message,
     pod,
     volume_of,
@@ -27,26 +28,6 @@ from tests.world.stand_ins.objectstores import dataset_files, tree
 GROUP, VERSION = "snapshot.storage.k8s.io", "v1"
 PHASE = f"{PREFIX}data-load-phase"
 CHANGED = ("part-1/shard-1/file-0001.bin", "part-2/shard-2/file-0002.bin")
-
-
-def claim(name: str, source: str, credentials: str | None = None) -> dict[str, Any]:
-    annotations = {f"{PREFIX}data-source": source}
-    if credentials:
-        annotations[f"{PREFIX}data-credentials"] = credentials
-    return {
-        "metadata": {"name": name, "namespace": NS, "annotations": annotations},
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": SNAPSHOT_STORAGE_CLASS,
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    }
-
-
-def loaded(cluster: InstallCluster, name: str) -> dict[str, str]:
-    found = load_finished(cluster, name)
-    assert found[PHASE] == "Succeeded", loading_message(cluster, name)
-    return found
 
 
 def snapshots_of(cluster: InstallCluster, bucket: str) -> list[dict[str, Any]]:
@@ -64,8 +45,8 @@ def load_first(
 ) -> tuple[dict[str, str], str]:
     """`files` loaded into the PVC `name`, kept as a snapshot: its annotations and snapshot."""
     cluster.s3.put(bucket, files, public=True)
-    cluster.core.create_namespaced_persistent_volume_claim(NS, claim(name, f"s3://{bucket}"))
-    annotations = loaded(cluster, name)
+    cluster.core.create_namespaced_persistent_volume_claim(NS, cached_pvc(name, f"s3://{bucket}"))
+    annotations = load_succeeded(cluster, name)
     kept = annotations[f"{PREFIX}data-snapshot"]
     assert f"kept as VolumeSnapshot {kept}" in loading_message(cluster, name)
     [snapshot] = snapshots_of(cluster, bucket)
@@ -82,7 +63,7 @@ def load_first(
 
 
 def clone(cluster: InstallCluster, name: str, bucket: str, kept: str, digest: str) -> None:
-    created = created_as_clone(cluster, claim(name, f"s3://{bucket}"))
+    created = created_as_clone(cluster, cached_pvc(name, f"s3://{bucket}"))
     ref = client.V1TypedObjectReference(api_group=GROUP, kind="VolumeSnapshot", name=kept)
     assert created.spec.data_source_ref == ref
     assert created.spec.data_source.name == kept
@@ -98,7 +79,7 @@ def test_a_clone_of_an_unchanged_source_is_reused_without_copying(
     digest = first[f"{PREFIX}data-digest"]
 
     clone(installed, "cached-2", "cached-data", kept, digest)
-    second = loaded(installed, "cached-2")
+    second = load_succeeded(installed, "cached-2")
     assert tree(volume_of(installed, "cached-2")) == files
     assert second[f"{PREFIX}data-load-files"] == "0"  # nothing copied
     assert second[f"{PREFIX}data-digest"] == digest
@@ -125,7 +106,7 @@ def test_a_clone_of_a_changed_source_is_loaded_afresh_and_the_next_one_kept(
     del files[gone]
 
     clone(installed, "changing-2", "changing-data", kept, then)
-    second = loaded(installed, "changing-2")
+    second = load_succeeded(installed, "changing-2")
     assert tree(volume_of(installed, "changing-2")) == files  # current data, byte for byte
     now = second[f"{PREFIX}data-digest"]
     assert now != then
@@ -155,7 +136,7 @@ def test_a_clone_of_a_changed_source_is_loaded_afresh_and_the_next_one_kept(
 
     # The source stays as it is now: the next PVC, cloned from the newer snapshot, copies nothing.
     clone(installed, "changing-3", "changing-data", newer, now)
-    third = loaded(installed, "changing-3")
+    third = load_succeeded(installed, "changing-3")
     assert third[f"{PREFIX}data-load-files"] == "0"
     assert third[f"{PREFIX}data-digest"] == now
     assert loading_message(installed, "changing-3").startswith(
@@ -174,15 +155,18 @@ def test_other_credentials_for_the_same_source_are_not_cloned(installed: Install
     credential_secret(installed, "team-b", "aws-credential", keys)
     # The same source with no credentials is cloned (a dry run shows it once admission has
     # seen the ready snapshot); with team-b's credentials it is not, nor when it opts out.
-    created_as_clone(installed, claim("team-a-again", "s3://team-data"))
+    created_as_clone(installed, cached_pvc("team-a-again", "s3://team-data"))
     core = installed.core
     created = core.create_namespaced_persistent_volume_claim(
-        NS, claim("team-b", "s3://team-data", credentials="team-b")
+        NS, cached_pvc("team-b", "s3://team-data", data_credentials="team-b")
     )
     assert created.spec.data_source_ref is None
     assert f"{PREFIX}data-cloned-from" not in created.metadata.annotations
-    opted_out = claim("team-full", "s3://team-data")
+    opted_out = cached_pvc("team-full", "s3://team-data")
     opted_out["metadata"]["annotations"][f"{PREFIX}data-cache"] = "false"
     assert (
         core.create_namespaced_persistent_volume_claim(NS, opted_out).spec.data_source_ref is None
     )
+    # Nothing left in flight for the journeys after this one (a load slot, a store's switches).
+    for name in ("team-a-again", "team-b", "team-full"):
+        load_succeeded(installed, name)

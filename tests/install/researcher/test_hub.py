@@ -13,14 +13,16 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.install.cluster import SNAPSHOT_STORAGE_CLASS, InstallCluster, wait_for
+from tests.install.cluster import InstallCluster, wait_for
 from tests.install.journeys import (
     NS,
     PREFIX,
+    cached_pvc,
     created_as_clone,
     credential_secret,
-    jobs_of,
+    failed_attempts,
     load_finished,
+    load_succeeded,
     loading_message,
     volume_of,
 )
@@ -41,30 +43,11 @@ def hub(stores: Stores) -> HubStandIn:
     return stores.hub
 
 
-def claim(name: str, source: str, **annotations: str) -> dict[str, Any]:
-    values = {f"{PREFIX}data-source": source}
-    values.update({PREFIX + k.replace("_", "-"): v for k, v in annotations.items()})
-    return {
-        "metadata": {"name": name, "namespace": NS, "annotations": values},
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": SNAPSHOT_STORAGE_CLASS,
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    }
-
-
 def create(cluster: InstallCluster, body: dict[str, Any]) -> dict[str, Any]:
     response = cluster.core.create_namespaced_persistent_volume_claim(
         NS, body, _preload_content=False
     )
     return dict(json.loads(response.data))
-
-
-def loaded(cluster: InstallCluster, name: str) -> dict[str, str]:
-    found = load_finished(cluster, name)
-    assert found[PHASE] == "Succeeded", loading_message(cluster, name)
-    return found
 
 
 def files_of(cluster: InstallCluster, name: str) -> dict[str, bytes]:
@@ -80,8 +63,8 @@ def test_a_private_model_loads_at_its_commit_and_is_cloned_only_for_that_commit(
     repo = hub.repo("acme/tiny-llm", private=True, readers={token})
     first = repo.commit(MODEL)
     credential_secret(installed, "hub", "huggingface-credential", {"HF_TOKEN": token})
-    create(installed, claim("at-main", "hf://acme/tiny-llm", data_credentials="hub"))
-    annotations = loaded(installed, "at-main")
+    create(installed, cached_pvc("at-main", "hf://acme/tiny-llm", data_credentials="hub"))
+    annotations = load_succeeded(installed, "at-main")
     assert files_of(installed, "at-main") == MODEL
     assert annotations[f"{PREFIX}data-commit"] == first
     kept = annotations[f"{PREFIX}data-snapshot"]
@@ -91,17 +74,18 @@ def test_a_private_model_loads_at_its_commit_and_is_cloned_only_for_that_commit(
     # The branch moves on; a PVC pinned to the first commit is a clone of what was loaded.
     second = repo.commit(MODEL | {"config.json": b'{"hidden_size": 128}'})
     pinned = created_as_clone(
-        installed, claim("pinned", f"hf://acme/tiny-llm@{first}", data_credentials="hub")
+        installed, cached_pvc("pinned", f"hf://acme/tiny-llm@{first}", data_credentials="hub")
     )
     assert pinned.spec.data_source_ref.name == kept
-    refreshed = loaded(installed, "pinned")
+    refreshed = load_succeeded(installed, "pinned")
     assert files_of(installed, "pinned") == MODEL
     assert refreshed[f"{PREFIX}data-load-files"] == "0"
     # Neither the new commit nor the branch (which now means the new commit) is cloned.
     for name, source in (("newer", f"hf://acme/tiny-llm@{second}"), ("main", "hf://acme/tiny-llm")):
-        created = create(installed, claim(name, source, data_credentials="hub"))
+        created = create(installed, cached_pvc(name, source, data_credentials="hub"))
         assert "dataSourceRef" not in created["spec"], name
-    newer = loaded(installed, "newer")
+    load_succeeded(installed, "main")  # nothing left in flight for the journeys after this one
+    newer = load_succeeded(installed, "newer")
     assert newer[f"{PREFIX}data-commit"] == second
     assert files_of(installed, "newer")["config.json"] == b'{"hidden_size": 128}'
 
@@ -112,10 +96,10 @@ def test_a_dataset_narrowed_by_patterns_and_the_failures(
     data = {f"data/train-{i}.parquet": bytes([i]) * 2048 for i in range(8)} | {"README.md": b"#"}
     hub.repo("acme/web-text", "dataset").commit(data)
     hub.repo("acme/gated-llm", gated=True).commit(MODEL)
-    create(installed, claim("texts", "hf://datasets/acme/web-text", data_include="data/*"))
-    create(installed, claim("gated", "hf://acme/gated-llm"))
-    create(installed, claim("typo", "hf://acme/no-such-model"))
-    loaded(installed, "texts")
+    create(installed, cached_pvc("texts", "hf://datasets/acme/web-text", data_include="data/*"))
+    create(installed, cached_pvc("gated", "hf://acme/gated-llm"))
+    create(installed, cached_pvc("typo", "hf://acme/no-such-model"))
+    load_succeeded(installed, "texts")
     assert files_of(installed, "texts") == {k: v for k, v in data.items() if k.startswith("data/")}
     for name, words in (
         ("gated", "the model acme/gated-llm is gated"),
@@ -126,8 +110,8 @@ def test_a_dataset_narrowed_by_patterns_and_the_failures(
         assert words in message and "so it was not retried" in message
     # Refused at admission: a repository name the Hub would refuse, patterns on another source.
     for body, said in (
-        (claim("bad", "hf://acme/llama..7b"), "must not contain '--' or '..'"),
-        (claim("bad", "s3://bucket-1/x", data_include="*.json"), "hf:// sources only"),
+        (cached_pvc("bad", "hf://acme/llama..7b"), "must not contain '--' or '..'"),
+        (cached_pvc("bad", "s3://bucket-1/x", data_include="*.json"), "hf:// sources only"),
     ):
         with pytest.raises(ApiException) as info:
             create(installed, body)
@@ -138,12 +122,12 @@ def test_a_throttled_hub_is_retried_by_the_job(installed: InstallCluster, hub: H
     hub.repo("acme/busy").commit(MODEL)
     hub.fail("/api/models/acme/busy/", 429)
     try:
-        create(installed, claim("busy-model", "hf://acme/busy"))
+        create(installed, cached_pvc("busy-model", "hf://acme/busy"))
         wait_for(
-            lambda: any((j.status.failed or 0) >= 1 for j in jobs_of(installed, "busy-model")),
+            lambda: failed_attempts(installed, "busy-model") >= 1,
             "the first loader pod to fail",
         )
     finally:
         hub.faults.clear()
-    loaded(installed, "busy-model")
+    load_succeeded(installed, "busy-model")
     assert files_of(installed, "busy-model") == MODEL

@@ -12,7 +12,6 @@ import re
 import uuid
 from collections.abc import Iterator
 
-import boto3
 import pytest
 
 from tests.install.cluster import InstallCluster
@@ -29,7 +28,7 @@ from tests.install.journeys import (
 from tests.install.researcher.conftest import Stores
 from tests.world.node import network
 from tests.world.real_cluster import publicly_discoverable
-from tests.world.stand_ins.objectstores import REGION, SETUP_KEYS, S3Store, dataset_files, tree
+from tests.world.stand_ins.objectstores import S3Store, dataset_files, tree
 from tests.world.stand_ins.sts_gate import StsGate
 
 FILES = dataset_files(files=25, large_bytes=0)
@@ -45,13 +44,7 @@ def keyless(installed: InstallCluster, stores: Stores) -> Iterator[tuple[S3Store
     store = S3Store(host=network.HOST)
     try:
         store.put("private-keyless", FILES)
-        iam = boto3.client(
-            "iam",
-            endpoint_url=store.endpoint,
-            aws_access_key_id=SETUP_KEYS[0],
-            aws_secret_access_key=SETUP_KEYS[1],
-            region_name=REGION,
-        )
+        iam = store.iam()
         trust = {"Version": "2012-10-17", "Statement": []}
         read = {
             "Version": "2012-10-17",
@@ -63,14 +56,9 @@ def keyless(installed: InstallCluster, stores: Stores) -> Iterator[tuple[S3Store
             arn = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))
             iam.put_role_policy(RoleName=name, PolicyName="read", PolicyDocument=json.dumps(read))
             roles.append(arn["Role"]["Arn"])
-        iam.create_user(UserName=f"sts-gate-{suffix}")
-        everything = {**read, "Statement": [{**read["Statement"][0], "Action": "*"}]}
-        iam.put_user_policy(
-            UserName=f"sts-gate-{suffix}", PolicyName="all", PolicyDocument=json.dumps(everything)
-        )
-        key = iam.create_access_key(UserName=f"sts-gate-{suffix}")["AccessKey"]
+        gate_keys = store.valid_keys("*")  # the gate signs its calls on to moto's STS
         gate = stores.sts
-        gate.moto, gate.keys = store.endpoint, (key["AccessKeyId"], key["SecretAccessKey"])
+        gate.moto, gate.keys = store.endpoint, gate_keys
         gate.trust = {roles[0]: SUBJECT}
         store.require_authentication()
         with publicly_discoverable(installed.api):

@@ -15,6 +15,7 @@ from tests.install.journeys import (
     NS,
     PREFIX,
     dataset_pvc,
+    failed_attempts,
     jobs_of,
     load_finished,
     loading_message,
@@ -98,10 +99,6 @@ def returning_store(installed: InstallCluster) -> Iterator[ThreadedHoldingProxy]
         yield proxy
     finally:
         proxy.stop()
-
-
-def failed_attempts(cluster: InstallCluster, claim: str) -> int:
-    return sum(j.status.failed or 0 for j in jobs_of(cluster, claim))
 
 
 def test_a_briefly_unreachable_store_recovers_by_itself(

@@ -58,7 +58,7 @@ class Azurite:
 
     def __init__(self, oauth: bool = False, host: str = "127.0.0.1") -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="azurite-")
-        self.port = free_port()
+        self.port = free_port(host)
         scheme = "https" if oauth else "http"
         self.endpoint = f"{scheme}://{host}:{self.port}/{ACCOUNT}"
         self.ca_path: Path | None = None
@@ -143,11 +143,11 @@ def azurite(oauth: bool = False) -> Iterator[Azurite]:
 
 
 @contextmanager
-def azurite_or_skip(oauth: bool = False, host: str = "127.0.0.1") -> Iterator[Azurite]:
+def azurite_or_skip(oauth: bool = False) -> Iterator[Azurite]:
     """Azurite for a test: skipped where it is not installed, except under CI, where its
     absence is a failure (CI installs it; a skipped Azure test must never read as a pass)."""
     try:
-        store = Azurite(oauth, host)
+        store = Azurite(oauth)
     except AzuriteMissing as exc:
         if os.environ.get("CI"):
             raise

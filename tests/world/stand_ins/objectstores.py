@@ -77,21 +77,26 @@ class S3Store:
         for key, body in files.items():
             s3.put_object(Bucket=bucket, Key=f"{prefix}{key}", Body=body, **acl)
 
-    def valid_keys(self) -> tuple[str, str]:
-        """An IAM user allowed to read S3 (created while authentication is still off)."""
-        iam = boto3.client(
+    def iam(self):  # type: ignore[no-untyped-def]
+        """moto's IAM, with the setup keys (while authentication is still off)."""
+        return boto3.client(
             "iam",
             endpoint_url=self.endpoint,
             aws_access_key_id=SETUP_KEYS[0],
             aws_secret_access_key=SETUP_KEYS[1],
             region_name=REGION,
         )
+
+    def valid_keys(self, action: str = "s3:*") -> tuple[str, str]:
+        """An IAM user allowed `action` (reading S3, by default), created while authentication
+        is still off."""
+        iam = self.iam()
         # moto keeps one in-process backend for every server: a fresh user name each time.
         user = f"reader-{uuid.uuid4().hex[:8]}"
         iam.create_user(UserName=user)
         policy = {
             "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+            "Statement": [{"Effect": "Allow", "Action": action, "Resource": "*"}],
         }
         iam.put_user_policy(UserName=user, PolicyName="read", PolicyDocument=json.dumps(policy))
         key = iam.create_access_key(UserName=user)["AccessKey"]
