@@ -1,7 +1,7 @@
 """The dataset controller's calls to the Kubernetes API, and what their failures mean.
 
 The writes of every load (Job creates, PVC status patches, Events, gate releases) go out as JSON
-bytes on the event loop (`controllers.raw_writes`: aiohttp, no model objects, 429s waited out),
+bytes on the event loop (`controllers.raw_writes`: libcurl, no model objects, 429s waited out),
 as many at once as reconcile workers are writing. The rarer calls run the generated methods on
 the controller's own bounded thread pool (one thread per reconcile worker), each read to its end
 (`controllers.api.write`) so the connection goes back to the pool. A write refused because its
@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import msgspec
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi, StorageV1Api
 from kubernetes.client.exceptions import ApiException
 
@@ -46,9 +47,22 @@ class NamespaceTerminating(Exception):
         self.namespace = namespace
 
 
+class _Metadata(msgspec.Struct):
+    resourceVersion: str = ""
+
+
+class _Written(msgspec.Struct):
+    """What a write's answer is read for: the rest of the object is skipped, not decoded."""
+
+    metadata: _Metadata = msgspec.field(default_factory=_Metadata)
+
+
+_written = msgspec.json.Decoder(_Written)
+
+
 def _resource_version(answer: bytes) -> str:
-    with contextlib.suppress(ValueError, KeyError, TypeError):
-        return str(json.loads(answer)["metadata"]["resourceVersion"])
+    with contextlib.suppress(msgspec.DecodeError):
+        return _written.decode(answer).metadata.resourceVersion
     return ""
 
 
