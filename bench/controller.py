@@ -310,6 +310,7 @@ async def controller_main(args: argparse.Namespace) -> None:
     import commands.controller  # noqa: F401
     from controllers.dataset import DatasetController
     from gpu_admission.cluster.kube import api_client
+    from gpu_admission.heap import freeze_long_lived
 
     api = api_client(Path(args.kubeconfig))  # as `gpu-admission controller` builds it
     controller = DatasetController(
@@ -332,7 +333,9 @@ async def controller_main(args: argparse.Namespace) -> None:
     controller.reconcile_pvc = counting  # type: ignore[method-assign]
     started = time.monotonic()
     await controller.start()
+    freeze_long_lived("started")  # where `gpu-admission controller` freezes its heap
     await controller.leading.wait()  # informers synced, every cached PVC queued
+    freeze_long_lived("caches synced")
     assert controller.pvcs is not None and controller.jobs is not None
     say(
         sys.stdout,
