@@ -16,6 +16,7 @@ Producers on other threads (informer handlers) use `add_threadsafe`.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
 from collections.abc import Callable, Hashable
 
@@ -45,9 +46,14 @@ class RateLimitedQueue:
         self._processing: set[Hashable] = set()
         self._failures: dict[Hashable, int] = {}
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
-        self._ready = asyncio.Condition()
+        self._getters: deque[asyncio.Future[None]] = deque()  # workers waiting for a key
         self._loop = asyncio.get_running_loop()
         self._shutting_down = False
+        # Keys from other threads, handed to the loop in batches: one wake-up of the loop for
+        # all the keys that came while it was busy, not one per key.
+        self._inbox: list[Hashable] = []
+        self._inbox_lock = threading.Lock()
+        self._inbox_scheduled = False
 
     # -- adding ---------------------------------------------------------------------------
 
@@ -67,7 +73,7 @@ class RateLimitedQueue:
             self._turns.append(shard)
         waiting.append(key)
         self._size += 1
-        self._loop.create_task(self._notify())
+        self._wake_one()
 
     def _dequeue(self) -> Hashable:
         shard = self._turns.popleft()
@@ -81,7 +87,19 @@ class RateLimitedQueue:
         return key
 
     def add_threadsafe(self, key: Hashable) -> None:
-        self._loop.call_soon_threadsafe(self.add, key)
+        with self._inbox_lock:
+            self._inbox.append(key)
+            if self._inbox_scheduled:
+                return
+            self._inbox_scheduled = True
+        self._loop.call_soon_threadsafe(self._take_inbox)
+
+    def _take_inbox(self) -> None:
+        with self._inbox_lock:
+            keys, self._inbox = self._inbox, []
+            self._inbox_scheduled = False
+        for key in keys:
+            self.add(key)
 
     def add_after(self, key: Hashable, delay: float) -> None:
         if self._shutting_down:
@@ -119,18 +137,28 @@ class RateLimitedQueue:
 
     # -- taking -----------------------------------------------------------------------------
 
-    async def _notify(self) -> None:
-        async with self._ready:
-            self._ready.notify()
+    def _wake_one(self) -> None:
+        while self._getters:
+            getter = self._getters.popleft()
+            if not getter.done():
+                getter.set_result(None)
+                return
 
     async def get(self) -> Hashable:
         """Wait for the next key; raise ShutDown once the queue is shut down and drained."""
-        async with self._ready:
-            while not self._size:
-                if self._shutting_down:
-                    raise ShutDown
-                await self._ready.wait()
-            key = self._dequeue()
+        while not self._size:
+            if self._shutting_down:
+                raise ShutDown
+            getter = self._loop.create_future()
+            self._getters.append(getter)
+            try:
+                await getter
+            except asyncio.CancelledError:
+                # Woken and cancelled at once: the key it was woken for goes to another worker.
+                if getter.done() and not getter.cancelled() and self._size:
+                    self._wake_one()
+                raise
+        key = self._dequeue()
         self._dirty.discard(key)
         self._processing.add(key)
         return key
@@ -160,5 +188,7 @@ class RateLimitedQueue:
         self._turns.clear()
         self._size = 0
         self._dirty.clear()
-        async with self._ready:
-            self._ready.notify_all()
+        while self._getters:
+            getter = self._getters.popleft()
+            if not getter.done():
+                getter.set_result(None)

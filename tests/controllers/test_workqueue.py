@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -70,6 +71,41 @@ async def test_add_threadsafe_from_another_thread() -> None:
     queue = RateLimitedQueue()
     await asyncio.to_thread(queue.add_threadsafe, "from-thread")
     assert await take(queue) == "from-thread"
+
+
+async def test_keys_from_another_thread_arrive_in_order_with_one_wake_up_per_batch() -> None:
+    queue = RateLimitedQueue()
+    loop = asyncio.get_running_loop()
+    wake_ups: list[object] = []
+    handed = loop.call_soon_threadsafe
+
+    def counting(callback, *args):  # type: ignore[no-untyped-def]
+        wake_ups.append(callback)
+        return handed(callback, *args)
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    try:
+        # The loop thread waits here, blocked, until the producer has added every key: it can
+        # take the batch only after, so there is exactly one wake-up to count.
+        producer = threading.Thread(target=lambda: [queue.add_threadsafe(k) for k in "abcab"])
+        producer.start()
+        producer.join(TIMEOUT)
+    finally:
+        del loop.call_soon_threadsafe
+    queue_wake_ups = [w for w in wake_ups if getattr(w, "__self__", None) is queue]
+    assert len(queue_wake_ups) == 1
+    assert [await take(queue) for _ in range(3)] == ["a", "b", "c"]
+    assert len(queue) == 0
+
+
+async def test_a_worker_cancelled_as_it_is_woken_passes_the_key_on() -> None:
+    queue = RateLimitedQueue()
+    first = asyncio.create_task(queue.get())
+    second = asyncio.create_task(queue.get())
+    await asyncio.sleep(0)  # both wait in get()
+    queue.add("k")  # wakes the first
+    first.cancel()
+    assert await asyncio.wait_for(second, TIMEOUT) == "k"
 
 
 async def test_shutdown_wakes_waiting_workers() -> None:
