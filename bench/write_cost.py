@@ -1,11 +1,10 @@
 """The client's CPU per API write: the same Event POSTed to a real kube-apiserver through the
-controller's writer (`controllers.raw_writes`: libcurl on the event loop), through an aiohttp
-session on the event loop (the writer's transport before), through the `kubernetes` client's
-generated method from threads (urllib3), and as bare HTTP/1.1 over a blocking TLS socket per
-thread (the baseline: no client library at all, only TLS and the request's bytes). Each round
-runs the four in turn on the same server; the figures are CPU microseconds per request in this
-process (user + system), their median and range over rounds, and each path's ratio to the bare
-socket.
+controller's writer (`controllers.raw_writes`: aiohttp on the event loop), through the
+`kubernetes` client's generated method from threads (urllib3), and as bare HTTP/1.1 over a
+blocking TLS socket per thread (the baseline: no client library at all, only TLS and the
+request's bytes). Each round runs the three in turn on the same server; the figures are CPU
+microseconds per request in this process (user + system), their median and range over rounds,
+and each path's ratio to the bare socket.
 
 The dataset controller makes three writes per PVC (Job, status, Event), so this is the floor
 its CPU per PVC cannot go below with a given HTTP path.
@@ -74,37 +73,6 @@ def controller_writer(api: Any, requests: int, concurrency: int) -> float:
         spent = cpu_seconds() - before
         await writer.close()
         return spent
-
-    return asyncio.run(run())
-
-
-def aiohttp_session(api: Any, requests: int, concurrency: int) -> float:
-    import aiohttp
-
-    configuration = api.configuration
-    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
-    url = configuration.host + PATH
-    headers = {
-        "Authorization": configuration.api_key["BearerToken"],
-        "Content-Type": "application/json",
-        "Accept": "application/json",
-    }
-
-    async def run() -> float:
-        connector = aiohttp.TCPConnector(ssl=context, limit=32)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            gate = asyncio.Semaphore(concurrency)
-
-            async def one(i: int) -> None:
-                data = json.dumps(event(i), separators=(",", ":")).encode()
-                async with gate, session.post(url, data=data, headers=headers) as response:
-                    await response.read()
-                    assert response.status == 201, response.status
-
-            await asyncio.gather(*(one(i) for i in range(concurrency)))  # connections open
-            before = cpu_seconds()
-            await asyncio.gather(*(one(i) for i in range(requests)))
-            return cpu_seconds() - before
 
     return asyncio.run(run())
 
@@ -190,8 +158,7 @@ def bare_socket(api: Any, requests: int, concurrency: int) -> float:
 
 
 PATHS: dict[str, Callable[[Any, int, int], float]] = {
-    "controller writer (libcurl)": controller_writer,
-    "aiohttp on the event loop": aiohttp_session,
+    "controller writer (aiohttp)": controller_writer,
     "generated method (urllib3)": generated_method,
     "bare TLS socket (baseline)": bare_socket,
 }

@@ -1,15 +1,19 @@
-"""Writes sent as JSON bytes through libcurl on the event loop (`controllers.curl_loop`), with the
-`kubernetes` ApiClient's credentials and TLS settings, without its generated methods or its
-urllib3 pool.
+"""Writes sent as JSON bytes over an aiohttp session, with the `kubernetes` ApiClient's
+credentials and TLS settings, without its generated methods or its urllib3 pool.
 
 A generated method validates its arguments with pydantic, walks the body to sanitise it and
 builds model objects; urllib3 and http.client then parse every answer's headers in Python.
-Measured with `python -m bench.write_cost` (one Event POST to the real kube-apiserver, 8 at
-once, the client's CPU per request): the generated method 840 us, aiohttp on the event loop
-about 320 us, libcurl on the event loop about 175 us, a bare blocking TLS socket 140 us. The
-controller's bodies are plain dicts it built itself, so here they are only encoded as JSON. The
-ApiClient still makes the credentials (`param_serialize`, which calls the configuration's token
-refresh hook), once a second at most, so a rotated ServiceAccount token is picked up as before.
+Measured with `python -m bench.controller burst --profile`, those were most of the controller's
+CPU per dataset PVC: the same POST costs the client 500-800 us through the ApiClient's pool from
+worker threads, about 280 us through aiohttp on the event loop (its parser is C). The
+controller's bodies are plain dicts it built itself, so here they are only encoded as JSON (in C,
+by msgspec). The ApiClient still makes the credentials (`param_serialize`, which calls the
+configuration's token refresh hook), once a second at most, so a rotated ServiceAccount token is
+picked up as before.
+
+libcurl (pycurl's multi interface on the event loop) was tried in this writer's place: about 60 us
+less per request than aiohttp in `python -m bench.write_cost`, no difference `bench.controller`
+could see through its spread, and 6.5 MiB more resident memory (its own OpenSSL and libcurl).
 
 Priority and fairness: a 429 (the API server's answer when this client's flow is over its
 share) is retried after its Retry-After, and every writer of this object waits that long before
@@ -26,22 +30,17 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+import aiohttp
 import msgspec
-import pycurl
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import should_bypass_proxies
-from urllib3 import HTTPHeaderDict
-
-from controllers.curl_loop import CurlLoop, Option
 
 JSON = "application/json"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 REQUEST_TIMEOUT_SECONDS = 30.0
-CONNECT_TIMEOUT_SECONDS = 10.0
 DEFAULT_RETRY_AFTER_SECONDS = 1.0
 MAX_RETRY_AFTER_SECONDS = 30.0
 MAX_CONNECTIONS = 32
@@ -68,6 +67,20 @@ def retry_after_seconds(value: str | None) -> float:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
+def tls_context(configuration: Configuration) -> ssl.SSLContext | bool:
+    """The TLS settings the ApiClient's pool uses (kubernetes/client/rest.py), for aiohttp."""
+    if not configuration.verify_ssl:
+        return False
+    context = ssl.create_default_context(
+        cafile=configuration.ssl_ca_cert, cadata=configuration.ca_cert_data
+    )
+    if configuration.assert_hostname is False:
+        context.check_hostname = False
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, configuration.key_file)
+    return context
+
+
 def _proxy(configuration: Configuration) -> str | None:
     proxy = configuration.proxy
     if not proxy or should_bypass_proxies(configuration.host, configuration.no_proxy or ""):
@@ -78,61 +91,6 @@ def _proxy(configuration: Configuration) -> str | None:
             "supported (configuration.proxy)"
         )
     return str(proxy)
-
-
-def curl_options(configuration: Configuration) -> list[Option]:
-    """The ApiClient's TLS and proxy settings (kubernetes/client/rest.py) as libcurl options."""
-    options: list[Option] = [
-        (pycurl.TIMEOUT_MS, int(REQUEST_TIMEOUT_SECONDS * 1000)),
-        (pycurl.CONNECTTIMEOUT_MS, int(CONNECT_TIMEOUT_SECONDS * 1000)),
-    ]
-    if not configuration.verify_ssl:
-        options += [(pycurl.SSL_VERIFYPEER, 0), (pycurl.SSL_VERIFYHOST, 0)]
-    else:
-        options += _trust(configuration)
-        if configuration.assert_hostname is False:
-            options.append((pycurl.SSL_VERIFYHOST, 0))
-    if configuration.cert_file:
-        options.append((pycurl.SSLCERT, configuration.cert_file))
-    if configuration.key_file:
-        options.append((pycurl.SSLKEY, configuration.key_file))
-    # "" turns off the proxies libcurl would otherwise take from the environment: the
-    # ApiClient's pool never does.
-    proxy = _proxy(configuration)
-    options.append((pycurl.PROXY, proxy or ""))
-    if proxy and configuration.proxy_headers:
-        lines = [f"{k}: {v}" for k, v in configuration.proxy_headers.items()]
-        options += [(pycurl.HEADEROPT, pycurl.HEADER_SEPARATE), (pycurl.PROXYHEADER, lines)]
-    return options
-
-
-def _trust(configuration: Configuration) -> list[Option]:
-    """The CAs the server's certificate is checked against, as the ApiClient's pool has them:
-    its file, its data, else the system's (what `ssl.create_default_context` loads)."""
-    if configuration.ssl_ca_cert:
-        return [(pycurl.CAINFO, configuration.ssl_ca_cert)]
-    data = configuration.ca_cert_data
-    if data:
-        return [(pycurl.CAINFO_BLOB, data.encode() if isinstance(data, str) else data)]
-    paths = ssl.get_default_verify_paths()
-    options: list[Option] = []
-    if paths.cafile:
-        options.append((pycurl.CAINFO, paths.cafile))
-    if paths.capath:
-        options.append((pycurl.CAPATH, paths.capath))
-    return options
-
-
-def _sni_url(url: str, server_name: str | None) -> tuple[str, list[Option]]:
-    """With a kubeconfig's tls-server-name: ask for that name (SNI and the certificate's
-    check) while connecting to the server's own address."""
-    if not server_name:
-        return url, []
-    parts = urlsplit(url)
-    port = parts.port or 443
-    netloc = f"{server_name}:{port}"
-    route = f"{server_name}:{port}:{parts.hostname}:{port}"
-    return urlunsplit(parts._replace(netloc=netloc)), [(pycurl.CONNECT_TO, [route])]
 
 
 class RawWriter:
@@ -147,18 +105,31 @@ class RawWriter:
     ) -> None:
         self._client = api_client
         configuration = api_client.configuration
+        self._tls = tls_context(configuration)
         self._proxy = _proxy(configuration)
+        self._proxy_headers = configuration.proxy_headers
         self._server_name = configuration.tls_server_name or None
-        _, route = _sni_url(configuration.host, self._server_name)
-        self._curl = CurlLoop(curl_options(configuration) + route, MAX_CONNECTIONS)
         self.max_retries = max_retries
         self._clock, self._sleep = clock, sleep
+        self._session: aiohttp.ClientSession | None = None
+        self._credentials: dict[str, tuple[float, str, dict[str, str]]] = {}
         self._not_before = 0.0  # no request before this (clock) time: a 429's Retry-After
-        self._credentials: dict[str, tuple[float, str, list[str]]] = {}
         self.throttled = 0  # 429 answers seen (the tests read it)
 
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=self._tls, limit=MAX_CONNECTIONS)
+            timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
+            # No cookies, no JSON decoding: bytes in, bytes out.
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()
+            )
+        return self._session
+
     async def close(self) -> None:
-        await self._curl.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def request(self, method: str, path: str, body: Any, content_type: str = JSON) -> bytes:
         """The answer's body; ApiException for an error status (after a 429's retries)."""
@@ -166,23 +137,38 @@ class RawWriter:
         attempt = 0
         while True:
             await self._wait_turn()
-            base, headers = self._head(content_type)
-            answer = await self._curl.request(method, base + path, headers, data)
-            if answer.status < 400:
-                return answer.body
-            if answer.status == 429 and attempt < self.max_retries:
+            status, reason, headers, answer = await self._send(method, path, data, content_type)
+            if status < 400:
+                return answer
+            if status == 429 and attempt < self.max_retries:
                 attempt += 1
-                self._back_off(retry_after_seconds(answer.header("Retry-After")))
+                self._back_off(retry_after_seconds(headers.get("Retry-After")))
                 continue
-            text = answer.body.decode("utf-8", "replace")
-            error = ApiException(status=answer.status, reason=answer.reason, body=text)
-            error.headers = HTTPHeaderDict(answer.headers)
+            text = answer.decode("utf-8", "replace")
+            error = ApiException(status=status, reason=reason, body=text)
+            error.headers = headers
             raise error
 
-    def _head(self, content_type: str) -> tuple[str, list[str]]:
+    async def _send(
+        self, method: str, path: str, data: bytes, content_type: str
+    ) -> tuple[int, str, Any, bytes]:
+        base, headers = self._head(content_type)
+        async with self._open().request(
+            method,
+            base + path,
+            data=data,
+            headers=headers,
+            proxy=self._proxy,
+            proxy_headers=self._proxy_headers,
+            server_hostname=self._server_name,
+        ) as response:
+            answer = await response.read()
+            return response.status, response.reason or "", response.headers, answer
+
+    def _head(self, content_type: str) -> tuple[str, dict[str, str]]:
         """The server's URL and the request's headers, credentials included, as the ApiClient
         makes them (asked again once CREDENTIALS_SECONDS have passed)."""
-        now = time.monotonic()
+        now = self._clock()
         made = self._credentials.get(content_type)
         if made is None or now - made[0] >= CREDENTIALS_SECONDS:
             _, url, headers, _, _ = self._client.param_serialize(
@@ -191,8 +177,7 @@ class RawWriter:
                 header_params={"Content-Type": content_type, "Accept": JSON},
                 auth_settings=["BearerToken"],
             )
-            base, _ = _sni_url(url, self._server_name)
-            made = (now, base, [f"{k}: {v}" for k, v in headers.items()])
+            made = (now, url, dict(headers))
             self._credentials[content_type] = made
         return made[1], made[2]
 

@@ -3,25 +3,16 @@ priority and fairness gives a client over its share)."""
 
 from __future__ import annotations
 
-import copy
 import json
+import ssl
 from collections.abc import AsyncIterator
 
-import pycurl
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
-from certs.issue import issue_ca
-from controllers.curl_loop import TransportError
-from controllers.raw_writes import (
-    STRATEGIC_MERGE,
-    RawWriter,
-    _sni_url,
-    curl_options,
-    retry_after_seconds,
-)
+from controllers.raw_writes import STRATEGIC_MERGE, RawWriter, retry_after_seconds, tls_context
 from tests.world.namespaces import namespace_ready
 
 NS = "raw-writes"
@@ -128,53 +119,26 @@ def test_the_writer_takes_the_clients_proxy_settings() -> None:
         RawWriter(socks)
 
 
-def _options(**values: object) -> dict[int, object]:
-    return dict(curl_options(_configuration(**values)))
+def test_the_writer_verifies_as_the_client_does() -> None:
+    assert tls_context(_configuration(verify_ssl=False)) is False
+    context = tls_context(_configuration(assert_hostname=False))
+    assert isinstance(context, ssl.SSLContext) and context.check_hostname is False
+    assert tls_context(_configuration()).verify_mode == ssl.CERT_REQUIRED  # type: ignore[union-attr]
 
 
-def test_the_writer_verifies_as_the_client_does(tmp_path) -> None:
-    unverified = _options(verify_ssl=False)
-    assert unverified[pycurl.SSL_VERIFYPEER] == 0 and unverified[pycurl.SSL_VERIFYHOST] == 0
-    ca = tmp_path / "ca.crt"
-    verified = _options(ssl_ca_cert=str(ca))
-    assert verified[pycurl.CAINFO] == str(ca)
-    assert pycurl.SSL_VERIFYPEER not in verified and pycurl.SSL_VERIFYHOST not in verified
-    assert _options(ca_cert_data="PEM")[pycurl.CAINFO_BLOB] == b"PEM"
-    any_name = _options(ssl_ca_cert=str(ca), assert_hostname=False)
-    assert any_name[pycurl.SSL_VERIFYHOST] == 0 and pycurl.SSL_VERIFYPEER not in any_name
-    client_cert = _options(cert_file="/c.crt", key_file="/c.key")
-    assert client_cert[pycurl.SSLCERT] == "/c.crt" and client_cert[pycurl.SSLKEY] == "/c.key"
-    # libcurl would take a proxy from the environment; the ApiClient's pool never does.
-    assert _options()[pycurl.PROXY] == ""
-    assert _options(proxy="http://proxy.example:3128")[pycurl.PROXY] == "http://proxy.example:3128"
+async def test_the_credentials_are_made_again_once_a_second(writer, kube_client) -> None:
+    raw, clock = writer
+    made: list[str] = []
+    serialize = kube_client.param_serialize
 
+    def counting(**kwargs):  # type: ignore[no-untyped-def]
+        made.append(kwargs["resource_path"])
+        return serialize(**kwargs)
 
-async def test_a_server_its_cas_do_not_vouch_for_is_refused(kube_client, tmp_path) -> None:
-    other_ca, _ = issue_ca()
-    (tmp_path / "other-ca.crt").write_bytes(other_ca)
-    configuration = copy.copy(kube_client.configuration)
-    configuration.ssl_ca_cert = str(tmp_path / "other-ca.crt")
-    raw = RawWriter(ApiClient(configuration))
-    try:
-        with pytest.raises(TransportError, match="certificate"):
-            await raw.request("POST", CONFIGMAPS, config_map("unverified"))
-    finally:
-        await raw.close()
-
-
-def test_a_tls_server_name_is_asked_for_at_the_servers_own_address() -> None:
-    url, route = _sni_url("https://10.0.0.1:6443/api", "kubernetes.default")
-    assert url == "https://kubernetes.default:6443/api"
-    assert route == [(pycurl.CONNECT_TO, ["kubernetes.default:6443:10.0.0.1:6443"])]
-    assert _sni_url("https://10.0.0.1:6443", None) == ("https://10.0.0.1:6443", [])
-
-
-async def test_a_kubeconfigs_tls_server_name_is_the_name_verified(kube_client) -> None:
-    configuration = copy.copy(kube_client.configuration)
-    configuration.tls_server_name = "not-this-servers-name.example"
-    raw = RawWriter(ApiClient(configuration))
-    try:
-        with pytest.raises(TransportError, match=r"(?i)(certificate|SSL).*not-this-servers-name"):
-            await raw.request("POST", CONFIGMAPS, config_map("misnamed"))
-    finally:
-        await raw.close()
+    kube_client.param_serialize = counting
+    for name in ("c1", "c2", "c3"):
+        await raw.request("POST", CONFIGMAPS, config_map(name))
+    assert len(made) == 1  # a burst of writes asks the ApiClient once
+    clock.now += 1.0
+    await raw.request("POST", CONFIGMAPS, config_map("c4"))
+    assert len(made) == 2  # a rotated token is picked up within a second
