@@ -7,6 +7,7 @@ that belong to Kubernetes or NVIDIA are plain constants. Nothing else in the cod
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 DEFAULT_PREFIX = "gpu-admission.io/"
 
@@ -118,7 +119,8 @@ LEADER_LEASE_NAME = "gpu-admission-controller"
 
 @dataclass(frozen=True)
 class Names:
-    """Names under the configurable prefix (default `gpu-admission.io/`)."""
+    """Names under the configurable prefix (default `gpu-admission.io/`). Each is made once
+    per instance (cached_property: the informers read a dozen of them for every object)."""
 
     prefix: str = DEFAULT_PREFIX
 
@@ -126,192 +128,192 @@ class Names:
         return f"{self.prefix}{name}"
 
     # Pods and ServiceAccounts.
-    @property
+    @cached_property
     def cloud_credentials(self) -> str:
         return self._key("cloud-credentials")
 
-    @property
+    @cached_property
     def inject_cloud_credentials(self) -> str:
         return self._key("inject-cloud-credentials")
 
-    @property
+    @cached_property
     def skip_containers(self) -> str:
         return self._key("skip-containers")
 
-    @property
+    @cached_property
     def gpu_app(self) -> str:
         return self._key("gpu-app")
 
-    @property
+    @cached_property
     def gpu_memory_fraction(self) -> str:
         return self._key("gpu-memory-fraction")
 
-    @property
+    @cached_property
     def gpu_sharing(self) -> str:
         return self._key("gpu-sharing")
 
-    @property
+    @cached_property
     def gpu_replicas(self) -> str:
         return self._key("gpu-replicas")
 
-    @property
+    @cached_property
     def dataset_writable(self) -> str:
         return self._key("dataset-writable")
 
     # PVCs.
-    @property
+    @cached_property
     def data_source(self) -> str:
         return self._key("data-source")
 
-    @property
+    @cached_property
     def results_omitted(self) -> str:
         """Report annotation (written): results left out of a full report, still summarised."""
         return self._key("results-omitted")
 
-    @property
+    @cached_property
     def data_credentials(self) -> str:
         return self._key("data-credentials")
 
-    @property
+    @cached_property
     def data_load_phase(self) -> str:
         return self._key("data-load-phase")
 
-    @property
+    @cached_property
     def data_load_bytes(self) -> str:
         return self._key("data-load-bytes")
 
-    @property
+    @cached_property
     def data_load_files(self) -> str:
         return self._key("data-load-files")
 
-    @property
+    @cached_property
     def data_load_duration(self) -> str:
         return self._key("data-load-duration-seconds")
 
-    @property
+    @cached_property
     def data_load_job(self) -> str:
         return self._key("data-load-job")
 
-    @property
+    @cached_property
     def data_load_sync(self) -> str:
         """PVC annotation `"true"`: mirror the source (delete files that are not in it)."""
         return self._key("data-load-sync")
 
-    @property
+    @cached_property
     def data_cache(self) -> str:
         """PVC annotation `"false"`: never clone this PVC from a snapshot, nor snapshot it."""
         return self._key("data-cache")
 
-    @property
+    @cached_property
     def data_snapshot(self) -> str:
         """Written on a loaded PVC: the VolumeSnapshot that holds its data for later PVCs."""
         return self._key("data-snapshot")
 
-    @property
+    @cached_property
     def data_cloned_from(self) -> str:
         """Written at admission on a PVC cloned from a dataset snapshot: which one."""
         return self._key("data-cloned-from")
 
-    @property
+    @cached_property
     def data_storage_class(self) -> str:
         """On a dataset snapshot: the StorageClass of the PVC it was taken from."""
         return self._key("data-storage-class")
 
-    @property
+    @cached_property
     def dataset_cache_label(self) -> str:
         """On dataset snapshots (value "true"); the webhook and controller select by it."""
         return self._key("dataset-cache")
 
-    @property
+    @cached_property
     def dataset_key_label(self) -> str:
         """On dataset snapshots: a hash of the source and the credentials they were loaded with."""
         return self._key("dataset-key")
 
-    @property
+    @cached_property
     def data_token_audience(self) -> str:
         """Written by the PVC webhook when the PVC's credentials are a keyless Google file: the
         audience of the token its loader needs (the controller reads no Secret)."""
         return self._key("data-token-audience")
 
-    @property
+    @cached_property
     def data_token_path(self) -> str:
         """Written with data-token-audience: where the file reads its subject token."""
         return self._key("data-token-path")
 
-    @property
+    @cached_property
     def data_sha256(self) -> str:
         """PVC annotation on a single-file https:// source: the file's SHA-256, checked after
         the copy."""
         return self._key("data-sha256")
 
-    @property
+    @cached_property
     def data_include(self) -> str:
         """PVC annotation on an hf:// source: comma-separated glob patterns of the files to get."""
         return self._key("data-include")
 
-    @property
+    @cached_property
     def data_commit(self) -> str:
         """Written on a loaded hf:// PVC: the commit its revision resolved to."""
         return self._key("data-commit")
 
-    @property
+    @cached_property
     def data_digest(self) -> str:
         """Written on a loaded PVC and on the snapshot kept of it: `sha256:<hex>` of the
         source's listing as the load read it (paths, sizes, versions)."""
         return self._key("data-digest")
 
-    @property
+    @cached_property
     def data_digest_files(self) -> str:
         """Written beside data-digest: how many files the listing held, and its bytes."""
         return self._key("data-digest-files")
 
-    @property
+    @cached_property
     def data_digest_bytes(self) -> str:
         return self._key("data-digest-bytes")
 
-    @property
+    @cached_property
     def data_cloned_digest(self) -> str:
         """Written by admission on a PVC cloned from a snapshot: the digest that snapshot's load
         read, which the clone's loader compares with the source's digest now."""
         return self._key("data-cloned-digest")
 
-    @property
+    @cached_property
     def data_load_retry(self) -> str:
         """PVC annotation, any new value: load the same source again (after a failure)."""
         return self._key("data-load-retry")
 
-    @property
+    @cached_property
     def data_load_parallelism(self) -> str:
         """PVC annotation `"N"`: load with N shards (an Indexed Job); ReadWriteMany PVCs only."""
         return self._key("data-load-parallelism")
 
-    @property
+    @cached_property
     def data_load_progress(self) -> str:
         """Written while a load runs: an annotation in words, and a label of the same name in
         label-safe form (`kubectl get pvc -L` shows labels only)."""
         return self._key("data-load-progress")
 
     # Labels.
-    @property
+    @cached_property
     def source_check_label(self) -> str:
         """On the Jobs of `gpu-admission audit --sources` and their pods: the audit run's id."""
         return self._key("source-check")
 
-    @property
+    @cached_property
     def data_load_label(self) -> str:
         """On dataset PVCs (value "true") and on loader Jobs; the controller selects by it."""
         return self._key("data-load")
 
-    @property
+    @cached_property
     def data_wait_label(self) -> str:
         """On pods gated for a dataset (value "true"), so the controller finds them by selector."""
         return self._key("data-wait")
 
-    @property
+    @cached_property
     def exempt_label(self) -> str:
         return self._key("exempt")
 
     # Scheduling gate.
-    @property
+    @cached_property
     def data_load_gate(self) -> str:
         return self._key("data-load")

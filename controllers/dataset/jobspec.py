@@ -24,7 +24,6 @@ HF_ENDPOINT; huggingface_hub keeps its home in the scratch volume.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from controllers.dataset.trusted_ca import trusted_ca
@@ -60,22 +59,31 @@ from gpu_admission.names import (
 )
 
 CONTAINER_NAME = "loader"
-# Permanent failures end the Job at once; disruptions (eviction, preemption, node drain) are
-# not the load's fault and do not use up its retries; anything else is retried up to the
-# backoff limit, the Job controller waiting 10 s, doubling, before each new pod.
-POD_FAILURE_POLICY = {
-    "rules": [
-        {
-            "action": "FailJob",
-            "onExitCodes": {
-                "containerName": CONTAINER_NAME,
-                "operator": "In",
-                "values": [LOADER_PERMANENT_EXIT_CODE],
+
+
+def pod_failure_policy() -> dict[str, Any]:
+    """Permanent failures end the Job at once; disruptions (eviction, preemption, node drain)
+    are not the load's fault and do not use up its retries; anything else is retried up to the
+    backoff limit, the Job controller waiting 10 s, doubling, before each new pod. A new dict
+    each time: a literal costs a tenth of a deepcopy of a shared one."""
+    return {
+        "rules": [
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": CONTAINER_NAME,
+                    "operator": "In",
+                    "values": [LOADER_PERMANENT_EXIT_CODE],
+                },
             },
-        },
-        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-    ]
-}
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+        ]
+    }
+
+
 LOADER_STATS_SECONDS = 5.0  # rclone's stats (and progress line) interval, at most
 DATA_VOLUME = "data"
 SCRATCH_VOLUME = "scratch"
@@ -306,7 +314,7 @@ def build_loader_job(
         pod_spec["serviceAccountName"] = ds.service_account
     spec: dict[str, Any] = {
         "backoffLimit": ds.backoff_limit,
-        "podFailurePolicy": copy.deepcopy(POD_FAILURE_POLICY),
+        "podFailurePolicy": pod_failure_policy(),
         "activeDeadlineSeconds": ds.active_deadline_seconds,
         "ttlSecondsAfterFinished": ds.ttl_seconds_after_finished,
         "template": {

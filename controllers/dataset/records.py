@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -65,16 +66,11 @@ class PvcRecord:
     source_error: str | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        # `content`: the source and the digest it must have (a new one is a new load, and
-        # another entry in the cache).
-        content = content_key(self.source, self.sha256, self.include)
+        content, job, parsed, error = _derived(
+            self.name, self.uid, self.source, self.sha256, self.include, self.retry
+        )
         object.__setattr__(self, "content", content)
-        job = loader_job_name(self.name, self.uid, content, self.retry)
         object.__setattr__(self, "current_job", job)
-        try:
-            parsed, error = parse_data_source(self.source), None
-        except ValueError as exc:  # DataSourceError, with what to do
-            parsed, error = None, str(exc)
         object.__setattr__(self, "parsed_source", parsed)
         object.__setattr__(self, "source_error", error)
 
@@ -126,6 +122,23 @@ class WaitingPod:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _derived(
+    name: str, uid: str, source: str, sha256: str | None, include: str | None, retry: str
+) -> tuple[str, str, DataSource | None, str | None]:
+    """What a PVC's load is: the content it copies (the source and the digest it must have: a
+    new one is a new load, and another entry in the cache), the Job that loads it, and the
+    source parsed or why it cannot be. Pure, and kept for the last PVC versions seen: the
+    informer makes a record for every version of a PVC, most of them (status writes, progress)
+    with the same source."""
+    content = content_key(source, sha256, include)
+    job = loader_job_name(name, uid, content, retry)
+    try:
+        return content, job, parse_data_source(source), None
+    except ValueError as exc:  # DataSourceError, with what to do
+        return content, job, None, str(exc)
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
