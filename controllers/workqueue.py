@@ -188,7 +188,5 @@ class RateLimitedQueue:
         self._turns.clear()
         self._size = 0
         self._dirty.clear()
-        while self._getters:
-            getter = self._getters.popleft()
-            if not getter.done():
-                getter.set_result(None)
+        while self._getters:  # every waiting worker: each sees ShutDown
+            self._wake_one()
