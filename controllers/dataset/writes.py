@@ -15,7 +15,7 @@ import contextlib
 import functools
 import json
 import logging
-import uuid
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -87,6 +87,14 @@ class ApiWriter:
         self.identity = identity
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dataset-api")
         self._events = BackgroundWrites(EVENT_CONCURRENCY)
+        self._last_stamp = 0
+
+    def _event_stamp(self) -> int:
+        """An Event's name suffix: nanoseconds since the epoch, as client-go's recorder names
+        Events (`<object>.<UnixNano in hex>`), never the same twice in this process. A random
+        suffix (uuid4) read the kernel's random source for every Event."""
+        self._last_stamp = max(time.time_ns(), self._last_stamp + 1)
+        return self._last_stamp
 
     async def drain(self, timeout: float = EVENT_DRAIN_SECONDS) -> None:
         """Wait (a bounded while) for the Events still being sent: a clean stop keeps them."""
@@ -257,7 +265,7 @@ class ApiWriter:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{ref['name']}.{uuid.uuid4().hex[:16]}",
+                "name": f"{ref['name']}.{self._event_stamp():x}",
                 "namespace": ref["namespace"],
             },
             "involvedObject": ref,
