@@ -376,8 +376,10 @@ async def controller_main(args: argparse.Namespace) -> None:
 
 def run_controller(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    from gpu_admission import event_loop  # the deployed process's loop
+
     if args.profile is None:
-        asyncio.run(controller_main(args))
+        event_loop.run(controller_main(args))
         return 0
     import cProfile
     import pstats
@@ -393,7 +395,7 @@ def run_controller(args: argparse.Namespace) -> int:
 
     threading.Thread.run = profiled_run  # type: ignore[method-assign]
     main_profile = cProfile.Profile(time.thread_time)
-    main_profile.runcall(asyncio.run, controller_main(args))
+    main_profile.runcall(event_loop.run, controller_main(args))
     merged = pstats.Stats(main_profile)
     for profile in profiles:
         with contextlib.suppress(TypeError):  # a thread that never ran anything

@@ -117,7 +117,11 @@ class ControllerProcess:
         freeze_long_lived("caches synced")
         log.info(
             "dataset controller started",
-            extra={"identity": self.controller.identity, "metrics": self.addresses()},
+            extra={
+                "identity": self.controller.identity,
+                "metrics": self.addresses(),
+                "event_loop": type(asyncio.get_running_loop()).__module__.partition(".")[0],
+            },
         )
 
     async def stop(self) -> None:

@@ -23,7 +23,7 @@ from commands.controller import run_controller
 from commands.load import add_load_parser
 from commands.review import add_review_parser
 from commands.serve import serve
-from gpu_admission import __version__
+from gpu_admission import __version__, event_loop
 from gpu_admission.cluster.kube import ClusterConfigError, api_client
 from gpu_admission.config import Config, ConfigError, load_config
 from gpu_admission.logging_setup import LOG_FORMATS, LOG_LEVELS, setup_logging
@@ -152,7 +152,7 @@ def controller_command(args: argparse.Namespace) -> int:
         log.error("cannot start: %s", exc)
         return EXIT_USAGE
     try:
-        asyncio.run(run_controller(config, api))
+        event_loop.run(run_controller(config, api))
     except OSError as exc:  # the metrics port is taken
         log.error("cannot start: %s", exc)
         return EXIT_FAILED

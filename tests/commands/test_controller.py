@@ -143,6 +143,8 @@ def test_the_controller_process_leads_loads_and_stops_cleanly(
     assert lease.spec.holder_identity == ""  # released: a standby takes over at once
     lines = [json.loads(line) for line in log_path.read_text().splitlines() if line]
     assert all(line["level"] != "error" for line in lines)
+    (started_line,) = [line for line in lines if line["message"] == "dataset controller started"]
+    assert started_line["event_loop"] == "uvloop"
 
 
 def test_a_lease_namespace_that_does_not_exist_is_said_once_and_shown_in_readyz(
