@@ -22,6 +22,13 @@ and this one, which writes PVCs and watches Jobs.
 Run: `KUBEBUILDER_ASSETS=$(../shared/kube/unpack.sh) python -m bench.controller [burst|memory]
 [--json FILE]` (both by default). The figures vary with the machine's load; the baseline is
 there to tell the controller's share from the API server's.
+
+To judge a change to the controller, compare two checkouts round by round on the same machine:
+`git worktree add /tmp/before REV`, then `python -m bench.controller burst --pvcs 500 --rounds 7
+--compare /tmp/before`. Each round is a pair, this checkout's controller and the other's, each
+on a fresh API server, first one then the other in turn; the report gives both sides' medians
+and spreads and in how many pairs this side was the lower. Runs alternated by run cannot
+separate a change of a fifth: the machine's load drifts more than that over their minutes.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ BARE_NS = "bare-jobs"
 SOURCE = "s3://bench-data/{i}"
 LEASE_NS = "gpu-admission"
 CHILD_TIMEOUT = 60.0
+HERE = Path(__file__).resolve().parent.parent  # this checkout
 
 
 # -- shared helpers ---------------------------------------------------------------------------
@@ -125,14 +133,16 @@ def bench_config(max_loads: int, workers: int, prefix: str) -> Any:
 class Child:
     """A child process speaking JSON lines on stdout; closing its stdin asks it to stop."""
 
-    def __init__(self, argv: list[str], cpu: str | None = None) -> None:
+    def __init__(self, argv: list[str], cpu: str | None = None, tree: Path | None = None) -> None:
+        """`tree`: the checkout whose `bench.controller` (and product code) the child runs;
+        this one by default."""
         self.name = " ".join(argv[:1])
         self.process = subprocess.Popen(
             pinned(cpu, [sys.executable, "-m", "bench.controller", *argv]),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=tree or HERE,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -170,8 +180,8 @@ class Child:
 
 
 @contextlib.contextmanager
-def child(argv: list[str], cpu: str | None = None) -> Iterator[Child]:
-    process = Child(argv, cpu)
+def child(argv: list[str], cpu: str | None = None, tree: Path | None = None) -> Iterator[Child]:
+    process = Child(argv, cpu, tree)
     try:
         yield process
     finally:
@@ -316,7 +326,7 @@ async def controller_main(args: argparse.Namespace) -> None:
     controller = DatasetController(
         api, bench_config(args.max_loads, args.workers, args.prefix), identity="bench"
     )
-    say(sys.stdout, stage="imported", **rss_mib())
+    say(sys.stdout, stage="imported", tree=str(HERE), **rss_mib())
     if args.idle:
         return
     reconciled = 0
@@ -503,15 +513,17 @@ def settled_counts(apiserver: Child, quiet: float = 1.0, limit: float = 60.0) ->
     return counts
 
 
-def burst(args: argparse.Namespace) -> dict[str, Any]:
+def burst(args: argparse.Namespace, tree: Path | None = None) -> dict[str, Any]:
+    """One burst on a fresh API server; the controller is `tree`'s (this checkout's by
+    default)."""
     with child(["child-cluster", "--prefix", args.prefix]) as apiserver:
         kubeconfig = apiserver.message()["kubeconfig"]
         controller_argv = ["child-controller", "--kubeconfig", kubeconfig, "--prefix", args.prefix]
         controller_argv += ["--max-loads", str(args.max_loads), "--workers", str(args.workers)]
         if args.profile is not None:
             controller_argv += ["--profile", str(args.profile)]
-        with child(controller_argv) as controller:
-            controller.message()  # imported
+        with child(controller_argv, tree=tree) as controller:
+            imported = controller.message()
             synced = controller.message()
             print(f"controller synced in {synced['seconds']:.2f} s; writing the baseline burst")
             base, base_start, base_end = write_burst(
@@ -560,6 +572,7 @@ def burst(args: argparse.Namespace) -> dict[str, Any]:
         "controller_cpu_seconds": controller_cpu,
         "apiserver_rss_mib": counts["rss"]["rss"],
         "controller_rss_mib": controller_rss.get("rss"),
+        "controller_tree": imported.get("tree"),  # the checkout whose controller ran
     }
     if not all_seen:
         figures["timed_out_after_seconds"] = last_job - end
@@ -631,6 +644,59 @@ def print_rounds(rounds: list[dict[str, Any]]) -> None:
                 f"  {label:30} {statistics.median(values):7.2f} "
                 f"({min(values):.2f} - {max(values):.2f})"
             )
+
+
+def compare_rounds(
+    args: argparse.Namespace,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """`--rounds` pairs of bursts: one with this checkout's controller, one with the compared
+    checkout's, each on a fresh API server. Which goes first alternates, so that a drift in the
+    machine's load over the minutes a run takes favours neither."""
+    here: list[dict[str, Any]] = []
+    there: list[dict[str, Any]] = []
+    for number in range(args.rounds):
+        order = [(here, None, "this checkout"), (there, args.compare, str(args.compare))]
+        if number % 2:
+            order.reverse()
+        for rounds, tree, label in order:
+            print(f"-- pair {number + 1} of {args.rounds}: {label}")
+            rounds.append(burst(args, tree))
+            print_burst(rounds[-1])
+    return here, there
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    import statistics
+
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def paired(here: list[dict[str, Any]], there: list[dict[str, Any]]) -> dict[str, Any]:
+    """The headline figures of both checkouts, pair by pair: each side's median and spread, and
+    in how many pairs this checkout's figure was the lower."""
+    summary: dict[str, Any] = {}
+    for label, figure in HEADLINE:
+        pairs = [(figure(a), figure(b)) for a, b in zip(here, there, strict=True)]
+        kept = [(a, b) for a, b in pairs if a is not None and b is not None]
+        if kept:
+            summary[label] = {
+                "this": _spread([a for a, _ in kept]),
+                "compared": _spread([b for _, b in kept]),
+                "pairs": kept,
+                "lower_here": sum(a < b for a, b in kept),
+            }
+    return summary
+
+
+def print_paired(summary: dict[str, Any], compared: Path) -> None:
+    print(f"this checkout against {compared}, pair by pair: median (min - max)")
+    for label, s in summary.items():
+        here, there = s["this"], s["compared"]
+        print(
+            f"  {label:30} here {here['median']:6.2f} ({here['min']:.2f} - {here['max']:.2f})"
+            f"  compared {there['median']:6.2f} ({there['min']:.2f} - {there['max']:.2f})"
+            f"  lower here in {s['lower_here']} of {len(s['pairs'])} pairs"
+        )
 
 
 # -- parent: memory ---------------------------------------------------------------------------
@@ -717,7 +783,9 @@ def parser() -> argparse.ArgumentParser:
     burst_options = argparse.ArgumentParser(add_help=False)
     burst_options.add_argument("--pvcs", type=int, default=1000)
     burst_options.add_argument("--threads", type=int, default=8, help="client threads writing")
-    burst_options.add_argument("--rounds", type=int, default=1, help="bursts, each on a new server")
+    burst_options.add_argument(
+        "--rounds", type=int, default=1, help="bursts (pairs with --compare), each on a new server"
+    )
     memory_options = argparse.ArgumentParser(add_help=False)
     memory_options.add_argument("--watched", type=int, default=10_000)
     memory_options.add_argument(
@@ -727,7 +795,16 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "all", parents=[run, burst_options, memory_options], help="burst, then memory (default)"
     )
-    sub.add_parser("burst", parents=[run, burst_options], help="Job latency after a PVC burst")
+    compare = sub.add_parser(
+        "burst", parents=[run, burst_options], help="Job latency after a PVC burst"
+    )
+    compare.add_argument(
+        "--compare",
+        type=Path,
+        metavar="DIR",
+        help="another checkout (git worktree add DIR REV): each round runs its controller and "
+        "this one's, in alternating order, and the figures are reported pair by pair",
+    )
     sub.add_parser("memory", parents=[run, memory_options], help="controller RSS, many PVCs")
     # Internal: the child processes the benchmarks start.
     e = sub.add_parser("child-cluster", parents=[shared])
@@ -747,6 +824,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["all", *argv]
     args = parser().parse_args(argv)
+    compared = getattr(args, "compare", None)
+    if compared is not None and not (compared / "bench" / "controller.py").is_file():
+        parser().error(f"--compare {compared}: no bench/controller.py there; give a checkout")
     children: dict[str, Callable[[argparse.Namespace], int]] = {
         "child-cluster": run_cluster,
         "child-controller": run_controller,
@@ -754,7 +834,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in children:
         return children[args.command](args)
     figures: dict[str, Any] = {}
-    if args.command in ("all", "burst"):
+    if args.command == "burst" and args.compare is not None:
+        here, there = compare_rounds(args)
+        summary = paired(here, there)
+        figures["burst"] = {
+            "this": here,
+            "compared": {"tree": str(args.compare), "rounds": there},
+            "paired": summary,
+        }
+        print_paired(summary, args.compare)
+    elif args.command in ("all", "burst"):
         rounds = []
         for number in range(args.rounds):
             if args.rounds > 1:
