@@ -7,17 +7,14 @@ import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from certs.issue import (
-    DEFAULT_CA_VALIDITY,
-    DEFAULT_SERVING_VALIDITY,
-    CertBundle,
-    KeyType,
-    ServingSpec,
-    issue_bundle,
-)
-from certs.pem import CertificateError
-from certs.store import ALL_KEYS, FileStore
+# Only the choices at import: the parser is built by every process, and the code that makes
+# certificates imports cryptography (7.5 MiB resident), which the controller never uses.
+from certs.defaults import DEFAULT_CA_VALIDITY, DEFAULT_SERVING_VALIDITY, KeyType
+
+if TYPE_CHECKING:
+    from certs.issue import CertBundle
 
 
 def ensure_certificates(
@@ -35,6 +32,9 @@ def ensure_certificates(
     Existing files are used as they are (renewal is CertReloader.run's job); files that do not
     fit together raise CertificateError naming the file.
     """
+    from certs.issue import ServingSpec, issue_bundle
+    from certs.store import FileStore
+
     store = FileStore(cert_dir)
     existing = store.load()
     if existing is not None:
@@ -61,6 +61,10 @@ def issue_command(
     days: int,
 ) -> int:
     """Write a new CA and serving certificate to `out`. Exit 0 on success, 1 on failure."""
+    from certs.issue import ServingSpec, issue_bundle
+    from certs.pem import CertificateError
+    from certs.store import ALL_KEYS, FileStore
+
     present = [name for name in ALL_KEYS if (out / name).exists()]
     if present:
         print(

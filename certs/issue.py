@@ -13,7 +13,6 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from functools import cached_property
 
 from cryptography import x509
@@ -21,6 +20,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from certs.defaults import DEFAULT_CA_VALIDITY, DEFAULT_SERVING_VALIDITY, KeyType
 from certs.pem import (
     CertificateError,
     PrivateKey,
@@ -31,18 +31,10 @@ from certs.pem import (
     load_private_key,
 )
 
-DEFAULT_CA_VALIDITY = timedelta(days=5 * 365)
-DEFAULT_SERVING_VALIDITY = timedelta(days=365)
 DEFAULT_RENEW_FRACTION = 2 / 3
 # Certificates start a little in the past so a node whose clock lags still accepts them.
 CLOCK_SKEW_BACKDATE = timedelta(minutes=5)
 CA_COMMON_NAME = "gpu-admission-ca"
-
-
-class KeyType(StrEnum):
-    ECDSA_P256 = "ecdsa-p256"
-    RSA_2048 = "rsa-2048"
-    RSA_3072 = "rsa-3072"
 
 
 def generate_key(key_type: KeyType) -> PrivateKey:
