@@ -315,9 +315,14 @@ def run_cluster(args: argparse.Namespace) -> int:
 
 
 async def controller_main(args: argparse.Namespace) -> None:
-    # What the deployed `gpu-admission controller` process imports (its probe and metrics
-    # server with them), so that its RSS is the one measured.
+    # What the deployed `gpu-admission controller` process imports: its entry point and the
+    # whole command line, then the command's own modules (its probe and metrics server with
+    # them), so that its RSS is the one measured.
+    import commands.cli
     import commands.controller  # noqa: F401
+    from commands.parser import build_parser
+
+    build_parser()
     from controllers.dataset import DatasetController
     from gpu_admission.cluster.kube import api_client
     from gpu_admission.heap import freeze_long_lived

@@ -107,6 +107,10 @@ def test_the_controller_process_leads_loads_and_stops_cleanly(
     process, port, log_path = controller_process()
     base = f"http://127.0.0.1:{port}"
     wait_for(lambda: get(f"{base}/readyz")[0] == 200, "/readyz", process)
+    # The libraries mapped into the running process: its event loop's, and no certificate code
+    # (the webhook service's part, 7.5 MiB resident).
+    maps = Path(f"/proc/{process.pid}/maps").read_text()
+    assert "uvloop" in maps and "cryptography" not in maps
     core.create_namespaced_persistent_volume_claim(
         "ml",
         {
