@@ -58,11 +58,11 @@ from bench.controller import (
     JobWatch,
     child,
     cpu_seconds,
-    percentile,
     pinned,
     settled_counts,
     write_burst,
 )
+from bench.controller_figures import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 REVIEW = ROOT / "bench/data/pod-from-deployment.mutating.json"

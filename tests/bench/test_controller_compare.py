@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bench import controller as bench
+from bench.controller_figures import paired
 from tests import ROOT
 
 
@@ -28,7 +29,7 @@ def figures(cpu_seconds: float, last_job: float | None) -> dict[str, Any]:
 def test_pairs_are_reported_side_by_side_with_who_was_lower() -> None:
     here = [figures(0.15, 0.5), figures(0.20, None), figures(0.18, 0.4)]
     there = [figures(0.25, 0.6), figures(0.19, 0.7), figures(0.22, 0.3)]
-    summary = bench.paired(here, there)
+    summary = paired(here, there)
     cpu = summary["controller CPU per PVC (ms)"]
     assert cpu["this"] == {"median": 1.8, "min": 1.5, "max": 2.0}
     assert cpu["compared"] == {"median": 2.2, "min": 1.9, "max": 2.5}
