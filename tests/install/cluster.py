@@ -41,6 +41,7 @@ from tests.world.stand_ins.objectstores import S3Store
 NEXT_IMAGE = f"gpu-admission:{__version__}-next"
 IMPORTED_AS = [f"docker.io/library/{IMAGE}", f"docker.io/library/{NEXT_IMAGE}"]
 ROLLOUT_SECONDS = 180
+CONTROLLER = "gpu-admission-controller"  # its Deployment, and its Lease (the default name)
 # A StorageClass whose volumes can be snapshotted (the played CSI driver's).
 SNAPSHOT_STORAGE_CLASS = "snapshot-fs"
 SNAPSHOT_KINDS = ("volumesnapshotclasses", "volumesnapshotcontents", "volumesnapshots")
@@ -97,6 +98,30 @@ class InstallCluster:
         assert done.returncode == 0, (
             f"{deployment} did not roll out:\n{done.stdout}{self.diagnosis()}"
         )
+        if deployment == CONTROLLER:
+            # `rollout status` is done once the old pod is being deleted, which is before its
+            # SIGTERM arrives: until then it still leads, with the old configuration.
+            wait_for(
+                self.a_current_controller_leads,
+                "a controller pod of this rollout to hold the Lease",
+                timeout=ROLLOUT_SECONDS,
+                diagnosis=self.diagnosis,
+            )
+
+    def a_current_controller_leads(self) -> bool:
+        """The controller's Lease is held by a pod that is not being deleted (the identity is
+        `<pod name>_<suffix>`, manifests/base/controller-deployment.yaml's POD_NAME)."""
+        try:
+            lease = client.CoordinationV1Api(self.api).read_namespaced_lease(
+                CONTROLLER, "gpu-admission"
+            )
+        except client.ApiException as error:
+            if error.status == 404:  # no replica has led yet
+                return False
+            raise
+        holder = (lease.spec.holder_identity or "").rpartition("_")[0]
+        pods = self.core.list_namespaced_pod("gpu-admission").items
+        return any(p.metadata.name == holder and not p.metadata.deletion_timestamp for p in pods)
 
     def diagnosis(self, namespace: str = "gpu-admission") -> str:
         """What a person would look at: the pods, the namespace's events, the containers' logs
