@@ -673,10 +673,10 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "all", parents=[run, burst_options, memory_options], help="burst, then memory (default)"
     )
-    compare = sub.add_parser(
+    burst_parser = sub.add_parser(
         "burst", parents=[run, burst_options], help="Job latency after a PVC burst"
     )
-    compare.add_argument(
+    burst_parser.add_argument(
         "--compare",
         type=Path,
         metavar="DIR",

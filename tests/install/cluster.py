@@ -23,6 +23,7 @@ from typing import Any
 from kubernetes import client, config
 
 from gpu_admission import __version__
+from gpu_admission.names import LEADER_LEASE_NAME
 from tests import ROOT
 from tests.world import control_plane
 from tests.world.containers.engine import IMAGE, builder
@@ -41,7 +42,7 @@ from tests.world.stand_ins.objectstores import S3Store
 NEXT_IMAGE = f"gpu-admission:{__version__}-next"
 IMPORTED_AS = [f"docker.io/library/{IMAGE}", f"docker.io/library/{NEXT_IMAGE}"]
 ROLLOUT_SECONDS = 180
-CONTROLLER = "gpu-admission-controller"  # its Deployment, and its Lease (the default name)
+CONTROLLER = "gpu-admission-controller"  # its Deployment
 # A StorageClass whose volumes can be snapshotted (the played CSI driver's).
 SNAPSHOT_STORAGE_CLASS = "snapshot-fs"
 SNAPSHOT_KINDS = ("volumesnapshotclasses", "volumesnapshotcontents", "volumesnapshots")
@@ -113,7 +114,7 @@ class InstallCluster:
         `<pod name>_<suffix>`, manifests/base/controller-deployment.yaml's POD_NAME)."""
         try:
             lease = client.CoordinationV1Api(self.api).read_namespaced_lease(
-                CONTROLLER, "gpu-admission"
+                LEADER_LEASE_NAME, "gpu-admission"
             )
         except client.ApiException as error:
             if error.status == 404:  # no replica has led yet
