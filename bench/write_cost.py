@@ -1,9 +1,10 @@
 """The client's CPU per API write: the same Event POSTed to a real kube-apiserver through the
-controller's writer (`controllers.raw_writes`: aiohttp on the controller's event loop, uvloop,
-and again on asyncio's own loop), through the `kubernetes` client's generated method from
-threads (urllib3), and as bare HTTP/1.1 over a blocking TLS socket per thread (the baseline: no
-client library at all, only TLS and the request's bytes). Each round runs them in turn on the
-same server; the figures are CPU
+controller's writer (`controllers.raw_writes`: kept-alive connections answered through httptools,
+`gpu_admission.cluster.api_connections`, on the controller's event loop, uvloop, and again on
+asyncio's own loop), through an aiohttp client session on uvloop (the writer's transport
+before), through the `kubernetes` client's generated method from threads (urllib3), and as bare
+HTTP/1.1 over a blocking TLS socket per thread (the baseline: no client library at all, only TLS
+and the request's bytes). Each round runs them in turn on the same server; the figures are CPU
 microseconds per request in this process (user + system), their median and range over rounds,
 and each path's ratio to the bare socket.
 
@@ -85,6 +86,41 @@ async def writer_burst(api: Any, requests: int, concurrency: int) -> float:
     spent = cpu_seconds() - before
     await writer.close()
     return spent
+
+
+def aiohttp_session(api: Any, requests: int, concurrency: int) -> float:
+    """The writer's transport before: one aiohttp ClientSession, the same headers and bytes."""
+    from gpu_admission import event_loop
+
+    return event_loop.run(aiohttp_burst(api, requests, concurrency))
+
+
+async def aiohttp_burst(api: Any, requests: int, concurrency: int) -> float:
+    import aiohttp
+
+    configuration = api.configuration
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    headers = {
+        "Authorization": configuration.api_key["BearerToken"],
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+    }
+    url = configuration.host + PATH
+    connector = aiohttp.TCPConnector(ssl=context, limit=32)
+    jar = aiohttp.DummyCookieJar()
+    async with aiohttp.ClientSession(connector=connector, cookie_jar=jar) as session:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(i: int) -> None:
+            data = json.dumps(event(i), separators=(",", ":")).encode()
+            async with gate, session.post(url, data=data, headers=headers) as response:
+                await response.read()
+                assert response.status == 201, response.status
+
+        await asyncio.gather(*(one(i) for i in range(concurrency)))  # connections open
+        before = cpu_seconds()
+        await asyncio.gather(*(one(i) for i in range(requests)))
+        return cpu_seconds() - before
 
 
 def in_threads(one: Callable[[int], None], requests: int, concurrency: int) -> float:
@@ -170,6 +206,7 @@ def bare_socket(api: Any, requests: int, concurrency: int) -> float:
 PATHS: dict[str, Callable[[Any, int, int], float]] = {
     "controller writer (uvloop)": controller_writer,
     "writer on asyncio's loop": controller_writer_on_asyncio,
+    "aiohttp session (uvloop)": aiohttp_session,
     "generated method (urllib3)": generated_method,
     "bare TLS socket (baseline)": bare_socket,
 }

@@ -1,19 +1,21 @@
-"""Writes sent as JSON bytes over an aiohttp session, with the `kubernetes` ApiClient's
-credentials and TLS settings, without its generated methods or its urllib3 pool.
+"""Writes sent as JSON bytes on the event loop, with the `kubernetes` ApiClient's credentials
+and TLS settings, without its generated methods or its urllib3 pool.
 
 A generated method validates its arguments with pydantic, walks the body to sanitise it and
 builds model objects; urllib3 and http.client then parse every answer's headers in Python.
 Measured with `python -m bench.controller burst --profile`, those were most of the controller's
 CPU per dataset PVC: the same POST costs the client 500-800 us through the ApiClient's pool from
-worker threads, about 280 us through aiohttp on the event loop (its parser is C). The
-controller's bodies are plain dicts it built itself, so here they are only encoded as JSON (in C,
-by msgspec). The ApiClient still makes the credentials (`param_serialize`, which calls the
+worker threads. Here each request is its bytes, written on a kept-alive connection and answered
+through httptools (`gpu_admission.cluster.api_connections`): about 100 us (`python -m
+bench.write_cost`), where aiohttp's client, this writer's transport before, took about 250 us.
+The controller's bodies are plain dicts it built itself, so here they are only encoded as JSON
+(in C, by msgspec). The ApiClient still makes the credentials (`param_serialize`, which calls the
 configuration's token refresh hook), once a second at most, so a rotated ServiceAccount token is
 picked up as before.
 
-libcurl (pycurl's multi interface on the event loop) was tried in this writer's place: about 60 us
-less per request than aiohttp in `python -m bench.write_cost`, no difference `bench.controller`
-could see through its spread, and 6.5 MiB more resident memory (its own OpenSSL and libcurl).
+libcurl (pycurl's multi interface on the event loop) was tried in aiohttp's place: about 60 us
+less per request, no difference `bench.controller` could see through its spread, and 6.5 MiB
+more resident memory (its own OpenSSL and libcurl).
 
 Priority and fairness: a 429 (the API server's answer when this client's flow is over its
 share) is retried after its Retry-After, and every writer of this object waits that long before
@@ -28,14 +30,17 @@ import asyncio
 import logging
 import ssl
 import time
+from base64 import b64encode
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
-import aiohttp
 import msgspec
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import should_bypass_proxies
+
+from gpu_admission.cluster.api_connections import ApiConnections, Proxy, endpoint
 
 JSON = "application/json"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
@@ -67,13 +72,16 @@ def retry_after_seconds(value: str | None) -> float:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
-def tls_context(configuration: Configuration) -> ssl.SSLContext | bool:
-    """The TLS settings the ApiClient's pool uses (kubernetes/client/rest.py), for aiohttp."""
+def tls_context(configuration: Configuration) -> ssl.SSLContext:
+    """The TLS settings the ApiClient's pool uses (kubernetes/client/rest.py)."""
     if not configuration.verify_ssl:
-        return False
-    context = ssl.create_default_context(
-        cafile=configuration.ssl_ca_cert, cadata=configuration.ca_cert_data
-    )
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context = ssl.create_default_context(
+            cafile=configuration.ssl_ca_cert, cadata=configuration.ca_cert_data
+        )
     if configuration.assert_hostname is False:
         context.check_hostname = False
     if configuration.cert_file:
@@ -81,16 +89,25 @@ def tls_context(configuration: Configuration) -> ssl.SSLContext | bool:
     return context
 
 
-def _proxy(configuration: Configuration) -> str | None:
+def proxy_of(configuration: Configuration) -> Proxy | None:
+    """The HTTP proxy the ApiClient would go through (its `proxy`, unless `no_proxy` names the
+    server: kubernetes/client/rest.py), with its `proxy_headers`."""
     proxy = configuration.proxy
     if not proxy or should_bypass_proxies(configuration.host, configuration.no_proxy or ""):
         return None
-    if not proxy.startswith(("http://", "https://")):
+    scheme = str(proxy).split("://")[0] if "://" in str(proxy) else ""
+    url = urlsplit(str(proxy))
+    if scheme != "http" or not url.hostname:
         raise ValueError(
-            f"the controller writes through HTTP proxies only; {proxy.split('://')[0]}:// is not "
-            "supported (configuration.proxy)"
+            f"the controller writes through http:// proxies only (it asks them to CONNECT); "
+            f"the configured proxy is {scheme or 'not a URL'}{'://' if scheme else ''}: set it "
+            "as http://host:port, or name the API server in NO_PROXY"
         )
-    return str(proxy)
+    headers = {str(k): str(v) for k, v in (configuration.proxy_headers or {}).items()}
+    if url.username and "Proxy-Authorization" not in headers:
+        credentials = f"{unquote(url.username)}:{unquote(url.password or '')}"
+        headers["Proxy-Authorization"] = "Basic " + b64encode(credentials.encode()).decode()
+    return Proxy(url.hostname, url.port or 80, headers)
 
 
 class RawWriter:
@@ -104,82 +121,87 @@ class RawWriter:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._client = api_client
-        configuration = api_client.configuration
-        self._tls = tls_context(configuration)
-        self._proxy = _proxy(configuration)
-        self._proxy_headers = configuration.proxy_headers
-        self._server_name = configuration.tls_server_name or None
         self.max_retries = max_retries
         self._clock, self._sleep = clock, sleep
-        self._session: aiohttp.ClientSession | None = None
-        self._credentials: dict[str, tuple[float, str, dict[str, str]]] = {}
+        self._connections: ApiConnections | None = None
+        # The header lines of each content type, credentials included, and when they were made.
+        self._heads: dict[str, tuple[float, bytes]] = {}
         self._not_before = 0.0  # no request before this (clock) time: a 429's Retry-After
         self.throttled = 0  # 429 answers seen (the tests read it)
 
-    def _open(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._tls, limit=MAX_CONNECTIONS)
-            timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
-            # No cookies, no JSON decoding: bytes in, bytes out.
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()
+    @property
+    def connections(self) -> ApiConnections:
+        """Made at the first write, on the loop that uses them, from the configuration the
+        ApiClient has then (a ValueError says what in it cannot be used)."""
+        if self._connections is None:
+            configuration = self._client.configuration
+            where = endpoint(
+                configuration.host,
+                tls_context(configuration),
+                configuration.tls_server_name or None,
+                proxy_of(configuration),
             )
-        return self._session
+            self._connections = ApiConnections(where, MAX_CONNECTIONS, REQUEST_TIMEOUT_SECONDS)
+        return self._connections
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._connections is not None:
+            await self._connections.close()
+            self._connections = None
 
     async def request(self, method: str, path: str, body: Any, content_type: str = JSON) -> bytes:
         """The answer's body; ApiException for an error status (after a 429's retries)."""
+        if not path.startswith("/") or not path.isprintable() or " " in path:
+            raise ValueError(f"not a request path: {path!r}")
+        connections = self.connections
         data = _encode(body)
+        target = f"{method} {connections.endpoint.prefix}{path} HTTP/1.1\r\n".encode("latin-1")
         attempt = 0
         while True:
             await self._wait_turn()
-            status, reason, headers, answer = await self._send(method, path, data, content_type)
-            if status < 400:
-                return answer
-            if status == 429 and attempt < self.max_retries:
+            request = b"%b%bContent-Length: %d\r\n\r\n%b" % (
+                target,
+                self._head(content_type),
+                len(data),
+                data,
+            )
+            answer = await connections.request(request)
+            if answer.status < 400:
+                return answer.body
+            headers = answer.header_map()
+            if answer.status == 429 and attempt < self.max_retries:
                 attempt += 1
                 self._back_off(retry_after_seconds(headers.get("Retry-After")))
                 continue
-            text = answer.decode("utf-8", "replace")
-            error = ApiException(status=status, reason=reason, body=text)
+            text = answer.body.decode("utf-8", "replace")
+            error = ApiException(status=answer.status, reason=answer.reason, body=text)
             error.headers = headers
             raise error
 
-    async def _send(
-        self, method: str, path: str, data: bytes, content_type: str
-    ) -> tuple[int, str, Any, bytes]:
-        base, headers = self._head(content_type)
-        async with self._open().request(
-            method,
-            base + path,
-            data=data,
-            headers=headers,
-            proxy=self._proxy,
-            proxy_headers=self._proxy_headers,
-            server_hostname=self._server_name,
-        ) as response:
-            answer = await response.read()
-            return response.status, response.reason or "", response.headers, answer
-
-    def _head(self, content_type: str) -> tuple[str, dict[str, str]]:
-        """The server's URL and the request's headers, credentials included, as the ApiClient
-        makes them (asked again once CREDENTIALS_SECONDS have passed)."""
+    def _head(self, content_type: str) -> bytes:
+        """The request's header lines, credentials included, as the ApiClient makes them (asked
+        again once CREDENTIALS_SECONDS have passed)."""
         now = self._clock()
-        made = self._credentials.get(content_type)
+        made = self._heads.get(content_type)
         if made is None or now - made[0] >= CREDENTIALS_SECONDS:
-            _, url, headers, _, _ = self._client.param_serialize(
+            _, _, headers, _, _ = self._client.param_serialize(
                 method="POST",
                 resource_path="",
                 header_params={"Content-Type": content_type, "Accept": JSON},
                 auth_settings=["BearerToken"],
             )
-            made = (now, url, dict(headers))
-            self._credentials[content_type] = made
-        return made[1], made[2]
+            lines = [f"Host: {self.connections.endpoint.authority}"]
+            for name, value in headers.items():
+                if "\r" in str(value) or "\n" in str(value):  # http.client refuses these too
+                    raise ValueError(
+                        f"the API client's {name} header has a line break in its value (a "
+                        "token file ending in a newline?)"
+                    )
+                if name.lower() != "content-length":
+                    lines.append(f"{name}: {value}")
+            made = (now, ("\r\n".join(lines) + "\r\n").encode("latin-1"))
+            self._heads[content_type] = made
+        return made[1]
 
     async def _wait_turn(self) -> None:
         wait = self._not_before - self._clock()
