@@ -1,7 +1,7 @@
 """The dataset controller's calls to the Kubernetes API, and what their failures mean.
 
 The writes of every load (Job creates, PVC status patches, Events, gate releases) go out as JSON
-bytes on the event loop (`controllers.raw_writes`: aiohttp, no model objects, 429s waited out),
+bytes on the event loop (`controllers.raw_writes`: no model objects, 429s waited out),
 as many at once as reconcile workers are writing. The rarer calls run the generated methods on
 the controller's own bounded thread pool (one thread per reconcile worker), each read to its end
 (`controllers.api.write`) so the connection goes back to the pool. A write refused because its
