@@ -49,6 +49,7 @@ from controllers.dataset.records import (
     pvc_record,
     waiting_pod,
 )
+from controllers.dataset.shapes import DatasetPvc, LoaderJob
 from controllers.dataset.slots import LoadSlots
 from controllers.dataset.snapshots import SnapshotKeeper
 from controllers.dataset.starts import LoaderStarts
@@ -239,6 +240,7 @@ class DatasetController:
                 obj, names, dataset.default_parallelism, dataset.max_parallelism
             ),
             handlers=[self._on_pvc],
+            shape=DatasetPvc,
         )
         self.jobs = Informer(
             "dataset-loader-jobs",
@@ -246,6 +248,7 @@ class DatasetController:
             label_selector=selector,
             transform=job_record,
             handlers=[self._on_job],
+            shape=LoaderJob,
         )
         self.loader_pods = Informer(
             "dataset-loader-pods",

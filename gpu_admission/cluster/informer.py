@@ -29,10 +29,11 @@ import logging
 import random
 import threading
 import time
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
 import msgspec
 import urllib3
@@ -50,6 +51,27 @@ T = TypeVar("T")
 _MIN_HEALTHY_WATCH_SECONDS = 1.0
 # Lists and watch events decoded in C, to plain dicts and lists as json.loads gives them.
 _decode = msgspec.json.Decoder().decode
+# What a watch ERROR event's object (a metav1.Status) is read for, whatever the shape.
+_STATUS_FIELDS = {"code": Any, "reason": Any, "message": Any}
+
+
+def shaped_decoders(shape: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """Decoders of a list answer and of a watch event whose objects are read only for the
+    fields of `shape` (a TypedDict: nested TypedDicts for the objects inside, `Any` for what is
+    kept whole). Everything else of each object (a Job's pod template, every managedFields
+    entry) is skipped by the decoder, never made into Python objects: a loader Job's watch
+    event decoded whole cost its informer more than the rest of its handling. The results are
+    plain dicts, as `transform` expects."""
+    if shape is None:
+        return _decode, _decode
+    # The functional form: these types are made at run time, and the class form's annotations
+    # would be strings naming this function's locals, which nothing could resolve.
+    make: Any = TypedDict
+    fields = {**typing.get_type_hints(shape), **_STATUS_FIELDS}
+    item = make(f"{shape.__name__}Read", fields, total=False)
+    event = make("WatchEvent", {"type": Any, "object": item}, total=False)
+    listed = make("List", {"metadata": Any, "items": list[item] | None}, total=False)
+    return msgspec.json.Decoder(listed).decode, msgspec.json.Decoder(event).decode
 
 
 class EventType(StrEnum):
@@ -154,10 +176,12 @@ class Informer(Generic[T]):
         optional: bool = False,
         not_served_recheck_seconds: float = 300.0,
         reachability: Reachability = API_SERVER,
+        shape: Any = None,
     ) -> None:
         """`optional`: the API server may not serve this resource at all (an API group that
         older clusters lack). A list answered 404 then counts as synced and empty, is logged
-        once, and is tried again every `not_served_recheck_seconds`."""
+        once, and is tried again every `not_served_recheck_seconds`. `shape`: the fields
+        `transform` and `key` read (see `shaped_decoders`); whole objects when None."""
         self.name = name
         self._list_call = list_call
         self._transform = transform
@@ -177,6 +201,7 @@ class Informer(Generic[T]):
         self._recheck = not_served_recheck_seconds
         self._served = True
         self._reachability = reachability
+        self._decode_list, self._decode_event = shaped_decoders(shape)
 
         self._store: dict[str, T] = {}
         self.changes = 0  # counts every change of the store; readers only compare it
@@ -375,7 +400,7 @@ class Informer(Generic[T]):
             response = self._call(**kwargs, _request_timeout=(10.0, self._request_timeout))
             clean = False
             try:
-                body = _decode(response.data)
+                body = self._decode_list(response.data)
                 clean = True
             finally:
                 self._release(response, clean)
@@ -410,7 +435,7 @@ class Informer(Generic[T]):
                 if self._stop.is_set():
                     return True
                 if line:
-                    self._handle(_decode(line))
+                    self._handle(self._decode_event(line))
                     delivered = True
             clean = True
         finally:
