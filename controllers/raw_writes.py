@@ -6,8 +6,8 @@ builds model objects; urllib3 and http.client then parse every answer's headers 
 Measured with `python -m bench.controller burst --profile`, those were most of the controller's
 CPU per dataset PVC: the same POST costs the client 500-800 us through the ApiClient's pool from
 worker threads. Here each request is its bytes, written on a kept-alive connection and answered
-through httptools (`gpu_admission.cluster.api_connections`): about 100 us (`python -m
-bench.write_cost`), where aiohttp's client, this writer's transport before, took about 250 us.
+through httptools (`gpu_admission.cluster.api_connections`): 106 us (`python -m
+bench.write_cost`), where an aiohttp client session, this writer's transport before, takes 183.
 The controller's bodies are plain dicts it built itself, so here they are only encoded as JSON
 (in C, by msgspec). The ApiClient still makes the credentials (`param_serialize`, which calls the
 configuration's token refresh hook), once a second at most, so a rotated ServiceAccount token is

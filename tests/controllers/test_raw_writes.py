@@ -9,10 +9,18 @@ from collections.abc import AsyncIterator
 
 import pytest
 from kubernetes import client
-from kubernetes.client import Configuration
+from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
-from controllers.raw_writes import STRATEGIC_MERGE, RawWriter, retry_after_seconds, tls_context
+from controllers.raw_writes import (
+    STRATEGIC_MERGE,
+    RawWriter,
+    proxy_of,
+    retry_after_seconds,
+    tls_context,
+)
+from gpu_admission import event_loop
+from gpu_admission.cluster.api_connections import Proxy
 from tests.world.namespaces import namespace_ready
 
 NS = "raw-writes"
@@ -131,3 +139,36 @@ async def test_the_credentials_are_made_again_once_a_second(writer, kube_client)
     clock.now += 1.0
     await raw.request("POST", CONFIGMAPS, config_map("c4"))
     assert len(made) == 2  # a rotated token is picked up within a second
+
+
+def test_the_proxy_is_the_clients_and_its_password_is_never_echoed() -> None:
+    assert proxy_of(_configuration()) is None
+    assert proxy_of(_configuration(proxy="http://proxy.example:3128")) == Proxy(
+        "proxy.example", 3128, {}
+    )
+    bypassed = _configuration(proxy="http://proxy.example:3128", no_proxy="10.0.0.0/8")
+    assert proxy_of(bypassed) is None
+    with_user = proxy_of(_configuration(proxy="http://ops:s%40cret@proxy.example"))
+    assert with_user == Proxy(
+        "proxy.example", 80, {"Proxy-Authorization": "Basic b3BzOnNAY3JldA=="}
+    )
+    given = {"Proxy-Authorization": "Bearer t"}
+    assert proxy_of(_configuration(proxy="http://p:1", proxy_headers=given)) == Proxy("p", 1, given)
+    for refused in ("https://ops:s3cret@proxy.example:3128", "socks5://ops:s3cret@proxy:1080"):
+        with pytest.raises(ValueError, match="http:// proxies only") as raised:
+            proxy_of(_configuration(proxy=refused))
+        assert "s3cret" not in str(raised.value) and "ops" not in str(raised.value)
+
+
+def test_a_token_with_a_line_break_is_refused_without_echoing_it() -> None:
+    api = ApiClient(_configuration(api_key={"BearerToken": "Bearer s3cret\n"}))
+
+    async def main() -> str:
+        writer = RawWriter(api)
+        with pytest.raises(ValueError) as raised:
+            await writer.request("POST", "/api/v1/namespaces/x/events", {})
+        await writer.close()
+        return str(raised.value)
+
+    error = event_loop.run(main())
+    assert "authorization header has a line break" in error and "s3cret" not in error

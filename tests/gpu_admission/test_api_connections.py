@@ -13,9 +13,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient, Configuration
 
-from controllers.raw_writes import RawWriter, proxy_of
+from controllers.raw_writes import RawWriter
 from gpu_admission import event_loop
 from gpu_admission.cluster.api_connections import (
     ApiConnectionError,
@@ -235,46 +234,6 @@ def test_an_endpoint_is_read_from_the_servers_url(
     assert (made.tls is not None) == tls and (made.server_hostname == host) == tls
     with pytest.raises(ValueError, match="must be http"):
         endpoint("unix:///var/run/k8s.sock", None)
-
-
-def _configuration(**values: object) -> Configuration:
-    configuration = Configuration(host="https://10.0.0.1:6443")
-    for key, value in values.items():
-        setattr(configuration, key, value)
-    return configuration
-
-
-def test_the_proxy_is_the_clients_and_its_password_is_never_echoed() -> None:
-    assert proxy_of(_configuration()) is None
-    assert proxy_of(_configuration(proxy="http://proxy.example:3128")) == Proxy(
-        "proxy.example", 3128, {}
-    )
-    bypassed = _configuration(proxy="http://proxy.example:3128", no_proxy="10.0.0.0/8")
-    assert proxy_of(bypassed) is None
-    with_user = proxy_of(_configuration(proxy="http://ops:s%40cret@proxy.example"))
-    assert with_user == Proxy(
-        "proxy.example", 80, {"Proxy-Authorization": "Basic b3BzOnNAY3JldA=="}
-    )
-    given = {"Proxy-Authorization": "Bearer t"}
-    assert proxy_of(_configuration(proxy="http://p:1", proxy_headers=given)) == Proxy("p", 1, given)
-    for refused in ("https://ops:s3cret@proxy.example:3128", "socks5://ops:s3cret@proxy:1080"):
-        with pytest.raises(ValueError, match="http:// proxies only") as raised:
-            proxy_of(_configuration(proxy=refused))
-        assert "s3cret" not in str(raised.value) and "ops" not in str(raised.value)
-
-
-def test_a_token_with_a_line_break_is_refused_without_echoing_it() -> None:
-    api = ApiClient(_configuration(api_key={"BearerToken": "Bearer s3cret\n"}))
-
-    async def main() -> str:
-        writer = RawWriter(api)
-        with pytest.raises(ValueError) as raised:
-            await writer.request("POST", "/api/v1/namespaces/x/events", {})
-        await writer.close()
-        return str(raised.value)
-
-    error = run(main)
-    assert "authorization header has a line break" in error and "s3cret" not in error
 
 
 CONFIGMAPS = "/api/v1/namespaces/through-proxy/configmaps"
