@@ -193,7 +193,13 @@ class _Connection(asyncio.Protocol):
         self._tunnel = bytearray()
         head = f"CONNECT {endpoint.authority} HTTP/1.1\r\nHost: {endpoint.authority}\r\n"
         head += "".join(f"{k}: {v}\r\n" for k, v in proxy.headers.items())
-        answer = await self.send((head + "\r\n").encode("latin-1"))
+        try:
+            answer = await self.send((head + "\r\n").encode("latin-1"))
+        except ClosedBeforeAnswer:
+            raise ApiConnectionError(
+                f"the proxy {proxy.host}:{proxy.port} closed the connection instead of answering "
+                f"CONNECT to {endpoint.authority}"
+            ) from None
         if not 200 <= answer.status < 300:
             self.close()
             raise ApiConnectionError(

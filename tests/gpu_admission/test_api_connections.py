@@ -283,3 +283,25 @@ def test_a_proxy_that_refuses_is_named_with_its_answer() -> None:
         f"the proxy 127.0.0.1:{port} refused to CONNECT to 10.0.0.1:6443: HTTP 407 Proxy "
         "Authentication Required"
     )
+
+
+def test_a_proxy_that_hangs_up_is_named() -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+
+    async def main() -> tuple[int, str]:
+        server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+        port = int(server.sockets[0].getsockname()[1])
+        where = Proxy("127.0.0.1", port)
+        pool = ApiConnections(endpoint("https://10.0.0.1:6443", None, proxy=where), 1, 30)
+        with pytest.raises(ApiConnectionError) as raised:
+            await pool.request(GET)
+        server.close()
+        return port, str(raised.value)
+
+    port, error = run(main)
+    assert error == (
+        f"the proxy 127.0.0.1:{port} closed the connection instead of answering CONNECT to "
+        "10.0.0.1:6443"
+    )
