@@ -117,6 +117,11 @@ def cluster(real_cluster: ControlPlane, api: client.ApiClient) -> Iterator[Contr
     namespace_ready(api, NS)
     yield real_cluster
     install_policies(api, Config())  # as the base installs them, for the modules after this
+    # What the module made goes with it: its dataset PVC would be loaded by the next test that
+    # runs a controller, and its pods run by the next test that brings a node.
+    core = client.CoreV1Api(api)
+    core.delete_collection_namespaced_pod(NS, grace_period_seconds=0)
+    core.delete_collection_namespaced_persistent_volume_claim(NS)
 
 
 def in_force(
