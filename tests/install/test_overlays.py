@@ -12,6 +12,7 @@ from kubernetes import client
 
 from tests import ROOT
 from tests.install.cluster import InstallCluster, wait_for
+from tests.world.crds import wait_established
 
 CRDS = ROOT.parent / "shared" / "crds"
 VIOLATORS = "team-a"
@@ -23,7 +24,7 @@ def install_crds(cluster: InstallCluster, *names: str) -> None:
         if not path.is_file():
             pytest.fail(f"the CRD {name} is not in {CRDS}")
         cluster.kubectl("apply", "--server-side", "-f", str(path))
-    cluster.kubectl("wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all")
+    wait_established(cluster.api)
 
 
 def left_behind(cluster: InstallCluster) -> list[str]:

