@@ -243,6 +243,7 @@ class ApiConnections:
         self._idle: collections.deque[_Connection] = collections.deque()
         self._busy: set[_Connection] = set()
         self._late = f"no answer from the API server at {endpoint.authority} in {timeout:g} s"
+        self._closed = False
 
     async def request(self, data: bytes) -> Answer:
         """Send one whole request (head and body, as bytes) and read its answer."""
@@ -260,6 +261,8 @@ class ApiConnections:
             return answer
 
     async def close(self) -> None:
+        """Abort every connection; a request still waiting fails, and none opens a new one."""
+        self._closed = True
         for connection in (*self._idle, *self._busy):
             connection.abort()
         self._idle.clear()
@@ -287,6 +290,8 @@ class ApiConnections:
             self._busy.discard(connection)
 
     async def _open(self) -> _Connection:
+        if self._closed:
+            raise ApiConnectionError("the connections to the API server are closed")
         where = self.endpoint.authority
         if self.endpoint.proxy is not None:
             where += f" through the proxy {self.endpoint.proxy.host}:{self.endpoint.proxy.port}"

@@ -305,3 +305,35 @@ def test_a_proxy_that_hangs_up_is_named() -> None:
         f"the proxy 127.0.0.1:{port} closed the connection instead of answering CONNECT to "
         "10.0.0.1:6443"
     )
+
+
+def test_closing_fails_what_waits_and_opens_nothing_more() -> None:
+    """A request held by the server when the pool closes (the controller stopping) fails; it is
+    not sent again on a new connection, and nothing later is."""
+    holding = asyncio.Event()
+
+    async def hold(n: int, writer: asyncio.StreamWriter) -> bool:
+        if n == 0:
+            writer.write(OK)
+            return True
+        holding.set()
+        await asyncio.Event().wait()
+        return False
+
+    async def main() -> tuple[str, str, int]:
+        server = ScriptedServer(hold)
+        async with server as url:
+            pool = ApiConnections(endpoint(url, None), limit=1, timeout=30)
+            assert (await pool.request(GET)).status == 200
+            waiting = asyncio.ensure_future(pool.request(GET))  # reuses the connection
+            await holding.wait()  # the server has read it
+            await pool.close()
+            with pytest.raises(ApiConnectionError) as failed:
+                await waiting
+            with pytest.raises(ApiConnectionError) as later:
+                await pool.request(GET)
+        return str(failed.value), str(later.value), server.connections
+
+    failed, later, connections = run(main)
+    assert failed == "the connections to the API server are closed"
+    assert later == "the connections to the API server are closed" and connections == 1
