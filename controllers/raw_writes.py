@@ -92,11 +92,12 @@ def tls_context(configuration: Configuration) -> ssl.SSLContext:
 def proxy_of(configuration: Configuration) -> Proxy | None:
     """The HTTP proxy the ApiClient would go through (its `proxy`, unless `no_proxy` names the
     server: kubernetes/client/rest.py), with its `proxy_headers`."""
-    proxy = configuration.proxy
+    proxy = str(configuration.proxy or "")
     if not proxy or should_bypass_proxies(configuration.host, configuration.no_proxy or ""):
         return None
-    scheme = str(proxy).split("://")[0] if "://" in str(proxy) else ""
-    url = urlsplit(str(proxy))
+    url = urlsplit(proxy)
+    # Without "://" urlsplit reads "user:pw@host" as a scheme: never named back, not a URL.
+    scheme = url.scheme if "://" in proxy else ""
     if scheme != "http" or not url.hostname:
         raise ValueError(
             f"the controller writes through http:// proxies only (it asks them to CONNECT); "

@@ -266,17 +266,23 @@ def test_a_write_goes_through_an_http_proxy_to_the_real_server(kube_api, kube_cl
     ]
 
 
+async def _error_through(proxy: Proxy) -> str:
+    """What a request to an API server through `proxy` fails with."""
+    pool = ApiConnections(endpoint("https://10.0.0.1:6443", None, proxy=proxy), 1, 30)
+    with pytest.raises(ApiConnectionError) as raised:
+        await pool.request(GET)
+    return str(raised.value)
+
+
 def test_a_proxy_that_refuses_is_named_with_its_answer() -> None:
     proxy = ConnectProxy(refuse=(407, "Proxy Authentication Required"))
 
     async def main() -> tuple[int, str]:
         port = await proxy.start()
-        where = Proxy("127.0.0.1", port, {"Proxy-Authorization": "Basic c2VjcmV0"})
-        pool = ApiConnections(endpoint("https://10.0.0.1:6443", None, proxy=where), 1, 30)
-        with pytest.raises(ApiConnectionError) as raised:
-            await pool.request(GET)
+        credentials = {"Proxy-Authorization": "Basic c2VjcmV0"}
+        error = await _error_through(Proxy("127.0.0.1", port, credentials))
         await proxy.close()
-        return port, str(raised.value)
+        return port, error
 
     port, error = run(main)
     assert error == (
@@ -293,12 +299,9 @@ def test_a_proxy_that_hangs_up_is_named() -> None:
     async def main() -> tuple[int, str]:
         server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
         port = int(server.sockets[0].getsockname()[1])
-        where = Proxy("127.0.0.1", port)
-        pool = ApiConnections(endpoint("https://10.0.0.1:6443", None, proxy=where), 1, 30)
-        with pytest.raises(ApiConnectionError) as raised:
-            await pool.request(GET)
+        error = await _error_through(Proxy("127.0.0.1", port))
         server.close()
-        return port, str(raised.value)
+        return port, error
 
     port, error = run(main)
     assert error == (
