@@ -17,10 +17,11 @@ SOURCE = "s3://bench-data/{i}"
 def loader_job(name: str, uid: str, source: str, namespace: str, config: Any) -> dict[str, Any]:
     """The Job the controller makes for a fresh dataset PVC of `source`, with no credentials."""
     from controllers.dataset.jobspec import build_loader_job
-    from gpu_admission.datasource import loader_job_name, parse_data_source
+    from gpu_admission.dataset_load import DatasetContent, DatasetLoad
+    from gpu_admission.datasource import parse_data_source
 
     return build_loader_job(
-        job_name=loader_job_name(name, uid, source),
+        job_name=DatasetLoad(name, uid, DatasetContent(source)).job,
         pvc_namespace=namespace,
         pvc_name=name,
         pvc_uid=uid,

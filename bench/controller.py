@@ -202,7 +202,7 @@ def seed(api: Any, count: int, with_jobs: bool, prefix: str) -> None:
     or, `with_jobs`, with its unfinished loader Job."""
     from kubernetes import client
 
-    from gpu_admission.datasource import loader_job_name
+    from gpu_admission.dataset_load import dataset_load
     from gpu_admission.names import PHASE_PENDING, PHASE_SUCCEEDED
 
     config = bench_config(max_loads=10, workers=1, prefix=prefix)
@@ -219,7 +219,9 @@ def seed(api: Any, count: int, with_jobs: bool, prefix: str) -> None:
             core.create_namespaced_persistent_volume_claim(NS, body, _preload_content=False).data
         )
         uid = created["metadata"]["uid"]
-        job_name = loader_job_name(name, uid, source)
+        load = dataset_load(name, uid, created["metadata"]["annotations"], names)
+        assert load is not None
+        job_name = load.job
         core.patch_namespaced_persistent_volume_claim(
             name,
             NS,

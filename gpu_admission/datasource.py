@@ -15,7 +15,6 @@ loader Job. The same parser gives the controller and the loader what they hand t
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import re
 import urllib.parse
@@ -377,33 +376,6 @@ def azure_container_problem(container: str) -> str | None:
     return None
 
 
-def content_key(source: str, sha256: str | None = None, include: str | None = None) -> str:
-    """What a load holds: the source, the digest it was checked against and the files it was
-    narrowed to (if any). Load ids and cache keys are made from it, so a new digest or another
-    set of files is a new load, and never a clone of other content."""
-    key = source
-    if sha256:
-        key += f"\x00sha256:{sha256.lower()}"
-    patterns = include_patterns(include)
-    if patterns:
-        key += "\x00include:" + ",".join(sorted(set(patterns)))
-    return key
-
-
 def include_patterns(value: str | None) -> list[str]:
     """`data-include`'s comma-separated glob patterns, blanks dropped."""
     return [p.strip() for p in (value or "").split(",") if p.strip()]
-
-
-def load_id(pvc_uid: str, source: str, retry: str = "") -> str:
-    """A stable id for one load: the same PVC, source and retry value always give the same id;
-    a new source, a new retry value (or a PVC re-created under the same name) gives another."""
-    key = f"{pvc_uid}\x00{source}" + (f"\x00{retry}" if retry else "")
-    return hashlib.sha256(key.encode()).hexdigest()[:10]
-
-
-def loader_job_name(pvc_name: str, pvc_uid: str, source: str, retry: str = "") -> str:
-    """`dl-<pvc name>-<load id>`, at most 63 characters (a Job name must also fit a label value)."""
-    # Dots become hyphens so the name is also a DNS label (pod hostnames derive from it).
-    stem = pvc_name.replace(".", "-")[: 63 - len("dl--") - 10].rstrip("-")
-    return f"dl-{stem}-{load_id(pvc_uid, source, retry)}"

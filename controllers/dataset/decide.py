@@ -81,7 +81,7 @@ def decide(
         )
     job = next((j for j in own if j.name == current_name), None)
     if job is None:
-        if pvc.job == current_name and pvc.phase in (PHASE_SUCCEEDED, PHASE_FAILED):
+        if pvc.load.phase in (PHASE_SUCCEEDED, PHASE_FAILED):
             return Plan()  # finished earlier; its Job has since been cleaned up
         if running_loads >= max_running_loads:
             return Plan(

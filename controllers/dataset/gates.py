@@ -10,7 +10,7 @@ from jsonpointer import escape
 from controllers.dataset.records import PvcRecord, WaitingPod
 from controllers.dataset.writes import ApiWriter
 from gpu_admission.cluster.informer import Informer
-from gpu_admission.names import PHASE_FAILED, Names
+from gpu_admission.names import Names
 
 
 class WaitingPods:
@@ -44,7 +44,7 @@ class WaitingPods:
         waiting = [d for d in datasets if not d.loaded]
         if waiting:
             for dataset in waiting:
-                if dataset.phase == PHASE_FAILED and dataset.job == dataset.current_job:
+                if dataset.load.failed:
                     await self._warn(pod, dataset)
             return
         await self._release(pod)

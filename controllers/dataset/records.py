@@ -8,15 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_admission.datasource import (
-    DataSource,
-    content_key,
-    loader_job_name,
-    parse_data_source,
-)
+from gpu_admission.dataset_load import DatasetContent, DatasetLoad, dataset_load
+from gpu_admission.datasource import DataSource, parse_data_source
 from gpu_admission.keyless import TokenRequest, path_problem
 from gpu_admission.load_parallelism import load_parallelism
-from gpu_admission.names import LOADING_CONDITION, PHASE_SUCCEEDED, Names
+from gpu_admission.names import LOADING_CONDITION, Names
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
@@ -35,42 +31,29 @@ class Condition:
 @dataclass(frozen=True, slots=True)
 class PvcRecord:
     namespace: str
-    name: str
-    uid: str
-    source: str
-    credentials: str | None
-    sync: bool
-    phase: str | None  # the data-load-phase annotation
-    job: str | None  # the data-load-job annotation: which load the phase is about
+    # Its name and uid, what it holds, the Job that loads it, its phase: gpu_admission.dataset_load.
+    load: DatasetLoad
+    sync: bool = False
     deleting: bool = False
     condition: Condition | None = None
     shards: int = 1
     shards_error: str | None = None  # the parallelism annotation cannot be honoured: why
     progress_label: str | None = None  # as last written
-    retry: str = ""  # the data-load-retry annotation: a new value is a new load
     storage_class: str | None = None
     cache: bool = True  # may be cloned from / kept as a snapshot (data-cache is not "false")
     cloned_from: str | None = None  # the snapshot admission cloned it from
     cloned_digest: str | None = None  # the digest that snapshot's load read (loaders.reuse)
     token: TokenRequest | None = None  # a keyless Google credential's token, as the webhook saw it
-    sha256: str | None = None  # a single web file's expected digest (data-sha256)
-    include: str | None = None  # a hub source's file patterns (data-include)
     # Which version of the PVC this is: tells an informer that lags behind our own status write
     # from one that caught up. Not compared: a new version alone is no change to act on.
     resource_version: str = field(default="", compare=False)
-    # Derived once, when the record is made (the informer's transform), not on every read:
-    # what the load copies, the Job that loads it, and the source parsed (or why it cannot be).
-    content: str = field(init=False, compare=False, repr=False)
-    current_job: str = field(init=False, compare=False, repr=False)
+    # The source parsed (or why it cannot be), once, when the record is made (the informer's
+    # transform), not on every read.
     parsed_source: DataSource | None = field(init=False, compare=False, repr=False)
     source_error: str | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        content, job, parsed, error = _derived(
-            self.name, self.uid, self.source, self.sha256, self.include, self.retry
-        )
-        object.__setattr__(self, "content", content)
-        object.__setattr__(self, "current_job", job)
+        parsed, error = _parsed(self.load.source)
         object.__setattr__(self, "parsed_source", parsed)
         object.__setattr__(self, "source_error", error)
 
@@ -78,10 +61,59 @@ class PvcRecord:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    # What the load says, under the names the controller's modules read.
+
+    @property
+    def name(self) -> str:
+        return self.load.pvc_name
+
+    @property
+    def uid(self) -> str:
+        return self.load.pvc_uid
+
+    @property
+    def source(self) -> str:
+        return self.load.source
+
+    @property
+    def content(self) -> DatasetContent:
+        return self.load.content
+
+    @property
+    def credentials(self) -> str | None:
+        return self.load.content.credentials
+
+    @property
+    def sha256(self) -> str | None:
+        return self.load.content.sha256
+
+    @property
+    def include(self) -> str | None:
+        return self.load.content.include
+
+    @property
+    def retry(self) -> str:
+        return self.load.retry
+
+    @property
+    def phase(self) -> str | None:
+        """The data-load-phase annotation as written (for any Job): `load.phase` is the current
+        content's."""
+        return self.load.recorded_phase
+
+    @property
+    def job(self) -> str | None:
+        """The data-load-job annotation: which load `phase` is about."""
+        return self.load.recorded_job
+
+    @property
+    def current_job(self) -> str:
+        return self.load.job
+
     @property
     def loaded(self) -> bool:
-        """Loaded from its current source (a success for an older source does not count)."""
-        return self.phase == PHASE_SUCCEEDED and self.job == self.current_job
+        """Loaded from its current content (a success for an older one does not count)."""
+        return self.load.loaded
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,20 +157,14 @@ class WaitingPod:
 
 
 @functools.lru_cache(maxsize=1024)
-def _derived(
-    name: str, uid: str, source: str, sha256: str | None, include: str | None, retry: str
-) -> tuple[str, str, DataSource | None, str | None]:
-    """What a PVC's load is: the content it copies (the source and the digest it must have: a
-    new one is a new load, and another entry in the cache), the Job that loads it, and the
-    source parsed or why it cannot be. Pure, and kept for the last PVC versions seen: the
-    informer makes a record for every version of a PVC, most of them (status writes, progress)
-    with the same source."""
-    content = content_key(source, sha256, include)
-    job = loader_job_name(name, uid, content, retry)
+def _parsed(source: str) -> tuple[DataSource | None, str | None]:
+    """The source parsed, or why it cannot be. Kept for the last sources seen: the informer
+    makes a record for every version of a PVC, most of them (status writes, progress) with the
+    same source."""
     try:
-        return content, job, parse_data_source(source), None
+        return parse_data_source(source), None
     except ValueError as exc:  # DataSourceError, with what to do
-        return content, job, None, str(exc)
+        return None, str(exc)
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -150,8 +176,8 @@ def pvc_record(
 ) -> PvcRecord | None:
     meta = _meta(obj)
     annotations = meta.get("annotations") or {}
-    source = annotations.get(names.data_source)
-    if not source:
+    load = dataset_load(meta.get("name", ""), meta.get("uid", ""), annotations, names)
+    if load is None:
         return None
     modes = (obj.get("spec") or {}).get("accessModes") or []
     parallelism = load_parallelism(
@@ -159,26 +185,18 @@ def pvc_record(
     )
     return PvcRecord(
         namespace=meta.get("namespace", ""),
-        name=meta.get("name", ""),
-        uid=meta.get("uid", ""),
-        source=source,
-        credentials=(annotations.get(names.data_credentials) or "").strip() or None,
+        load=load,
         sync=annotations.get(names.data_load_sync) == "true",
-        phase=annotations.get(names.data_load_phase),
-        job=annotations.get(names.data_load_job),
         deleting=bool(meta.get("deletionTimestamp")),
         condition=_loading_condition(obj.get("status") or {}),
         shards=parallelism.shards,
         shards_error=parallelism.error,
         progress_label=(meta.get("labels") or {}).get(names.data_load_progress),
-        retry=(annotations.get(names.data_load_retry) or "").strip(),
         storage_class=(obj.get("spec") or {}).get("storageClassName"),
         cache=(annotations.get(names.data_cache) or "").strip().lower() != "false",
         cloned_from=_cloned_from(obj, annotations.get(names.data_cloned_from)),
         cloned_digest=(annotations.get(names.data_cloned_digest) or "").strip() or None,
         token=_token(annotations, names),
-        sha256=(annotations.get(names.data_sha256) or "").strip().lower() or None,
-        include=(annotations.get(names.data_include) or "").strip() or None,
         resource_version=str(meta.get("resourceVersion") or ""),
     )
 

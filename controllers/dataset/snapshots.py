@@ -3,7 +3,7 @@ few snapshots per (source, credentials) are kept in each namespace.
 
 After a load succeeds, the PVC gets a VolumeSnapshot named after its load (`ds-...`, one per
 load, so a restarted controller finds it rather than taking another), labelled with the cache
-key (gpu_admission.cluster.snapshots.cache_key: source and credentials), annotated with the
+key (gpu_admission.dataset_load: content and credentials), annotated with the
 source, the credentials' name and the PVC's StorageClass, and owned by the PVC, so that deleting
 the PVC deletes its snapshots (nothing dangles). Its class is `dataset.cache.volume_snapshot_class`
 or the VolumeSnapshotClass whose driver provisions the PVC's StorageClass (the default-marked one
@@ -25,14 +25,8 @@ from kubernetes.client.exceptions import ApiException
 from controllers.dataset.records import PvcRecord
 from controllers.dataset.writes import ApiWriter
 from gpu_admission.cluster.informer import describe_error
-from gpu_admission.cluster.snapshots import (
-    SNAPSHOT_GROUP,
-    SNAPSHOT_VERSION,
-    cache_key,
-    snapshot_informer,
-)
+from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SNAPSHOT_VERSION, snapshot_informer
 from gpu_admission.config import Config
-from gpu_admission.datasource import content_key
 
 log = logging.getLogger(__name__)
 
@@ -43,20 +37,6 @@ CLASS_CACHE_SECONDS = 300.0
 def snapshot_name(job_name: str) -> str:
     """The snapshot of one load: its Job's name with `ds-` for `dl-` (same length, <= 63)."""
     return "ds-" + job_name.removeprefix("dl-")
-
-
-def content_cache_key(pvc: PvcRecord, commit: str | None) -> str | None:
-    """The cache key of what a loaded PVC holds: a hub source at the commit it resolved to
-    (None when that is not known), anything else as named."""
-    source = pvc.parsed_source
-    if source is None:
-        return None
-    if source.scheme != "hf":
-        return cache_key(pvc.content, pvc.credentials)
-    pinned = commit or (source.revision if source.pinned else None)
-    if pinned is None:
-        return None
-    return cache_key(content_key(source.at_commit(pinned).url, None, pvc.include), pvc.credentials)
 
 
 def choose_class(classes: list[dict[str, Any]], driver: str) -> str | None:
@@ -124,7 +104,7 @@ class SnapshotKeeper:
         the source's digest then (loaders.reuse)."""
         if not self.active or not pvc.cache:
             return None
-        key = content_cache_key(pvc, commit)
+        key = pvc.content.kept_key(commit)
         if key is None:
             return None
         name = snapshot_name(pvc.current_job)

@@ -1,16 +1,16 @@
 """Dataset cache snapshots: the VolumeSnapshots the loader controller takes of loaded dataset
 PVCs, as the admission webhook and the controller both see them.
 
-A snapshot holds one (source, credentials) pair's data, in one namespace: its `dataset-key`
-label is a hash of both, so a PVC naming other credentials for the same source never matches a
-snapshot loaded with these (one team's private data is never handed to a PVC that names other
-credentials), and a VolumeSnapshot can only be restored in its own namespace anyway.
+A snapshot holds one (content, credentials) pair's data, in one namespace: its `dataset-key`
+label is a hash of both (`gpu_admission.dataset_load.DatasetContent.cache_key`), so a PVC
+naming other credentials for the same source never matches a snapshot loaded with these (one
+team's private data is never handed to a PVC that names other credentials), and a
+VolumeSnapshot can only be restored in its own namespace anyway.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -24,20 +24,13 @@ from gpu_admission.names import Names
 
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
 SNAPSHOT_VERSION = "v1"
-ANONYMOUS = ""
-
-
-def cache_key(source: str, credentials: str | None) -> str:
-    """The label value naming what a snapshot holds: the source read with these credentials."""
-    material = f"{source.strip()}\x00{(credentials or ANONYMOUS).strip()}"
-    return hashlib.sha256(material.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)
 class SnapshotInfo:
     namespace: str
     name: str
-    key: str  # cache_key of what it holds
+    key: str  # the dataset-key label: DatasetContent.cache_key of what it holds
     ready: bool
     restore_size: str  # a quantity; "" until the snapshot controller reports it
     storage_class: str  # of the PVC it was taken from

@@ -11,13 +11,13 @@ import pytest
 from controllers.dataset.snapshots import (
     SnapshotKeeper,
     choose_class,
-    content_cache_key,
     snapshot_name,
 )
-from gpu_admission.cluster.snapshots import SnapshotInfo, cache_key
+from gpu_admission.cluster.snapshots import SnapshotInfo
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config
-from gpu_admission.datasource import content_key
+from gpu_admission.dataset_load import DatasetContent
+from tests.controllers.pvc_records import changed
 from tests.controllers.test_dataset_units import PVC
 from tests.webhooks.policy_helpers import mutate_twice
 from webhooks.policies.dataset_cache import choose_snapshot, policies
@@ -25,7 +25,7 @@ from webhooks.policies.dataset_cache import choose_snapshot, policies
 CONFIG = Config()
 NAMES = CONFIG.names
 SOURCE = "s3://ml-datasets/imagenet"
-KEY = cache_key(SOURCE, None)
+KEY = DatasetContent(SOURCE).cache_key
 
 
 def snap(name: str, created: str, **fields: Any) -> SnapshotInfo:
@@ -61,9 +61,12 @@ def pvc(**spec: Any) -> dict[str, Any]:
 
 
 def test_cache_key_separates_credentials() -> None:
-    assert cache_key(SOURCE, None) == cache_key(SOURCE, "")
-    assert cache_key(SOURCE, "team-a") != cache_key(SOURCE, "team-b") != cache_key(SOURCE, None)
-    assert cache_key(SOURCE, None) != cache_key(SOURCE + "/x", None)
+    def key(source: str, credentials: str | None) -> str:
+        return DatasetContent(source, credentials=credentials).cache_key
+
+    assert key(SOURCE, None) == key(SOURCE, "")
+    assert key(SOURCE, "team-a") != key(SOURCE, "team-b") != key(SOURCE, None)
+    assert key(SOURCE, None) != key(SOURCE + "/x", None)
 
 
 def test_choose_snapshot_takes_the_newest_usable_one() -> None:
@@ -147,7 +150,7 @@ class FakeInformer:
 
 
 async def test_only_the_newest_snapshots_of_a_key_are_kept() -> None:
-    loaded = replace(PVC, source=SOURCE)
+    loaded = changed(PVC, source=SOURCE)
     keeper = SnapshotKeeper.__new__(SnapshotKeeper)
     keeper.api = FakeApi()  # type: ignore[assignment]
     keeper.settings = CONFIG.dataset.cache  # keep_per_source: 2
@@ -160,7 +163,7 @@ async def test_only_the_newest_snapshots_of_a_key_are_kept() -> None:
             snap("other-ns", "2026-10-01T00:00:00Z", namespace="prod"),
         ]
     )
-    await keeper._prune(loaded, "ds-4", cache_key(loaded.content, loaded.credentials))
+    await keeper._prune(loaded, "ds-4", loaded.content.cache_key)
     assert keeper.api.deleted == ["ds-2", "ds-1"]  # ds-4 (new) and ds-3 stay
 
 
@@ -171,22 +174,22 @@ HUB = "hf://acme/tiny-llm"
 
 
 def test_a_hub_load_is_keyed_by_the_commit_it_read_never_by_its_branch() -> None:
-    at_main = replace(PVC, source=HUB)
-    key = content_cache_key(at_main, COMMIT_A)
-    assert key == cache_key(f"{HUB}@{COMMIT_A}", None)
-    assert key != content_cache_key(at_main, COMMIT_B)
-    assert content_cache_key(at_main, None) is None  # the commit is unknown: not kept
-    pinned = replace(PVC, source=f"{HUB}@{COMMIT_A}")
-    assert content_cache_key(pinned, None) == key  # a pinned PVC names the same content
-    narrowed = replace(at_main, include="*.json")
-    assert content_cache_key(narrowed, COMMIT_A) not in (key, None)
+    at_main = changed(PVC, source=HUB).content
+    key = at_main.kept_key(COMMIT_A)
+    assert key == DatasetContent(f"{HUB}@{COMMIT_A}").cache_key
+    assert key != at_main.kept_key(COMMIT_B)
+    assert at_main.kept_key(None) is None  # the commit is unknown: not kept
+    pinned = changed(PVC, source=f"{HUB}@{COMMIT_A}").content
+    assert pinned.kept_key(None) == key  # a pinned PVC names the same content
+    narrowed = changed(PVC, source=HUB, include="*.json").content
+    assert narrowed.kept_key(COMMIT_A) not in (key, None)
 
 
 def test_digests_and_patterns_are_part_of_what_a_load_holds() -> None:
     url = "https://h.example/m.bin"
-    assert content_key(url) == url
-    assert content_key(url, "AB" * 32) == content_key(url, "ab" * 32) != url
-    assert content_key(HUB, None, "b, a") == content_key(HUB, None, "a,b") != HUB
+    assert DatasetContent(url).key == url
+    assert DatasetContent(url, "AB" * 32).key == DatasetContent(url, "ab" * 32).key != url
+    assert DatasetContent(HUB, None, "b, a").key == DatasetContent(HUB, None, "a,b").key != HUB
 
 
 def hub_pvc(source: str, **annotations: str) -> dict[str, Any]:
@@ -196,7 +199,7 @@ def hub_pvc(source: str, **annotations: str) -> dict[str, Any]:
 
 
 def test_admission_clones_a_hub_pvc_only_for_the_exact_commit() -> None:
-    held = snap("ds-hub", "2026-11-01T00:00:00Z", key=cache_key(f"{HUB}@{COMMIT_A}", None))
+    held = snap("ds-hub", "2026-11-01T00:00:00Z", key=DatasetContent(f"{HUB}@{COMMIT_A}").cache_key)
     view = StaticClusterView(snapshots=[held])
     _, _, _, patched = mutate_twice(policies(CONFIG), hub_pvc(f"{HUB}@{COMMIT_A}"), view)
     assert patched["spec"]["dataSourceRef"]["name"] == "ds-hub"

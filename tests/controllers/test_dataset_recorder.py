@@ -10,15 +10,14 @@ from controllers.dataset import recorder as recorder_module
 from controllers.dataset.decide import Plan
 from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.recorder import LoadRecorder
-from controllers.dataset.records import Condition, LoaderPod, PvcRecord
+from controllers.dataset.records import Condition, LoaderPod
 from controllers.dataset.writes import ApiWriter
 from gpu_admission.cluster.informer import Informer
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
+from tests.controllers.pvc_records import changed, dataset_pvc
 
-PVC = PvcRecord(
-    "ml", "imagenet", "uid-1", "s3://data-1/x", None, False, None, None, resource_version="1"
-)
+PVC = dataset_pvc(resource_version="1")
 LOADING = Plan(phase="Loading", reason="JobCreated", message="loading with Job x")
 SUCCEEDED = Plan(phase="Succeeded", reason="Loaded", message="loaded")
 
@@ -66,7 +65,7 @@ def test_a_new_change_or_a_changed_pvc_is_written() -> None:
     asyncio.run(recorder.record(PVC, replace(LOADING, reason="Loading")))
     assert len(writer.patches) == 2
     # Someone else changed the PVC (here: took the condition away) after our write: write again.
-    other = replace(
+    other = changed(
         PVC, condition=Condition("False", "Edited", "by hand", "T0"), resource_version="9"
     )
     asyncio.run(recorder.record(other, LOADING))
@@ -93,16 +92,16 @@ def test_an_earlier_writes_late_echo_neither_writes_nor_announces_the_end_again(
     """A progress write's echo that reaches the informer after the final write still shows the
     load running: it is our own past, not a change, so the end is written and announced once."""
     recorder, writer = make_recorder()
-    loading = replace(PVC, phase="Loading", job=PVC.current_job)
+    loading = changed(PVC, phase="Loading", job=PVC.current_job)
     progressed = replace(LOADING, reason="Loading", message="copying")
     asyncio.run(recorder.record(loading, progressed))  # the progress write: version 2
     asyncio.run(recorder.record(loading, SUCCEEDED))  # the end, on the view before it: version 3
-    echo = replace(loading, progress_label="50pct", resource_version="2")
+    echo = changed(loading, progress_label="50pct", resource_version="2")
     asyncio.run(recorder.record(echo, SUCCEEDED))  # the progress write's echo
     assert len(writer.patches) == 2
     assert writer.events == ["LoadSucceeded"]
     # The final write's own echo shows the end: announced already, not again.
-    done = replace(loading, phase="Succeeded", resource_version="3")
+    done = changed(loading, phase="Succeeded", resource_version="3")
     asyncio.run(recorder.record(done, SUCCEEDED))
     assert writer.events == ["LoadSucceeded"]
 
@@ -110,7 +109,7 @@ def test_an_earlier_writes_late_echo_neither_writes_nor_announces_the_end_again(
 def test_a_write_answered_without_a_version_is_not_taken_for_lag() -> None:
     recorder, writer = make_recorder()
     writer.version = -(10**9)  # answers carry versions the cache will never hold
-    unversioned = replace(PVC, resource_version="")
+    unversioned = changed(PVC, resource_version="")
     asyncio.run(recorder.record(unversioned, LOADING))
     asyncio.run(recorder.record(unversioned, LOADING))
     assert len(writer.patches) == 2  # written again rather than trusting a guess

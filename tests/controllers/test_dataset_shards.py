@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 
 import pytest
 
@@ -22,6 +21,7 @@ from controllers.dataset.summary import (
 )
 from gpu_admission.datasource import parse_data_source
 from gpu_admission.load_progress import LoadProgress, Progress, combine, from_stats, last_progress
+from tests.controllers.pvc_records import changed
 from tests.controllers.test_dataset_units import CONFIG, NAMES, PVC, job
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")  # and at most 63
@@ -82,7 +82,7 @@ def test_pvc_record_takes_shards_from_the_annotation_and_the_access_modes() -> N
 
 
 def test_a_pvc_that_slipped_past_the_webhook_fails_with_the_reason() -> None:
-    pvc = replace(PVC, shards_error="data-load-parallelism: 'x' is not a whole number")
+    pvc = changed(PVC, shards_error="data-load-parallelism: 'x' is not a whole number")
     plan = decide(pvc, [], 0, 5, 1.0)
     assert (plan.phase, plan.reason, plan.create_job) == (
         "Failed",
@@ -218,7 +218,7 @@ def test_status_patch_writes_progress_as_annotation_and_label_and_clears_them() 
     assert patch is not None
     assert patch["metadata"]["labels"] == {NAMES.data_load_progress: "50pct_5B-of-10B"}
     assert patch["metadata"]["annotations"][NAMES.data_load_progress] == progress.message()
-    shown = replace(PVC, progress_label="50pct_5B-of-10B")
+    shown = changed(PVC, progress_label="50pct_5B-of-10B")
     done = status_patch(NAMES, shown, "Succeeded", "Succeeded", "loaded", PVC.current_job, {}, "T2")
     assert done is not None
     assert done["metadata"]["labels"] == {NAMES.data_load_progress: None}
@@ -243,9 +243,9 @@ def test_loader_jobs_fail_at_once_on_permanent_failures_and_ignore_disruptions()
 
 
 def test_a_retry_value_is_a_new_load() -> None:
-    again = replace(PVC, retry="2026-11-23")
+    again = changed(PVC, retry="2026-11-23")
     assert again.current_job != PVC.current_job
-    assert replace(PVC, retry="").current_job == PVC.current_job  # no value: the old name
+    assert changed(PVC, retry="").current_job == PVC.current_job  # no value: the old name
     plan = decide(again, [job(failed_for_good=True)], 0, 5, 1.0)
     assert plan.create_job  # the failed Job is of the older load
 

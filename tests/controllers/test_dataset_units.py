@@ -11,7 +11,6 @@ from controllers.dataset.records import (
     Condition,
     JobRecord,
     LoaderPod,
-    PvcRecord,
     job_record,
     loader_pod,
     pvc_record,
@@ -19,11 +18,12 @@ from controllers.dataset.records import (
 from controllers.dataset.status import status_patch
 from controllers.dataset.summary import summary_from_pods
 from gpu_admission.config import Config
-from gpu_admission.datasource import loader_job_name, parse_data_source
+from gpu_admission.datasource import parse_data_source
+from tests.controllers.pvc_records import changed, dataset_pvc
 
 CONFIG = Config()
 NAMES = CONFIG.names
-PVC = PvcRecord("ml", "imagenet", "uid-1", "s3://data-1/x", None, False, None, None)
+PVC = dataset_pvc()
 
 
 def job(name: str | None = None, **fields) -> JobRecord:  # type: ignore[no-untyped-def]
@@ -63,14 +63,14 @@ def test_job_progress_maps_to_phases() -> None:
 
 def test_finished_load_whose_job_was_cleaned_up_is_left_alone() -> None:
     for phase in ("Succeeded", "Failed"):
-        pvc = replace(PVC, phase=phase, job=PVC.current_job)
+        pvc = changed(PVC, phase=phase, job=PVC.current_job)
         assert decide(pvc, [], 0, 1, 1) == decide(pvc, [], 5, 1, 1)
         assert not decide(pvc, [], 0, 1, 1).create_job
 
 
 def test_edited_source_stops_the_old_job_first() -> None:
     old = job("dl-imagenet-old", started=True)
-    edited = replace(PVC, source="s3://data-1/y", phase="Loading", job="dl-imagenet-old")
+    edited = changed(PVC, source="s3://data-1/y", phase="Loading", job="dl-imagenet-old")
     plan = decide(edited, [old], 0, 1, 1)
     assert plan.delete_jobs == ("dl-imagenet-old",) and not plan.create_job
     assert plan.phase == "Pending"
@@ -81,12 +81,12 @@ def test_edited_source_stops_the_old_job_first() -> None:
 
 
 def test_deleting_pvc_deletes_its_unfinished_jobs() -> None:
-    plan = decide(replace(PVC, deleting=True), [job(started=True)], 0, 1, 1)
+    plan = decide(changed(PVC, deleting=True), [job(started=True)], 0, 1, 1)
     assert plan.delete_jobs == (PVC.current_job,) and plan.phase is None
 
 
 def test_invalid_source_fails_without_a_job() -> None:
-    plan = decide(replace(PVC, source="s3://Bad"), [], 0, 1, 1)
+    plan = decide(changed(PVC, source="s3://Bad"), [], 0, 1, 1)
     assert plan.phase == "Failed" and not plan.create_job and "lowercase" in plan.message
 
 
@@ -120,7 +120,7 @@ def test_one_status_write_carries_the_condition_and_the_annotations() -> None:
 
 
 def test_status_write_keeps_the_transition_time_and_skips_what_is_already_there() -> None:
-    loading = replace(
+    loading = changed(
         PVC,
         phase="Loading",
         job=PVC.current_job,
@@ -137,14 +137,14 @@ def test_status_write_keeps_the_transition_time_and_skips_what_is_already_there(
     assert done["status"]["conditions"][0]["status"] == "False"
     assert done["metadata"]["annotations"][NAMES.data_load_files] == "3"
     # A condition another writer left without a transition time gets one.
-    untimed = replace(loading, condition=Condition("True", "Loading", "copying", ""))
+    untimed = changed(loading, condition=Condition("True", "Loading", "copying", ""))
     filled = status_patch(NAMES, untimed, "Loading", "Loading", "copying", job, None, "T4")
     assert filled is not None and filled["status"]["conditions"][0]["lastTransitionTime"] == "T4"
 
 
 def test_job_spec_s3_with_credentials_by_reference() -> None:
     source = parse_data_source("s3://data-1/x")
-    job_name = loader_job_name("imagenet", "uid-1", source.url)
+    job_name = PVC.current_job
     spec = build_loader_job(
         job_name=job_name,
         pvc_namespace="ml",

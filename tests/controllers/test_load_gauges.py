@@ -3,7 +3,6 @@ read from the leader's cache when scraped, so alerts can name the PVC."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 
 from prometheus_client.utils import floatToGoString
@@ -11,16 +10,17 @@ from prometheus_client.utils import floatToGoString
 from controllers.dataset.load_gauges import LoadStateCollector, load_states
 from controllers.dataset.records import Condition, PvcRecord
 from gpu_admission.metrics import Metrics
+from tests.controllers.pvc_records import changed, dataset_pvc
 
-BASE = PvcRecord("ml", "imagenet", "uid-1", "s3://data-1/x", None, False, None, None)
+BASE = dataset_pvc()
 SINCE = "2026-11-23T10:00:00Z"
 SINCE_UNIX = datetime(2026, 11, 23, 10, tzinfo=UTC).timestamp()
 
 
 def loading(name: str, phase: str = "Loading", **fields) -> PvcRecord:  # type: ignore[no-untyped-def]
-    pvc = replace(BASE, name=name, phase=phase, **fields)
+    pvc = changed(BASE, name=name, phase=phase, **fields)
     condition = Condition("True", phase, "copying", SINCE)
-    return replace(pvc, condition=condition, job=pvc.current_job)
+    return changed(pvc, condition=condition, job=pvc.current_job)
 
 
 def test_pending_and_loading_pvcs_wait_since_their_condition_turned_true() -> None:
@@ -30,11 +30,11 @@ def test_pending_and_loading_pvcs_wait_since_their_condition_turned_true() -> No
 
 
 def test_failed_pvcs_are_listed_and_finished_or_stale_states_are_not() -> None:
-    failed = replace(BASE, name="broken", phase="Failed")
-    failed = replace(failed, job=failed.current_job)
-    succeeded = replace(loading("done"), phase="Succeeded")
-    stale = replace(loading("edited"), job="dl-edited-an-older-source")  # source changed since
-    deleting = replace(loading("going"), deleting=True)
+    failed = changed(BASE, name="broken", phase="Failed")
+    failed = changed(failed, job=failed.current_job)
+    succeeded = changed(loading("done"), phase="Succeeded")
+    stale = changed(loading("edited"), job="dl-edited-an-older-source")  # source changed since
+    deleting = changed(loading("going"), deleting=True)
     states = load_states([failed, succeeded, stale, deleting])
     assert states.failed == [("ml", "broken")]
     assert states.loading_since == {}

@@ -15,12 +15,13 @@ from controllers.dataset.writes import ApiWriter
 from gpu_admission.cluster.informer import Informer
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
+from tests.controllers.pvc_records import dataset_pvc
 
 PLAN = Plan(phase="Pending", reason="JobCreated", message="loading", create_job=True)
 
 
 def pvc(name: str) -> PvcRecord:
-    return PvcRecord("ml", name, f"uid-{name}", f"s3://data/{name}", None, False, None, None)
+    return dataset_pvc(name, f"s3://data/{name}")
 
 
 class HeldCreates:

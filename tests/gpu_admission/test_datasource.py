@@ -8,8 +8,6 @@ import pytest
 from gpu_admission.datasource import (
     DataSource,
     DataSourceError,
-    load_id,
-    loader_job_name,
     parse_data_source,
 )
 
@@ -171,18 +169,3 @@ def test_remote_path_and_credential_type() -> None:
     assert parse_data_source("gs://b12").credential_type == "gcp-credential"
     assert parse_data_source("az://b12/p").remote_path == "b12/p"
     assert parse_data_source("az://b12").credential_type == "azure-credential"
-
-
-def test_job_name_is_deterministic_bounded_and_changes_with_source_or_uid() -> None:
-    name = loader_job_name("imagenet", "uid-1", "s3://b12/x")
-    assert name == loader_job_name("imagenet", "uid-1", "s3://b12/x")
-    assert name.startswith("dl-imagenet-")
-    assert name.endswith(load_id("uid-1", "s3://b12/x"))
-    assert name != loader_job_name("imagenet", "uid-1", "s3://b12/y")
-    assert name != loader_job_name("imagenet", "uid-2", "s3://b12/x")
-    long = loader_job_name("p" * 253, "uid", "s3://b12")
-    assert len(long) <= 63
-    dotted = loader_job_name("data.set.v1", "uid", "s3://b12")
-    assert dotted.startswith("dl-data-set-v1-")
-    cut = loader_job_name("a" * 48 + ".x", "uid", "s3://b12")
-    assert len(cut) <= 63 and "--" not in cut

@@ -206,3 +206,34 @@ def created_as_clone(
         timeout=60,
     )
     return core.create_namespaced_persistent_volume_claim(NS, claim)
+
+
+def warnings_on(cluster: InstallCluster, name: str) -> list[client.CoreV1Event]:
+    events = cluster.core.list_namespaced_event(NS, field_selector=f"involvedObject.name={name}")
+    return [e for e in events.items if e.type == "Warning"]
+
+
+def consumers_of_a_loaded_dataset_run(cluster: InstallCluster, claim: str) -> None:
+    """Pods created after `claim` loaded: never gated, and one pinned to the node (which
+    cannot wait behind a gate) admitted and run: the webhook reads the load the controller
+    recorded as loaded (gpu_admission.dataset_load)."""
+    cluster.apply([consumer(f"{claim}-after", claim, "true")])
+    after = cluster.core.read_namespaced_pod(f"{claim}-after", NS)
+    assert not after.spec.scheduling_gates, after.spec.scheduling_gates
+    assert f"{PREFIX}data-wait" not in (after.metadata.labels or {})
+    pinned = consumer(f"{claim}-pinned", claim, "true", nodeName=cluster.node.name)
+    cluster.apply([pinned])
+    finished(cluster, f"{claim}-pinned")
+
+
+def consumers_of_a_failed_dataset_are_warned(cluster: InstallCluster, claim: str) -> None:
+    """A pod created after `claim` failed to load: admitted behind the gate with the
+    webhook's warning, then warned on the pod by the controller; never run."""
+    created = cluster.apply([consumer(f"{claim}-waits", claim, "true")])
+    assert f"dataset PVC {claim} failed to load" in created.stderr, created.stderr
+    assert waiting(cluster, f"{claim}-waits")
+    [warning] = wait_for(
+        lambda: warnings_on(cluster, f"{claim}-waits"), "the controller's warning on the pod"
+    )
+    assert warning.reason == "DatasetLoadFailed" and f"'{claim}' failed to load" in warning.message
+    assert waiting(cluster, f"{claim}-waits")

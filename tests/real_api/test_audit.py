@@ -15,8 +15,7 @@ import yaml
 from kubernetes import client
 
 from commands.audit import EXIT_CLEAN, EXIT_FINDINGS, audit_command
-from gpu_admission.cluster.snapshots import cache_key
-from gpu_admission.datasource import content_key
+from gpu_admission.dataset_load import DatasetContent
 from tests.real_api.conftest import namespace_ready
 from tests.real_api.nodes import renamed_shared_node
 from tests.world.control_plane import ControlPlane
@@ -68,7 +67,7 @@ def cached_snapshot(source: str) -> dict:
             "name": "coco-snap",
             "labels": {
                 "gpu-admission.io/dataset-cache": "true",
-                "gpu-admission.io/dataset-key": cache_key(content_key(source, None, None), None),
+                "gpu-admission.io/dataset-key": DatasetContent(source).cache_key,
             },
             "annotations": {"gpu-admission.io/data-storage-class": "standard"},
         },

@@ -8,9 +8,9 @@ import pytest
 
 from gpu_admission.cluster.view import ObjectRef, PVCInfo, StaticClusterView
 from gpu_admission.config import Config
-from gpu_admission.datasource import loader_job_name
+from gpu_admission.dataset_load import DatasetContent, DatasetLoad
 from tests.webhooks.policy_helpers import FIXTURES, load_fixture, make_request, mutate_twice
-from webhooks.policies.dataset_gate import load_phase, policies
+from webhooks.policies.dataset_gate import load_of, policies
 from webhooks.review import parse_review
 
 CONFIG = Config()
@@ -27,8 +27,16 @@ def dataset_pvc(
     if phase is not None:
         annotations[NAMES.data_load_phase] = phase
         loaded = "s3://ml-datasets/old" if stale else source
-        annotations[NAMES.data_load_job] = loader_job_name(name, f"uid-{name}", loaded)
+        annotations[NAMES.data_load_job] = DatasetLoad(
+            name, f"uid-{name}", DatasetContent(loaded)
+        ).job
     return PVCInfo("ml", name, f"uid-{name}", annotations, {NAMES.data_load_label: "true"})
+
+
+def phase_of(pvc: PVCInfo) -> str:
+    load = load_of(pvc, NAMES)
+    assert load is not None
+    return load.phase
 
 
 def fixture_pod(name: str = "pod-with-pvc.mutating.json") -> dict:
@@ -64,7 +72,7 @@ def test_loaded_dataset_adds_no_gate() -> None:
 
 def test_success_for_an_older_source_still_gates() -> None:
     pvc = dataset_pvc("imagenet", "Succeeded", stale=True)
-    assert load_phase(pvc, NAMES) == "Pending"
+    assert phase_of(pvc) == "Pending"
     _, _, _, pod = mutate_twice(POLICIES, fixture_pod(), StaticClusterView(pvcs=[pvc]))
     assert pod["spec"]["schedulingGates"] == [GATE]
 
@@ -200,5 +208,5 @@ def test_a_retry_asked_for_counts_as_a_load_not_yet_done() -> None:
     retried = PVCInfo(
         "ml", "imagenet", failed.uid, {**failed.annotations, NAMES.data_load_retry: "1"}
     )
-    assert load_phase(failed, NAMES) == "Failed"
-    assert load_phase(retried, NAMES) == "Pending"  # the new load has not been recorded yet
+    assert phase_of(failed) == "Failed"
+    assert phase_of(retried) == "Pending"  # the new load has not been recorded yet

@@ -2,13 +2,13 @@
 starts as a clone of it, which its loader keeps if the source is unchanged.
 
 At PVC CREATE, when the user set no data source and did not opt out (`data-cache: "false"`),
-the newest ready dataset snapshot in the namespace that holds the same source read with the
-same credentials (gpu_admission.cluster.snapshots.cache_key), taken from a PVC of the same
-StorageClass, and small enough for the PVC's request, becomes the PVC's `dataSourceRef` (and
-`dataSource`, equal to it, as kube-apiserver would mirror it). The PVC records which snapshot
-in `data-cloned-from`, and the digest of the source that snapshot's load read in
-`data-cloned-digest` (its loader compares it with the source's digest then: loaders.reuse), and
-the webhook says so in a warning.
+the newest ready dataset snapshot in the namespace that holds the same content read with the
+same credentials (the content's cache key, gpu_admission.dataset_load), taken from a PVC of
+the same StorageClass, and small enough for the PVC's request, becomes the PVC's
+`dataSourceRef` (and `dataSource`, equal to it, as kube-apiserver would mirror it). The PVC
+records which snapshot in `data-cloned-from`, and the digest of the source that snapshot's load
+read in `data-cloned-digest` (its loader compares it with the source's digest then:
+loaders.reuse), and the webhook says so in a warning.
 
 Same StorageClass: a CSI driver restores a snapshot only into volumes it provisions, and a
 class fixes the driver; the class name is the simple sure test.
@@ -16,10 +16,10 @@ class fixes the driver; the class name is the simple sure test.
 
 from __future__ import annotations
 
-from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SnapshotInfo, cache_key
+from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SnapshotInfo
 from gpu_admission.cluster.view import ClusterView
 from gpu_admission.config import Config
-from gpu_admission.datasource import DataSourceError, content_key, parse_data_source
+from gpu_admission.dataset_load import content_of
 from gpu_admission.names import Names
 from webhooks.patch import Patch
 from webhooks.policy import MutatingPolicy, Scope
@@ -40,16 +40,6 @@ def choose_snapshot(
     return max(usable, key=lambda s: (s.created, s.name), default=None)
 
 
-def cacheable_at_admission(source: str) -> bool:
-    """Whether the source names content that admission can match to a snapshot: anything but a
-    hub repository at a branch or tag (its snapshots are keyed by the commit they hold)."""
-    try:
-        parsed = parse_data_source(source)
-    except DataSourceError:
-        return False
-    return parsed.scheme != "hf" or parsed.pinned
-
-
 def clone_from_cache(
     request: AdmissionRequest, patch: Patch, view: ClusterView, names: Names
 ) -> None:
@@ -57,8 +47,8 @@ def clone_from_cache(
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     spec = obj.get("spec") or {}
-    source = annotations.get(names.data_source)
-    if not source or annotations.get(names.data_cache, "").strip().lower() == "false":
+    content = content_of(annotations, names)
+    if content is None or annotations.get(names.data_cache, "").strip().lower() == "false":
         return
     if spec.get("dataSource") or spec.get("dataSourceRef"):
         return  # the user chose where the volume starts from
@@ -66,14 +56,10 @@ def clone_from_cache(
     requested = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
     if not storage_class or not requested:
         return  # no class to match (the default class is applied later by the API server)
-    if not cacheable_at_admission(source):
-        return  # a hub branch or tag may have moved: only a pinned commit names fixed content
-    content = content_key(
-        source,
-        (annotations.get(names.data_sha256) or "").strip() or None,
-        (annotations.get(names.data_include) or "").strip() or None,
-    )
-    key = cache_key(content, annotations.get(names.data_credentials))
+    # No key for a hub branch or tag: it may have moved, and snapshots hold commits.
+    key = content.kept_key()
+    if key is None:
+        return
     snapshots = list(view.dataset_snapshots(request.namespace, key))
     chosen = choose_snapshot(snapshots, storage_class, str(requested))
     if chosen is None:
@@ -86,7 +72,7 @@ def clone_from_cache(
     if chosen.digest:
         patch.set_annotation(names.data_cloned_digest, chosen.digest)
     patch.warn(
-        f"{names.data_source}: {source} was loaded before; this PVC starts as a clone of "
+        f"{names.data_source}: {content.source} was loaded before; this PVC starts as a clone of "
         f"VolumeSnapshot {chosen.name}, kept as it is if the source still lists as it did then, "
         f'else loaded afresh. Set {names.data_cache}: "false" to load it in full'
     )

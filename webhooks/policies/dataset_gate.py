@@ -18,8 +18,8 @@ from typing import Any
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef, PVCInfo
 from gpu_admission.config import Config
-from gpu_admission.datasource import loader_job_name
-from gpu_admission.names import PHASE_FAILED, PHASE_PENDING, PHASE_SUCCEEDED, Names
+from gpu_admission.dataset_load import DatasetLoad, dataset_load
+from gpu_admission.names import PHASE_FAILED, Names
 from webhooks.patch import Patch
 from webhooks.policies.containers import iter_containers
 from webhooks.policy import MutatingPolicy, Scope
@@ -37,22 +37,13 @@ class DatasetVolume:
     index: int  # in spec.volumes
     name: str  # the volume's name in the pod
     pvc: PVCInfo
+    load: DatasetLoad
 
 
-def load_phase(pvc: PVCInfo, names: Names) -> str:
-    """The PVC's load phase for its CURRENT source: a success recorded for an older source (the
-    user has just edited it, the controller has not caught up) does not count."""
-    phase = pvc.annotations.get(names.data_load_phase, PHASE_PENDING)
-    source = pvc.annotations.get(names.data_source, "")
-    retry = (pvc.annotations.get(names.data_load_retry) or "").strip()
-    current_job = loader_job_name(pvc.name, pvc.uid, source, retry)
-    if pvc.annotations.get(names.data_load_job) != current_job:
-        return PHASE_PENDING
-    return phase
-
-
-def is_dataset(pvc: PVCInfo | None, names: Names) -> bool:
-    return pvc is not None and bool(pvc.annotations.get(names.data_source))
+def load_of(pvc: PVCInfo, names: Names) -> DatasetLoad | None:
+    """The PVC's current load (gpu_admission.dataset_load, as the controller reads it); None
+    for a PVC that is not a dataset."""
+    return dataset_load(pvc.name, pvc.uid, pvc.annotations, names)
 
 
 def _claim_volumes(pod: dict[str, Any]) -> Iterator[tuple[int, str, str]]:
@@ -68,8 +59,9 @@ def dataset_volumes(
     found = []
     for index, volume_name, claim in _claim_volumes(pod):
         pvc = view.pvc(namespace, claim)
-        if pvc is not None and is_dataset(pvc, names):
-            found.append(DatasetVolume(index, volume_name, pvc))
+        load = load_of(pvc, names) if pvc is not None else None
+        if pvc is not None and load is not None:
+            found.append(DatasetVolume(index, volume_name, pvc, load))
     return found
 
 
@@ -119,7 +111,7 @@ def gate_for_datasets(
     volumes = dataset_volumes(pod, request.namespace, view, names)
     if not volumes or is_loader_pod(pod, names):
         return None
-    waiting = [(v, p) for v in volumes if (p := load_phase(v.pvc, names)) != PHASE_SUCCEEDED]
+    waiting = [(v, v.load.phase) for v in volumes if not v.load.loaded]
     spec = pod.get("spec") or {}
     if waiting and spec.get("nodeName"):
         return Verdict.deny(

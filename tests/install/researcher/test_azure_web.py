@@ -17,6 +17,8 @@ from tests.install.cluster import InstallCluster, wait_for
 from tests.install.journeys import (
     NS,
     PREFIX,
+    consumers_of_a_failed_dataset_are_warned,
+    consumers_of_a_loaded_dataset_run,
     encoded,
     failed_attempts,
     jobs_of,
@@ -189,6 +191,9 @@ def test_https_file_with_its_digest_a_directory_and_the_failures(
     message = loading_message(installed, "tampered")
     assert WEIGHTS_SHA256 in message and "ab" * 32 in message
     assert tree(volume_of(installed, "tampered")) == {}
+    # Its pods: the webhook and the controller agree on what a digest-checked file's load is.
+    consumers_of_a_loaded_dataset_run(installed, "weights")
+    consumers_of_a_failed_dataset_are_warned(installed, "tampered")
     # Refused at admission: plain http, credentials on a web source, a digest on a directory.
     for extra, reason in (
         ({"data_source": "http://127.0.0.1:9/f"}, "plain http:// is not allowed here"),

@@ -18,6 +18,8 @@ from tests.install.journeys import (
     NS,
     PREFIX,
     cached_pvc,
+    consumers_of_a_failed_dataset_are_warned,
+    consumers_of_a_loaded_dataset_run,
     created_as_clone,
     credential_secret,
     failed_attempts,
@@ -98,9 +100,11 @@ def test_a_dataset_narrowed_by_patterns_and_the_failures(
     hub.repo("acme/gated-llm", gated=True).commit(MODEL)
     create(installed, cached_pvc("texts", "hf://datasets/acme/web-text", data_include="data/*"))
     create(installed, cached_pvc("gated", "hf://acme/gated-llm"))
-    create(installed, cached_pvc("typo", "hf://acme/no-such-model"))
+    create(installed, cached_pvc("typo", "hf://acme/no-such-model", data_include="*.json"))
     load_succeeded(installed, "texts")
     assert files_of(installed, "texts") == {k: v for k, v in data.items() if k.startswith("data/")}
+    # Its pods: the webhook and the controller agree on what a narrowed load is.
+    consumers_of_a_loaded_dataset_run(installed, "texts")
     for name, words in (
         ("gated", "the model acme/gated-llm is gated"),
         ("typo", "the Hub has no model repository acme/no-such-model, or it is private"),
@@ -108,6 +112,7 @@ def test_a_dataset_narrowed_by_patterns_and_the_failures(
         assert load_finished(installed, name)[PHASE] == "Failed"
         message = loading_message(installed, name)
         assert words in message and "so it was not retried" in message
+    consumers_of_a_failed_dataset_are_warned(installed, "typo")  # a narrowed load that failed
     # Refused at admission: a repository name the Hub would refuse, patterns on another source.
     for body, said in (
         (cached_pvc("bad", "hf://acme/llama..7b"), "must not contain '--' or '..'"),

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpu_admission.datasource import loader_job_name
+from gpu_admission.dataset_load import DatasetContent, DatasetLoad
 from tests.install.cluster import InstallCluster, wait_for
 from tests.install.journeys import (
     NS,
@@ -65,7 +65,8 @@ def test_public_s3_and_gcs_buckets_load_and_say_what_they_did(
         assert annotations[f"{PREFIX}data-load-bytes"] == str(sum(map(len, files.values())))
         assert float(annotations[f"{PREFIX}data-load-duration-seconds"]) > 0
     public = installed.core.read_namespaced_persistent_volume_claim("public-s3", NS)
-    job_name = loader_job_name("public-s3", public.metadata.uid, "s3://imagenet-public/train")
+    content = DatasetContent("s3://imagenet-public/train")
+    job_name = DatasetLoad("public-s3", public.metadata.uid, content).job
     assert public.metadata.annotations[f"{PREFIX}data-load-job"] == job_name
     assert [j.metadata.name for j in jobs_of(installed, "public-s3")] == [job_name]
     condition = loading_condition(installed, "public-s3")

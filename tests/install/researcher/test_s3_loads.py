@@ -30,6 +30,7 @@ from tests.install.journeys import (
     s3_secret,
     volume_of,
     waiting,
+    warnings_on,
 )
 from tests.world.stand_ins.holding_proxy import ThreadedHoldingProxy
 from tests.world.stand_ins.objectstores import dataset_files, tree
@@ -100,11 +101,6 @@ def test_a_shard_failing_once_is_retried_alone(installed: InstallCluster) -> Non
     attempts = {i: len(a) for i, a in summaries_by_shard(installed, job.metadata.name).items()}
     assert attempts == {0: 1, 1: 1, 2: 2, 3: 1}
     assert job.status.failed == 1 and job.status.completed_indexes == "0-3"
-
-
-def warnings_on(cluster: InstallCluster, name: str) -> list[client.CoreV1Event]:
-    events = cluster.core.list_namespaced_event(NS, field_selector=f"involvedObject.name={name}")
-    return [e for e in events.items if e.type == "Warning"]
 
 
 def test_a_permanent_failure_is_not_retried_until_asked(installed: InstallCluster) -> None:
