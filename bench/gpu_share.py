@@ -35,7 +35,7 @@ from typing import Any
 from gpu_admission.cluster.view import NodeInfo, StaticClusterView
 from gpu_admission.config import Config
 from webhooks import chain
-from webhooks.policy import MutatingPolicy
+from webhooks.policies.interface import MutatingPolicy
 from webhooks.registry import build_policy_set
 from webhooks.review import AdmissionRequest
 

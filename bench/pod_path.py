@@ -21,7 +21,7 @@ from gpu_admission.config import FailureMode, load_config
 from webhooks import chain
 from webhooks.memo import MutationMemo
 from webhooks.patch import Patch
-from webhooks.policy import MutatingPolicy
+from webhooks.policies.interface import MutatingPolicy
 from webhooks.registry import build_policy_set
 from webhooks.review import parse_review, response_body
 from webhooks.server import answer_tail

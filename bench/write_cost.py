@@ -1,5 +1,5 @@
 """The client's CPU per API write: the same Event POSTed to a real kube-apiserver through the
-controller's writer (`controllers.raw_writes`: kept-alive connections answered through httptools,
+controller's writer (`controllers.writes.raw`: kept-alive connections answered through httptools,
 `gpu_admission.cluster.api_connections`, on the controller's event loop, uvloop, and again on
 asyncio's own loop), through an aiohttp client session on uvloop (the writer's transport
 before), through the `kubernetes` client's generated method from threads (urllib3), and as bare
@@ -71,7 +71,7 @@ def controller_writer_on_asyncio(api: Any, requests: int, concurrency: int) -> f
 
 
 async def writer_burst(api: Any, requests: int, concurrency: int) -> float:
-    from controllers.raw_writes import RawWriter
+    from controllers.writes.raw import RawWriter
 
     writer = RawWriter(api)
     gate = asyncio.Semaphore(concurrency)

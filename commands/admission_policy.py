@@ -19,8 +19,8 @@ from typing import Any, TextIO
 import yaml
 
 from gpu_admission.config import ConfigError, load_config
-from webhooks.pod_check_policies import admission_policy_objects
-from webhooks.pod_webhook_condition import webhook_condition
+from webhooks.apiserver_policies.bindings import admission_policy_objects
+from webhooks.apiserver_policies.webhook_routing import webhook_condition
 
 EXIT_OK, EXIT_USAGE = 0, 2
 HEADER = """\

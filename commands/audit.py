@@ -7,7 +7,7 @@ read with paginated lists and judged by the same policy code the webhooks run
 
 With `--sources`, also the loaded dataset PVCs whose source changed since they were loaded: a
 Job per PVC lists its source with the PVC's own credentials and the digests are compared
-(`controllers/dataset/source_checks.py`).
+(`controllers/dataset/source_version_audit.py`).
 
 Output: a table grouped by policy and namespace (pods that may see GPUs they were not given, and
 shared-GPU pods without a memory share, first), or `-o json` / `-o yaml`. A progress line goes to
@@ -27,7 +27,7 @@ from typing import Any, TextIO
 import yaml
 
 from commands.review_inputs import UsageError, live_state
-from controllers.dataset.source_checks import (
+from controllers.dataset.source_version_audit import (
     DEFAULT_PARALLEL,
     DEFAULT_TIMEOUT_SECONDS,
     SourceChecks,

@@ -28,7 +28,7 @@ from kubernetes.client import ApiClient
 from controllers.dataset import DatasetController
 from controllers.reports import AuditScanner
 from controllers.reports.scanner import ScanMetrics, ScanResult
-from gpu_admission.cluster.informers import InformerClusterView
+from gpu_admission.cluster.live_view import LiveClusterView
 from gpu_admission.config import Config
 from gpu_admission.heap import freeze_long_lived
 from gpu_admission.http_probes import create_metrics_app
@@ -44,7 +44,7 @@ SHUTTING_DOWN = "shutdown in progress"
 SCAN_SYNC_SECONDS = 60.0
 
 
-def audit_scan(config: Config, api: ApiClient, view: InformerClusterView) -> ScanResult:
+def audit_scan(config: Config, api: ApiClient, view: LiveClusterView) -> ScanResult:
     """One background audit: the same audit as `gpu-admission audit`, over the caches in
     `view` (started by the caller) and one paginated list per audited kind."""
     if not all(i.wait_synced(SCAN_SYNC_SECONDS) for i in view.informers):
@@ -68,11 +68,11 @@ class ControllerProcess:
         self.config = config
         self.metrics = metrics or Metrics()
         self.controller = DatasetController(api, config, self.metrics, identity=identity)
-        self.scan_view: InformerClusterView | None = None
+        self.scan_view: LiveClusterView | None = None
         self.scanner: AuditScanner | None = None
         scan_metrics = ScanMetrics(self.metrics)
         if config.audit.interval > 0:
-            view = self.scan_view = InformerClusterView(api, config)
+            view = self.scan_view = LiveClusterView(api, config)
             self.scanner = AuditScanner(
                 api,
                 config,

@@ -15,9 +15,9 @@ from typing import Any
 
 from gpu_admission.datasource import DataSource, DataSourceError, parse_data_source
 from gpu_admission.names import DATA_MOUNT_PATH
+from loaders.digest_only import run_digest_only
 from loaders.hub import run_hub_load
 from loaders.rclone import DEFAULT_STALL_SECONDS, PERMANENT_EXIT_CODE, TERMINATION_LOG, run_load
-from loaders.source_check import run_digest_only
 from loaders.stop import stopped_by_sigterm
 
 USAGE_EXIT_CODE = 2

@@ -142,11 +142,11 @@ def manifest_claims(documents: Iterable[Document]) -> list[ClaimInfo]:
 async def live_state(kubeconfig: Path, config: Config) -> tuple[ClusterState, Any]:
     from kubernetes.client import CoreV1Api
 
-    from gpu_admission.cluster.informers import InformerClusterView
     from gpu_admission.cluster.kube import api_client
+    from gpu_admission.cluster.live_view import LiveClusterView
 
     client = api_client(kubeconfig)
-    view = InformerClusterView(client, config)
+    view = LiveClusterView(client, config)
     view.start()
     for informer in view.informers:
         if not await asyncio.to_thread(informer.wait_synced, LIVE_SYNC_TIMEOUT_SECONDS):

@@ -25,8 +25,8 @@ from aiohttp import web
 from kubernetes.client import ApiClient
 
 from certs.serving import ServingCertificates
-from gpu_admission.cluster.informers import InformerClusterView
 from gpu_admission.cluster.kube import api_client, has_cluster_config
+from gpu_admission.cluster.live_view import LiveClusterView
 from gpu_admission.cluster.view import ClusterView, MissResolver, StaticClusterView
 from gpu_admission.config import Config
 from gpu_admission.heap import freeze_long_lived
@@ -34,7 +34,7 @@ from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.metrics import NOT_KNOWN, Metrics
 from gpu_admission.stop_signals import stop_signals
 from webhooks.draining import DRAIN, Drain, close_gracefully
-from webhooks.policy import PolicySet
+from webhooks.policies.interface import PolicySet
 from webhooks.registry import build_policy_set
 from webhooks.server import create_app, make_runner
 
@@ -62,7 +62,7 @@ class _Informers:
 
     name = "informers"
 
-    def __init__(self, view: InformerClusterView) -> None:
+    def __init__(self, view: LiveClusterView) -> None:
         self.view = view
         self._freezer: asyncio.Task[None] | None = None
 
@@ -106,7 +106,7 @@ class AdmissionServer:
         self.extra_services = list(extra_services or ())
         self.certificates = ServingCertificates(config.certs, api)
         self.cluster = cluster
-        self.informers: InformerClusterView | None = None
+        self.informers: LiveClusterView | None = None
         self.draining = False
         self._started: list[BackgroundService] = []
         self._webhook_runner: web.AppRunner | None = None
@@ -143,7 +143,7 @@ class AdmissionServer:
                 "policies see an empty cluster (no nodes, Secrets, ServiceAccounts or PVCs)"
             )
             return StaticClusterView(), None
-        self.informers = InformerClusterView(self.api, self.config)
+        self.informers = LiveClusterView(self.api, self.config)
         return self.informers, self.informers
 
     async def start(self) -> None:

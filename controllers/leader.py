@@ -22,7 +22,7 @@ from typing import Any
 from kubernetes.client import ApiClient, CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
 
-from controllers.api import write
+from controllers.writes.raw import write
 from gpu_admission.cluster.informer import describe_error
 from gpu_admission.metrics import Metrics
 from gpu_admission.quiet_log import QuietLog

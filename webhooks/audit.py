@@ -20,7 +20,7 @@ from gpu_admission.policy_modes import PolicyMode
 from webhooks.change_words import describe_changes
 from webhooks.offline_review import merged_string_data, review_request
 from webhooks.patch import Patch
-from webhooks.policy import PolicySet
+from webhooks.policies.interface import PolicySet
 
 # What users look for first: pods that may see GPUs they were not given, and shared-GPU pods
 # that do not know their memory share.

@@ -27,7 +27,7 @@ from gpu_admission.config import FailureMode
 from gpu_admission.policy_modes import CHANGED, DENIED, RECORDED, WARNED, PolicyMode
 from webhooks.change_words import describe_changes
 from webhooks.patch import Patch
-from webhooks.policy import MutatingPolicy, ValidatingPolicy
+from webhooks.policies.interface import MutatingPolicy, ValidatingPolicy
 from webhooks.review import AdmissionRequest
 
 log = logging.getLogger(__name__)

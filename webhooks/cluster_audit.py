@@ -22,7 +22,7 @@ from gpu_admission.findings import Finding
 from gpu_admission.names import CREDENTIAL_TYPES
 from gpu_admission.policy_modes import PolicyMode
 from webhooks.audit import audit_object, ordered
-from webhooks.policy import PolicySet
+from webhooks.policies.interface import PolicySet
 from webhooks.workload_audit import api_version, audit_workload, owned_by_workload
 from webhooks.workload_kinds import kind_index
 

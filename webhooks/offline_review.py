@@ -24,18 +24,18 @@ from gpu_admission.cluster.view import ClusterView, MissResolver
 from gpu_admission.config import Config
 from gpu_admission.policy_modes import PolicyMode
 from webhooks import chain
-from webhooks.admission_policy import denial_text, warning_text
-from webhooks.pod_check_policies import (
+from webhooks.apiserver_policies.bindings import (
     PodCheckPolicy,
     failed_policies,
     workload_check_policies,
 )
+from webhooks.apiserver_policies.pod_checks import denial_text, warning_text
+from webhooks.apiserver_policies.webhook_routing import webhook_sees
+from webhooks.apiserver_policies.workload_templates import workload_denial
 from webhooks.pod_defaults import default_pod
-from webhooks.pod_webhook_condition import webhook_sees
-from webhooks.policy import PolicySet
+from webhooks.policies.interface import PolicySet
 from webhooks.registry import webhook_for
 from webhooks.review import WORKLOAD, AdmissionRequest
-from webhooks.workload_admission_policy import workload_denial
 from webhooks.workload_kinds import TemplateKind, kind_index, template_pod, templates
 
 # Dynamic Resource Allocation objects: read as cluster state by the pods that name them.

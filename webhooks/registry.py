@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from gpu_admission.config import Config
-from webhooks.policy import MutatingPolicy, PolicySet, ValidatingPolicy
+from webhooks.policies.interface import MutatingPolicy, PolicySet, ValidatingPolicy
 from webhooks.review import WORKLOAD
 
 

@@ -40,7 +40,7 @@ from webhooks import chain
 from webhooks.chain import log_records
 from webhooks.draining import DRAIN, Drain
 from webhooks.memo import MutationMemo, Probe
-from webhooks.policy import (
+from webhooks.policies.interface import (
     MutatingPolicy,
     PolicySet,
     ValidatingPolicy,

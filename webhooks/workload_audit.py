@@ -20,7 +20,7 @@ from gpu_admission.policy_modes import PolicyMode
 from webhooks.offline_review import review_request
 from webhooks.patch import Patch
 from webhooks.pod_defaults import default_pod
-from webhooks.policy import PolicySet
+from webhooks.policies.interface import PolicySet
 from webhooks.workload_kinds import TemplateKind, template_pod, templates
 
 AUDIT_UID = "gpu-admission-audit"

@@ -29,10 +29,10 @@ from gpu_admission.cluster.view import ClusterView, ObjectRef
 from gpu_admission.config import Config
 from gpu_admission.config_workloads import PodChecksIn
 from gpu_admission.policy_modes import PolicyMode
-from webhooks.admission_policy import POD_CHECKS, policy_denial
+from webhooks.apiserver_policies.pod_checks import POD_CHECKS, policy_denial
 from webhooks.patch import Patch
 from webhooks.pod_defaults import default_pod
-from webhooks.policy import MutatingPolicy, PolicySet, Scope, ValidatingPolicy
+from webhooks.policies.interface import MutatingPolicy, PolicySet, Scope, ValidatingPolicy
 from webhooks.review import WORKLOAD, AdmissionRequest, Verdict
 from webhooks.workload_kinds import (
     Template,

@@ -32,7 +32,6 @@ from typing import Any
 
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api
 
-from controllers.background import BackgroundWrites
 from controllers.dataset.decide import Plan, decide
 from controllers.dataset.gates import WaitingPods
 from controllers.dataset.load_gauges import LoadStateCollector
@@ -49,14 +48,15 @@ from controllers.dataset.records import (
     pvc_record,
     waiting_pod,
 )
-from controllers.dataset.shapes import DatasetPvc, LoaderJob
 from controllers.dataset.slots import LoadSlots
-from controllers.dataset.snapshots import SnapshotKeeper
+from controllers.dataset.snapshot_keeper import SnapshotKeeper
 from controllers.dataset.starts import LoaderStarts
 from controllers.dataset.summary import last_failure_cause
-from controllers.dataset.writes import ApiWriter, NamespaceTerminating
+from controllers.dataset.watched_fields import DatasetPvc, LoaderJob
 from controllers.leader import LeaderElector
 from controllers.workqueue import RateLimitedQueue, ShutDown
+from controllers.writes.background import BackgroundWrites
+from controllers.writes.dataset import ApiWriter, NamespaceTerminating
 from gpu_admission.cluster.informer import EventType, Informer, describe_error
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics

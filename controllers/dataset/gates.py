@@ -8,7 +8,7 @@ from typing import Any
 from jsonpointer import escape
 
 from controllers.dataset.records import PvcRecord, WaitingPod
-from controllers.dataset.writes import ApiWriter
+from controllers.writes.dataset import ApiWriter
 from gpu_admission.cluster.informer import Informer
 from gpu_admission.names import Names
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from controllers.dataset.jobspec import CONTAINER_NAME
 from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.records import JobRecord, LoaderPod, PvcRecord
-from controllers.dataset.writes import ApiWriter
+from controllers.writes.dataset import ApiWriter
 from gpu_admission.cluster.informer import Informer
 from gpu_admission.load_progress import LoadProgress, Progress, combine, last_progress
 

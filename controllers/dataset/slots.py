@@ -16,7 +16,7 @@ from controllers.dataset.jobindex import JobIndex
 from controllers.dataset.jobspec import build_loader_job
 from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.records import JobRecord, PvcRecord
-from controllers.dataset.writes import ApiWriter
+from controllers.writes.dataset import ApiWriter
 from gpu_admission.cluster.informer import Informer
 from gpu_admission.config import Config
 from gpu_admission.datasource import DataSource

@@ -15,7 +15,7 @@ from datetime import datetime
 from controllers.dataset.blocked import START_GRACE_SECONDS, Blockage, blockage
 from controllers.dataset.recorder import pvc_ref
 from controllers.dataset.records import JobRecord, LoaderPod, PvcRecord
-from controllers.dataset.writes import ApiWriter
+from controllers.writes.dataset import ApiWriter
 from gpu_admission.cluster.informer import Informer
 from gpu_admission.names import Names
 

@@ -2,7 +2,7 @@
 
 Policies read only these small records (never whole API objects, never secret values), with no I/O.
 `StaticClusterView` holds fixed records: tests and the offline `review` command use it; the running
-service uses the informer-fed view in `gpu_admission.cluster.informers`.
+service uses the informer-fed view in `gpu_admission.cluster.live_view`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from gpu_admission.cluster.dataset_snapshots import SnapshotInfo
 from gpu_admission.cluster.dra import ClaimInfo, DeviceClassInfo
-from gpu_admission.cluster.snapshots import SnapshotInfo
 from gpu_admission.keyless import TokenRequest, gcp_token_request_from
 from gpu_admission.names import GCP_CREDENTIAL_TYPE, GCP_KEY_FILE
 

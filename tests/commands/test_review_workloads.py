@@ -11,8 +11,8 @@ import yaml
 
 from commands.cli import main
 from gpu_admission.config import Config
-from webhooks.admission_policy import denial_text
-from webhooks.workload_admission_policy import WORKLOAD_POLICY_NAME, workload_denial
+from webhooks.apiserver_policies.pod_checks import denial_text
+from webhooks.apiserver_policies.workload_templates import WORKLOAD_POLICY_NAME, workload_denial
 from webhooks.workload_kinds import BUILT_IN
 
 JOBSET = """

@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from controllers.dataset.writes import ApiWriter
+from controllers.writes.dataset import ApiWriter
 
 REF = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": "ml", "name": "d"}
 

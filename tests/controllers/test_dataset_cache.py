@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from controllers.dataset.snapshots import (
+from controllers.dataset.snapshot_keeper import (
     SnapshotKeeper,
     choose_class,
     snapshot_name,
 )
-from gpu_admission.cluster.snapshots import SnapshotInfo
+from gpu_admission.cluster.dataset_snapshots import SnapshotInfo
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config
 from gpu_admission.dataset_load import DatasetContent

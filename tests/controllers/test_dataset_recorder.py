@@ -11,7 +11,7 @@ from controllers.dataset.decide import Plan
 from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.recorder import LoadRecorder
 from controllers.dataset.records import Condition, LoaderPod
-from controllers.dataset.writes import ApiWriter
+from controllers.writes.dataset import ApiWriter
 from gpu_admission.cluster.informer import Informer
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics

@@ -12,7 +12,7 @@ from controllers.dataset.jobspec import loader_args
 from controllers.dataset.records import LoaderPod, pvc_record
 from controllers.dataset.status import annotations
 from controllers.dataset.summary import SOURCE_CHANGED, success_message, summary_from_pods
-from gpu_admission.cluster.snapshots import snapshot_info
+from gpu_admission.cluster.dataset_snapshots import snapshot_info
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.datasource import parse_data_source
 from tests.controllers.test_dataset_cache import CONFIG, NAMES, policies, pvc, snap

@@ -1,7 +1,7 @@
-"""The dataset informers decode only the fields their records read (`controllers.dataset.shapes`):
-the records made that way equal the records made from whole objects, for objects the real
-kube-apiserver wrote and answered, in a list and in a watch event, and for a Job in each state
-its status can take."""
+"""The dataset informers decode only the fields their records read
+(`controllers.dataset.watched_fields`): the records made that way equal the records made from whole
+objects, for objects the real kube-apiserver wrote and answered, in a list and in a watch event, and
+for a Job in each state its status can take."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from kubernetes import client
 
 from controllers.dataset.jobspec import build_loader_job
 from controllers.dataset.records import job_record, pvc_record
-from controllers.dataset.shapes import DatasetPvc, LoaderJob
+from controllers.dataset.watched_fields import DatasetPvc, LoaderJob
 from gpu_admission.cluster.informer import meta_namespace_key, shaped_decoders
 from gpu_admission.datasource import parse_data_source
 from tests.controllers.test_dataset_units import CONFIG, NAMES

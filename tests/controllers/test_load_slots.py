@@ -11,7 +11,7 @@ from controllers.dataset.decide import REASON_WAITING_FOR_CAPACITY, Plan
 from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.records import JobRecord, PvcRecord
 from controllers.dataset.slots import LoadSlots
-from controllers.dataset.writes import ApiWriter
+from controllers.writes.dataset import ApiWriter
 from gpu_admission.cluster.informer import Informer
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics

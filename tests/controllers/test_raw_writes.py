@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 
-from controllers.raw_writes import (
+from controllers.writes.raw import (
     STRATEGIC_MERGE,
     RawWriter,
     proxy_of,

@@ -7,8 +7,13 @@ from typing import Any
 
 from controllers.dataset.jobspec import DATA_VOLUME
 from controllers.dataset.records import pvc_record
-from controllers.dataset.source_check_job import build_check_job, check_job_name
-from controllers.dataset.source_checks import LoadedPvc, changed_finding, loaded_pvcs
+from controllers.dataset.source_version_audit import (
+    LoadedPvc,
+    build_check_job,
+    changed_finding,
+    check_job_name,
+    loaded_pvcs,
+)
 from gpu_admission.config import Config
 from gpu_admission.findings import COULD_NOT_CHECK, SOURCE_CHANGED
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from controllers.raw_writes import RawWriter
+from controllers.writes.raw import RawWriter
 from gpu_admission import event_loop
 from gpu_admission.cluster.api_connections import (
     ApiConnectionError,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpu_admission.cluster.informers import ClusterLookupError, InformerClusterView
+from gpu_admission.cluster.live_view import ClusterLookupError, LiveClusterView
 from gpu_admission.cluster.view import NodeInfo, ObjectRef, PVCInfo, SecretInfo
 from gpu_admission.config import Config
 from gpu_admission.names import AWS_CREDENTIAL_TYPE, GCP_CREDENTIAL_TYPE, Names
@@ -53,8 +53,8 @@ def make_node(core: client.CoreV1Api, name: str) -> None:
     core.patch_node_status(name, {"status": {"allocatable": {"nvidia.com/gpu.shared": "4"}}})
 
 
-def view_for(kube_client: client.ApiClient, **kwargs: Any) -> InformerClusterView:
-    return InformerClusterView(kube_client, Config(), backoff=FAST_BACKOFF, **kwargs)
+def view_for(kube_client: client.ApiClient, **kwargs: Any) -> LiveClusterView:
+    return LiveClusterView(kube_client, Config(), backoff=FAST_BACKOFF, **kwargs)
 
 
 @pytest.fixture
@@ -82,14 +82,14 @@ def populated(core: client.CoreV1Api) -> client.CoreV1Api:
     return core
 
 
-def start_view(view: InformerClusterView) -> None:
+def start_view(view: LiveClusterView) -> None:
     view.start()
     eventually(lambda: view.ready() == [])
 
 
 @pytest.fixture
-def stopping() -> Iterator[list[InformerClusterView]]:
-    views: list[InformerClusterView] = []
+def stopping() -> Iterator[list[LiveClusterView]]:
+    views: list[LiveClusterView] = []
     yield views
     for view in views:
         view.stop()
@@ -100,7 +100,7 @@ def stopping() -> Iterator[list[InformerClusterView]]:
 @pytest.fixture
 async def view(
     kube_client: client.ApiClient, populated: client.CoreV1Api
-) -> AsyncIterator[InformerClusterView]:
+) -> AsyncIterator[LiveClusterView]:
     started = view_for(kube_client)
     await asyncio.to_thread(start_view, started)
     yield started

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gpu_admission.datasource import parse_data_source
+from loaders.digest_only import run_digest_only
 from loaders.rclone import PERMANENT_EXIT_CODE
-from loaders.source_check import run_digest_only
 from tests.loaders.test_rclone import BIN, gcs, load, s3, s3_env  # noqa: F401  (the fixtures)
 from tests.world.stand_ins.objectstores import GcsStore, S3Store, tree
 

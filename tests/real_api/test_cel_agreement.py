@@ -28,8 +28,8 @@ from tests.support.waits import while_running
 from tests.webhooks.policy_helpers import make_request
 from tests.world.harness import delete_policy
 from webhooks import chain
-from webhooks.admission_policy import admission_policy, admission_policy_binding
-from webhooks.pod_webhook_condition import webhook_condition
+from webhooks.apiserver_policies.pod_checks import admission_policy, admission_policy_binding
+from webhooks.apiserver_policies.webhook_routing import webhook_condition
 from webhooks.policies.quantity import is_int64, parse_quantity
 from webhooks.registry import build_policy_set
 

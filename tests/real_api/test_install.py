@@ -15,7 +15,7 @@ from kubernetes import client
 from commands.admission_policy import write_admission_policy
 from tests import ROOT
 from tests.real_api.conftest import Kubectl, apply_base
-from webhooks.admission_policy import BINDING_NAME, POLICY_NAME
+from webhooks.apiserver_policies.pod_checks import BINDING_NAME, POLICY_NAME
 
 KUSTOMIZATIONS = sorted(path.parent for path in (ROOT / "manifests").rglob("kustomization.yaml"))
 

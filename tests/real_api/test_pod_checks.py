@@ -23,7 +23,7 @@ from tests import ROOT
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from tests.webhooks.policy_helpers import make_request
 from webhooks import chain
-from webhooks.admission_policy import denial_text, policy_denial
+from webhooks.apiserver_policies.pod_checks import denial_text, policy_denial
 from webhooks.pod_defaults import default_pod
 from webhooks.registry import build_policy_set
 

@@ -27,7 +27,7 @@ from tests.real_api.service import served
 from tests.support.waits import while_running
 from tests.world.control_plane import ControlPlane
 from tests.world.harness import delete_policy
-from webhooks.pod_check_policies import admission_policy_objects
+from webhooks.apiserver_policies.bindings import admission_policy_objects
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,7 @@ from gpu_admission.config import Config
 from tests.real_api.conftest import namespace_ready
 from tests.real_api.service import served
 from tests.world.control_plane import ControlPlane
-from webhooks.admission_policy import admission_policy, admission_policy_binding
+from webhooks.apiserver_policies.pod_checks import admission_policy, admission_policy_binding
 
 NAMESPACE = "shared-gpus"
 MEMORY_MIB = 40960

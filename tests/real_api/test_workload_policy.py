@@ -23,8 +23,8 @@ from gpu_admission.config import Config
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from tests.real_api.test_pod_checks import pods
 from tests.support.waits import while_running
-from webhooks.admission_policy import denial_text
-from webhooks.workload_admission_policy import WORKLOAD_POLICY_NAME, workload_denial
+from webhooks.apiserver_policies.pod_checks import denial_text
+from webhooks.apiserver_policies.workload_templates import WORKLOAD_POLICY_NAME, workload_denial
 from webhooks.workload_kinds import BUILT_IN, TemplateKind
 
 NAMESPACE = "ml-workloads"
@@ -294,7 +294,7 @@ REPLICA_JOBS_CRD = {
 def test_a_configured_kind_is_refused_through_its_map_of_templates(
     resources: dynamic.DynamicClient, api: client.ApiClient
 ) -> None:
-    from webhooks.pod_check_policies import admission_policy_objects
+    from webhooks.apiserver_policies.bindings import admission_policy_objects
 
     extensions = client.ApiextensionsV1Api(api)
     extensions.create_custom_resource_definition(REPLICA_JOBS_CRD)

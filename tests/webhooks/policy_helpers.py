@@ -13,7 +13,7 @@ import jsonpatch
 from gpu_admission.cluster.view import ClusterView
 from tests import REVIEW_FIXTURES
 from webhooks.patch import Patch
-from webhooks.policy import MutatingPolicy
+from webhooks.policies.interface import MutatingPolicy
 from webhooks.review import AdmissionRequest, Verdict
 
 FIXTURES = REVIEW_FIXTURES

@@ -16,8 +16,8 @@ from aiohttp import web
 
 from certs.issue import CertBundle, ServingSpec, issue_bundle
 from certs.reloader import CertReloader
+from gpu_admission.cluster.dataset_snapshots import SnapshotInfo
 from gpu_admission.cluster.dra import ClaimInfo, DeviceClassInfo
-from gpu_admission.cluster.snapshots import SnapshotInfo
 from gpu_admission.cluster.view import (
     ClusterView,
     NodeInfo,
@@ -29,7 +29,7 @@ from gpu_admission.cluster.view import (
 from tests import REVIEW_FIXTURES
 from webhooks.patch import Patch
 from webhooks.policies.containers import iter_containers
-from webhooks.policy import MutatingPolicy, Scope
+from webhooks.policies.interface import MutatingPolicy, Scope
 from webhooks.review import AdmissionRequest
 from webhooks.server import make_runner
 

@@ -13,7 +13,7 @@ from webhooks.audit import (
     describe_changes,
     ordered,
 )
-from webhooks.policy import MutatingPolicy, PolicySet, Scope
+from webhooks.policies.interface import MutatingPolicy, PolicySet, Scope
 from webhooks.registry import build_policy_set
 
 POLICIES = build_policy_set(Config())

@@ -20,7 +20,7 @@ from gpu_admission.cluster.view import (
 from gpu_admission.config import FailureMode
 from webhooks import chain
 from webhooks.patch import Patch
-from webhooks.policy import MutatingPolicy, Scope, ValidatingPolicy
+from webhooks.policies.interface import MutatingPolicy, Scope, ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict, parse_review
 
 from .policy_helpers import mutate_twice

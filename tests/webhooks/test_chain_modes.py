@@ -11,7 +11,7 @@ from gpu_admission.config import FailureMode
 from gpu_admission.policy_modes import PolicyMode
 from webhooks import chain
 from webhooks.patch import Patch
-from webhooks.policy import MutatingPolicy, Scope, ValidatingPolicy
+from webhooks.policies.interface import MutatingPolicy, Scope, ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict, parse_review
 
 from .server_helpers import env_everywhere, fixture_bytes

@@ -28,7 +28,7 @@ from tests.webhooks.server_helpers import (
     serving,
 )
 from webhooks.policies.credential_secrets import policies
-from webhooks.policy import PolicySet
+from webhooks.policies.interface import PolicySet
 from webhooks.server import create_app
 
 PRIVATE_KEY_ID = "cafebabe0123456789cafebabe0123456789abcd"

@@ -9,7 +9,7 @@ from gpu_admission.cluster.view import ObjectRef, SecretInfo, StaticClusterView
 from gpu_admission.config import Config
 from tests.webhooks.policy_helpers import FIXTURES, load_fixture, mutate_twice
 from webhooks.policies.dataset_pvc import policies
-from webhooks.policy import MutatingPolicy, ValidatingPolicy
+from webhooks.policies.interface import MutatingPolicy, ValidatingPolicy
 from webhooks.review import AdmissionRequest, parse_review
 
 CONFIG = Config()

@@ -11,7 +11,7 @@ from gpu_admission.cluster.view import SecretInfo, StaticClusterView
 from gpu_admission.config import Config
 from tests.webhooks.test_dataset_pvc import fixture_request, with_annotations
 from webhooks.policies.dataset_pvc import policies
-from webhooks.policy import ValidatingPolicy
+from webhooks.policies.interface import ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict
 
 AZURE = SecretInfo("ml", "blob-reader", "azure-credential", frozenset({"AZURE_STORAGE_ACCOUNT"}))

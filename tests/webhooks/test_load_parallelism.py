@@ -8,7 +8,7 @@ from gpu_admission.config import Config
 from gpu_admission.load_parallelism import load_parallelism
 from tests.webhooks.test_dataset_pvc import VIEW, fixture_request, validate, with_annotations
 from webhooks.policies.dataset_pvc import policies
-from webhooks.policy import ValidatingPolicy
+from webhooks.policies.interface import ValidatingPolicy
 
 KEY = "gpu-admission.io/data-load-parallelism"
 RWX, RWO = ["ReadWriteMany"], ["ReadWriteOnce"]

@@ -17,7 +17,7 @@ from certs.issue import CertBundle
 from gpu_admission.cluster.view import ClusterView, StaticClusterView
 from gpu_admission.config import Config
 from webhooks import server as server_module
-from webhooks.policy import PolicySet, Scope, ValidatingPolicy, typed_scope_keys
+from webhooks.policies.interface import PolicySet, Scope, ValidatingPolicy, typed_scope_keys
 from webhooks.registry import build_policy_set
 from webhooks.review import (
     AdmissionRequest,

@@ -26,7 +26,7 @@ from gpu_admission.config import Config
 from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.metrics import Metrics
 from webhooks.patch import Patch
-from webhooks.policy import MutatingPolicy, PolicySet, Scope, ValidatingPolicy
+from webhooks.policies.interface import MutatingPolicy, PolicySet, Scope, ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict
 from webhooks.server import create_app
 

@@ -48,7 +48,7 @@ from kubernetes import config as kube_config
 
 from certs.issue import CertBundle, ServingSpec, issue_bundle
 from certs.reloader import CertReloader
-from gpu_admission.cluster.informers import InformerClusterView
+from gpu_admission.cluster.live_view import LiveClusterView
 from gpu_admission.config import Config, load_config
 from gpu_admission.metrics import Metrics
 from tests import ROOT
@@ -168,7 +168,7 @@ class AdmissionCluster:
     kube_api: KubeApi
     api: client.ApiClient
     config: Config
-    view: InformerClusterView
+    view: LiveClusterView
     metrics: Metrics  # the service's registry
     webhook_url: str  # https://127.0.0.1:<port>; the certificate names 127.0.0.1 too
     ca_path: Path  # the webhook CA (the caBundle), PEM
@@ -346,7 +346,7 @@ def wait_in_force(api: client.ApiClient, namespace: str) -> None:
         wait_until(check, f"kube-apiserver to apply {what}")
 
 
-def _wait_synced(view: InformerClusterView) -> None:
+def _wait_synced(view: LiveClusterView) -> None:
     deadline = time.monotonic() + WAIT_SECONDS
     for informer in view.informers:
         if not informer.wait_synced(max(0.0, deadline - time.monotonic())):
@@ -357,7 +357,7 @@ def _wait_synced(view: InformerClusterView) -> None:
 class RunningService:
     """The webhook service serving on 127.0.0.1, its informer-fed view, metrics and certificate."""
 
-    view: InformerClusterView
+    view: LiveClusterView
     metrics: Metrics
     bundle: CertBundle
     thread: WebhookServiceThread
@@ -373,7 +373,7 @@ def start_service(stack: contextlib.ExitStack, config: Config, kubeconfig: Path)
     the service name and 127.0.0.1. `stack` stops it."""
     service_api = kube_config.new_client_from_config(str(kubeconfig))
     stack.callback(service_api.close)
-    view = InformerClusterView(service_api, config)
+    view = LiveClusterView(service_api, config)
     view.start()
     stack.callback(view.join)
     stack.callback(view.stop)

@@ -77,7 +77,7 @@ from webhooks.policies.credential_tokens import (
     volume_name,
     web_identity_env,
 )
-from webhooks.policy import MutatingPolicy, Scope
+from webhooks.policies.interface import MutatingPolicy, Scope
 from webhooks.review import AdmissionRequest, Verdict
 
 POLICY_NAME = "cloud-credentials"

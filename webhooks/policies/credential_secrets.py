@@ -25,7 +25,7 @@ from webhooks.credentials.huggingface import validate_huggingface
 from webhooks.credentials.problems import Problem
 from webhooks.credentials.rsa_keys import RsaKeyChecker
 from webhooks.credentials.secret_data import decode_secret_data
-from webhooks.policy import Scope, ValidatingPolicy
+from webhooks.policies.interface import Scope, ValidatingPolicy
 from webhooks.review import ALLOW, AdmissionRequest, Verdict
 
 POLICY_NAME = "credential-secrets"

@@ -16,13 +16,13 @@ class fixes the driver; the class name is the simple sure test.
 
 from __future__ import annotations
 
-from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SnapshotInfo
+from gpu_admission.cluster.dataset_snapshots import SNAPSHOT_GROUP, SnapshotInfo
 from gpu_admission.cluster.view import ClusterView
 from gpu_admission.config import Config
 from gpu_admission.dataset_load import content_of
 from gpu_admission.names import Names
 from webhooks.patch import Patch
-from webhooks.policy import MutatingPolicy, Scope
+from webhooks.policies.interface import MutatingPolicy, Scope
 from webhooks.review import AdmissionRequest
 
 SCOPE = Scope("PersistentVolumeClaim", operations=frozenset({"CREATE"}))

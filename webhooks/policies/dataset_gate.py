@@ -22,7 +22,7 @@ from gpu_admission.dataset_load import DatasetLoad, dataset_load
 from gpu_admission.names import PHASE_FAILED, Names
 from webhooks.patch import Patch
 from webhooks.policies.containers import iter_containers
-from webhooks.policy import MutatingPolicy, Scope
+from webhooks.policies.interface import MutatingPolicy, Scope
 from webhooks.review import AdmissionRequest, Verdict
 
 CREATE_SCOPE = Scope("Pod")

@@ -26,7 +26,7 @@ from gpu_admission.datasource import (
 from gpu_admission.load_parallelism import load_parallelism
 from gpu_admission.names import Names
 from webhooks.patch import Patch, escape
-from webhooks.policy import MutatingPolicy, Scope, ValidatingPolicy
+from webhooks.policies.interface import MutatingPolicy, Scope, ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict
 
 PVC_KIND = "PersistentVolumeClaim"

@@ -17,7 +17,7 @@ from gpu_admission.config import Config
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_claims import GpuDetector
 from webhooks.policies.gpu_visibility import EPHEMERAL_SUBRESOURCE, new_ephemeral_containers
-from webhooks.policy import Scope, ValidatingPolicy
+from webhooks.policies.interface import Scope, ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict
 
 

@@ -19,7 +19,7 @@ from gpu_admission.names import MIRROR_POD_ANNOTATION, NVIDIA_VISIBLE_DEVICES, V
 from webhooks.patch import Patch
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_claims import GpuDetector, GpuUse, unresolved_warning
-from webhooks.policy import MutatingPolicy, Scope
+from webhooks.policies.interface import MutatingPolicy, Scope
 from webhooks.review import AdmissionRequest, Verdict
 
 EPHEMERAL_SUBRESOURCE = "ephemeralcontainers"

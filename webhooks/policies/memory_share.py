@@ -30,6 +30,7 @@ from webhooks.policies.gpu_claims import GpuDetector, GpuUse
 from webhooks.policies.gpu_resources import GpuResources
 from webhooks.policies.gpu_sharing import classify, label_count
 from webhooks.policies.gpu_visibility import is_mirror_pod
+from webhooks.policies.interface import MutatingPolicy, Scope
 from webhooks.policies.node_match import Placement
 from webhooks.policies.share_env import (
     GENERIC_RULES,
@@ -39,7 +40,6 @@ from webhooks.policies.share_env import (
     apply_env,
     build_profiles,
 )
-from webhooks.policy import MutatingPolicy, Scope
 from webhooks.review import AdmissionRequest, Verdict
 
 RESOURCE_CONTAINER_LISTS = ("initContainers", "containers")  # ephemeral ones cannot ask for any

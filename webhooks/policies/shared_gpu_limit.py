@@ -20,9 +20,9 @@ from gpu_admission.config import Config, GpuConfig
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_resources import GpuResources
 from webhooks.policies.gpu_sharing import RequestSharing, classify, label_count
+from webhooks.policies.interface import Scope, ValidatingPolicy
 from webhooks.policies.node_match import Placement
 from webhooks.policies.quantity import is_int64, parse_quantity
-from webhooks.policy import Scope, ValidatingPolicy
 from webhooks.review import AdmissionRequest, Verdict
 
 
@@ -32,8 +32,9 @@ def _shown(value: object) -> str:
 
 def _problem(ref: ContainerRef, name: str, where: str, raw: object, whole: str) -> str | None:
     # The same checks, in the same order and words, as the ValidatingAdmissionPolicy's CEL
-    # (webhooks/admission_policy.py): isQuantity(), then compareTo(quantity('1')) > 0, then
-    # isInteger() (Go's AsInt64: whole and within int64). The value is shown as the API holds it.
+    # (webhooks/apiserver_policies/pod_checks.py): isQuantity(), then compareTo(quantity('1')) > 0,
+    # then isInteger() (Go's AsInt64: whole and within int64). The value is shown as the API holds
+    # it.
     quantity = parse_quantity(raw)
     if quantity is None:
         return (

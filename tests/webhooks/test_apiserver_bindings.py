@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 
 from gpu_admission.config import Config
-from webhooks.admission_policy import POLICY_NAME
-from webhooks.pod_check_policies import (
+from webhooks.apiserver_policies.bindings import (
     admission_policy_objects,
     failed_policies,
     pod_check_policies,
 )
-from webhooks.workload_admission_policy import WORKLOAD_POLICY_NAME
+from webhooks.apiserver_policies.pod_checks import POLICY_NAME
+from webhooks.apiserver_policies.workload_templates import WORKLOAD_POLICY_NAME
 
 BOTH_PROBLEMS: dict[str, Any] = {
     "spec": {

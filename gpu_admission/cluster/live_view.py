@@ -38,6 +38,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpu_admission.cluster.dataset_snapshots import SnapshotInfo, snapshot_informer
 from gpu_admission.cluster.dra import (
     ClaimInfo,
     DeviceClassInfo,
@@ -53,7 +54,6 @@ from gpu_admission.cluster.informer import (
     object_key,
 )
 from gpu_admission.cluster.side_cache import SideCache
-from gpu_admission.cluster.snapshots import SnapshotInfo, snapshot_informer
 from gpu_admission.cluster.view import (
     NodeInfo,
     ObjectRef,
@@ -93,7 +93,7 @@ class _Source:
         return any(i.served for i in self.informers)
 
 
-class InformerClusterView:
+class LiveClusterView:
     """ClusterView + MissResolver over informers; `start()` them, gate readiness on `ready()`."""
 
     def __init__(

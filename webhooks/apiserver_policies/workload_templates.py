@@ -23,13 +23,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpu_admission.config import Config
-from webhooks.admission_policy import (
+from webhooks.apiserver_policies.cel import cel_string
+from webhooks.apiserver_policies.pod_checks import (
     ENV_GUARD,
     ENV_GUARD_ADVICE_CEL,
     POD_CHECKS,
     SHARED_GPU_LIMIT,
     capped,
-    cel_string,
     check_messages,
     env_guard_problems,
     policy_object,

@@ -17,11 +17,9 @@ from hypothesis import strategies as st
 from commands.admission_policy import write_admission_policy
 from gpu_admission.config import Config
 from tests import ROOT
-from webhooks.admission_policy import (
-    _glob_regex,
-    admission_policy,
-)
-from webhooks.pod_webhook_condition import webhook_condition, webhook_sees
+from webhooks.apiserver_policies.cel import glob_regex
+from webhooks.apiserver_policies.pod_checks import admission_policy
+from webhooks.apiserver_policies.webhook_routing import webhook_condition, webhook_sees
 
 CONFIG = Config()
 
@@ -79,6 +77,6 @@ PATTERN_CHARS = "abcnv0123./-_*?[]!^\\'\" "
 def test_the_cel_regex_of_a_pattern_matches_what_fnmatch_matches(pattern: str, name: str) -> None:
     # Python's re reads this RE2 subset alike; the real server's CEL runs it in the real-API
     # tier (test_cel_agreement.py).
-    assert (re.fullmatch(_glob_regex(pattern), name) is not None) is fnmatch.fnmatchcase(
+    assert (re.fullmatch(glob_regex(pattern), name) is not None) is fnmatch.fnmatchcase(
         name, pattern
     )

@@ -20,7 +20,7 @@ from typing import Any
 
 from gpu_admission.config import Config
 from gpu_admission.policy_modes import PolicyMode
-from webhooks.admission_policy import (
+from webhooks.apiserver_policies.pod_checks import (
     ENV_GUARD,
     POD_CHECKS,
     POLICY_NAME,
@@ -28,7 +28,10 @@ from webhooks.admission_policy import (
     admission_policy_binding,
     policy_denial,
 )
-from webhooks.workload_admission_policy import WORKLOAD_POLICY_NAME, workload_admission_policy
+from webhooks.apiserver_policies.workload_templates import (
+    WORKLOAD_POLICY_NAME,
+    workload_admission_policy,
+)
 
 ACTIONS: dict[PolicyMode, tuple[str, ...]] = {
     PolicyMode.ENFORCE: ("Deny",),

@@ -6,7 +6,7 @@ through a DRA claim (that needs the claim and its DeviceClass), or where a share
 plain name (that needs the nodes' labels). So on API servers with
 admissionregistration.k8s.io/v1 policies (Kubernetes 1.30 and later) those checks run inside the
 API server, with no round trip, and the validating webhook is called only for the pods the
-policy cannot judge (`pod_webhook_condition`, its matchCondition).
+policy cannot judge (`webhook_routing`, its matchCondition).
 
 The CEL is generated here from the same configuration the Python policies read, and says the
 same words: a test evaluates it with a real CEL runtime against the Python policies over
@@ -23,11 +23,11 @@ the values at or below 1 it is asked of).
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpu_admission.config import Config, GpuConfig
+from webhooks.apiserver_policies.cel import base_name, cel_string, is_shared_test, requests_gpu_test
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_env_guard import TAMPERING_ADVICE, tampering
 from webhooks.policies.gpu_resources import GpuResources
@@ -52,94 +52,6 @@ _LISTS = (
     ("containers", "container"),
     ("ephemeralContainers", "ephemeral container"),
 )
-
-
-# -- CEL text --------------------------------------------------------------------------------
-
-
-def cel_string(text: str) -> str:
-    """A CEL string literal."""
-    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"
-
-
-def _class_end(pattern: str, start: int) -> int:
-    """Where the character class opened at `start` closes, scanned as fnmatch scans it (a `!`,
-    then a `]` first, are part of the class); -1 when it does not close."""
-    j = start + 1
-    if j < len(pattern) and pattern[j] == "!":
-        j += 1
-    if j < len(pattern) and pattern[j] == "]":
-        j += 1
-    end = pattern.find("]", j)
-    return end
-
-
-def _class_regex(token: str) -> str:
-    """One `[...]` as fnmatch reads it (reversed ranges dropped, `!` negating), in RE2 terms:
-    Python's own translation, whose class syntax RE2 shares, except the never-matching `(?!)`."""
-    translated = fnmatch.translate(token).removeprefix("(?s:").removesuffix(")\\Z")
-    return r"\b\B" if translated == "(?!)" else translated
-
-
-def _glob_regex(pattern: str) -> str:
-    """A shell-style pattern as an anchored RE2 expression (`matches()` is RE2), matching what
-    fnmatchcase matches."""
-    out = []
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "*":
-            out.append(".*")
-        elif char == "?":
-            out.append(".")
-        elif char == "[" and (end := _class_end(pattern, i)) >= 0:
-            out.append(_class_regex(pattern[i : end + 1]))
-            i = end
-        elif char.isalnum() or char in "_/-":
-            out.append(char)
-        else:
-            out.append("\\" + char)
-        i += 1
-    return "^" + "".join(out) + "$"
-
-
-def _glob_test(var: str, pattern: str) -> str:
-    """CEL true when `var` matches the shell-style pattern, as fnmatchcase does."""
-    specials = set("*?[")
-    if not specials & set(pattern):
-        return f"{var} == {cel_string(pattern)}"
-    head, star, tail = pattern.partition("*")
-    if star and not specials & set(head + tail) and not tail:
-        return f"{var}.startsWith({cel_string(head)})"
-    return f"{var}.matches({cel_string(_glob_regex(pattern))})"
-
-
-def is_gpu_test(var: str, gpu: GpuConfig) -> str:
-    return "(" + " || ".join(_glob_test(var, p) for p in gpu.resource_patterns) + ")"
-
-
-def is_shared_test(var: str, gpu: GpuConfig) -> str:
-    ends = " || ".join(f"{var}.endsWith({cel_string(s)})" for s in gpu.shared_suffixes)
-    return f"({is_gpu_test(var, gpu)} && ({ends}))"
-
-
-def base_name(var: str, gpu: GpuConfig) -> str:
-    """`GpuConfig.base_resource_name` in CEL: the first suffix that matches is taken off."""
-    text = var
-    for suffix in reversed(gpu.shared_suffixes):
-        cut = f"{var}.substring(0, size({var}) - {len(suffix)})"
-        text = f"({var}.endsWith({cel_string(suffix)}) ? {cut} : {text})"
-    return text
-
-
-def _requests_gpu(gpu: GpuConfig) -> str:
-    named = is_gpu_test("n", gpu)
-    return (
-        "has(c.resources) && ("
-        f"(has(c.resources.limits) && c.resources.limits.exists(n, {named})) || "
-        f"(has(c.resources.requests) && c.resources.requests.exists(n, {named})))"
-    )
 
 
 def _added(lst: str) -> str:
@@ -173,7 +85,7 @@ def env_guard_problems(gpu: GpuConfig, lists: Callable[[str], str] = pod_lists) 
     for lst, word in _LISTS:
         parts.append(
             f"{lists(lst)}.filter(c, has(c.env) && c.env.exists(e, e.name in {names}) && "
-            f"{_requests_gpu(gpu)}).map(c, {cel_string(word + ' ')} + '\"' + c.name + "
+            f"{requests_gpu_test(gpu)}).map(c, {cel_string(word + ' ')} + '\"' + c.name + "
             f"'\" requests a GPU and sets ' + "
             f"{names}.filter(g, c.env.exists(e, e.name == g)).map(g, {how}).join(', '))"
         )

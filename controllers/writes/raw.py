@@ -220,3 +220,13 @@ class RawWriter:
                 "if this persists, raise its priority-and-fairness share",
                 seconds,
             )
+
+
+# -- the rarer calls, through the official client's generated methods -------------------------
+
+
+def write(call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Make a write through a generated method and read its answer to the end. The answer is
+    not used, but an unread response keeps its connection out of urllib3's pool, so every next
+    call would open a new TLS connection (measured: 199 connections for 200 creates)."""
+    call(*args, _preload_content=False, **kwargs).data  # noqa: B018 - read to release

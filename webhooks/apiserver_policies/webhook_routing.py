@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpu_admission.config import GpuConfig
-from webhooks.admission_policy import cel_string, is_gpu_test
+from webhooks.apiserver_policies.cel import cel_string, is_gpu_test
 from webhooks.policies.containers import iter_containers
 from webhooks.policies.quantity import parse_quantity
 

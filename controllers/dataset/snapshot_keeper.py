@@ -23,9 +23,13 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from controllers.dataset.records import PvcRecord
-from controllers.dataset.writes import ApiWriter
+from controllers.writes.dataset import ApiWriter
+from gpu_admission.cluster.dataset_snapshots import (
+    SNAPSHOT_GROUP,
+    SNAPSHOT_VERSION,
+    snapshot_informer,
+)
 from gpu_admission.cluster.informer import describe_error
-from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SNAPSHOT_VERSION, snapshot_informer
 from gpu_admission.config import Config
 
 log = logging.getLogger(__name__)

@@ -1,11 +1,12 @@
 """The dataset controller's calls to the Kubernetes API, and what their failures mean.
 
 The writes of every load (Job creates, PVC status patches, Events, gate releases) go out as JSON
-bytes on the event loop (`controllers.raw_writes`: no model objects, 429s waited out),
+bytes on the event loop (`controllers.writes.raw`: no model objects, 429s waited out),
 as many at once as reconcile workers are writing. The rarer calls run the generated methods on
-the controller's own bounded thread pool (one thread per reconcile worker), each read to its end
-(`controllers.api.write`) so the connection goes back to the pool. A write refused because its
-namespace is being deleted raises NamespaceTerminating: that work is dropped, not retried.
+the controller's own bounded thread pool (one thread per reconcile worker), each read to its
+end (`controllers.writes.raw.write`) so the connection goes back to the pool. A write refused
+because its namespace is being deleted raises NamespaceTerminating: that work is dropped, not
+retried.
 """
 
 from __future__ import annotations
@@ -24,13 +25,12 @@ import msgspec
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi, StorageV1Api
 from kubernetes.client.exceptions import ApiException
 
-from controllers.api import write
-from controllers.background import BackgroundWrites
 from controllers.dataset.status import now_rfc3339
-from controllers.raw_writes import JSON, JSON_PATCH, STRATEGIC_MERGE, RawWriter
+from controllers.writes.background import BackgroundWrites
+from controllers.writes.raw import JSON, JSON_PATCH, STRATEGIC_MERGE, RawWriter, write
 from gpu_admission.cluster.api_errors import namespace_terminating
+from gpu_admission.cluster.dataset_snapshots import SNAPSHOT_GROUP, SNAPSHOT_VERSION
 from gpu_admission.cluster.informer import describe_error
-from gpu_admission.cluster.snapshots import SNAPSHOT_GROUP, SNAPSHOT_VERSION
 
 log = logging.getLogger(__name__)
 
