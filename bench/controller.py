@@ -330,28 +330,31 @@ async def controller_main(args: argparse.Namespace) -> None:
         return
     reconciled = 0
     all_reconciled = asyncio.Event()
-    reconcile = controller.reconcile_pvc
+    from controllers.dataset.reconciler import Reconciler
 
-    async def counting(key: str) -> None:  # counts finished PVC reconciles
+    reconcile = Reconciler.reconcile_pvc
+
+    async def counting(self: Reconciler, key: str) -> None:  # counts finished PVC reconciles
         nonlocal reconciled
-        await reconcile(key)
+        await reconcile(self, key)
         reconciled += 1
         if args.expect and reconciled >= args.expect:
             all_reconciled.set()
 
-    controller.reconcile_pvc = counting  # type: ignore[method-assign]
+    Reconciler.reconcile_pvc = counting  # type: ignore[method-assign]
     started = time.monotonic()
     await controller.start()
     freeze_long_lived("started")  # where `gpu-admission controller` freezes its heap
     await controller.leading.wait()  # informers synced, every cached PVC queued
     freeze_long_lived("caches synced")
-    assert controller.pvcs is not None and controller.jobs is not None
+    term = controller.reconciler
+    assert term is not None
     say(
         sys.stdout,
         stage="synced",
         seconds=time.monotonic() - started,
-        pvcs=len(controller.pvcs),
-        jobs=len(controller.jobs),
+        pvcs=len(term.pvcs),
+        jobs=len(term.jobs),
         **rss_mib(),
     )
     if args.expect:
@@ -367,19 +370,9 @@ async def controller_main(args: argparse.Namespace) -> None:
         )
     await asyncio.to_thread(sys.stdin.read)  # until the parent closes stdin
     await controller.stop()
-    # stop() does not wait for the informer threads; one may still be handing its initial list
-    # to the handlers, which need this loop open.
-    informers = [
-        i
-        for i in (
-            controller.pvcs,
-            controller.jobs,
-            getattr(controller, "loader_pods", None),
-            controller.pods,
-        )
-        if i is not None
-    ]
-    await asyncio.to_thread(lambda: [i.join(CHILD_TIMEOUT) for i in informers])
+    # stop() waits a bounded while for the informer threads; one may still be handing its
+    # initial list to the handlers, which need this loop open.
+    await asyncio.to_thread(lambda: [i.join(CHILD_TIMEOUT) for i in term.informers])
     api.close()
 
 

@@ -178,6 +178,11 @@ class RateLimitedQueue:
     def waiting_on_timers(self) -> int:
         return len(self._timers)
 
+    def pending(self, key: Hashable) -> bool:
+        """Whether `key` is waiting, being processed, or due again on a timer (a retry): False
+        once it has been handled for good."""
+        return key in self._dirty or key in self._processing or key in self._timers
+
     async def shutdown(self) -> None:
         """Stop accepting keys; workers blocked in `get()` see ShutDown once it is empty."""
         self._shutting_down = True

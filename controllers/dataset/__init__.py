@@ -1,8 +1,8 @@
 """The dataset loader controller (see controller.py); `DatasetController` is its entry point.
 
 It is imported on first use, not with the package: `audit --sources` reads the source checks
-(source_version_audit.py), and the command line is built by every process, the webhook service's too,
-which must not carry the controller's modules (about 7 MiB resident) for it."""
+(source_version_audit.py), and the command line is built by every process, the webhook service's
+too, which must not carry the controller's modules (about 7 MiB resident) for it."""
 
 from __future__ import annotations
 

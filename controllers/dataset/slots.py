@@ -23,28 +23,27 @@ from gpu_admission.datasource import DataSource
 
 
 class LoadSlots:
-    def __init__(self, api: ApiWriter, config: Config, metrics: DatasetMetrics) -> None:
-        self.api, self.config, self.metrics = api, config, metrics
+    """The counts of one term of leadership, over its Job informer."""
+
+    def __init__(
+        self,
+        api: ApiWriter,
+        config: Config,
+        metrics: DatasetMetrics,
+        jobs: Informer[JobRecord],
+    ) -> None:
+        self.api, self.config, self.metrics, self.jobs = api, config, metrics, jobs
         self.index = JobIndex()
         self._launched: set[str] = set()  # Jobs being created, or not yet seen by the informer
-        self.jobs: Informer[JobRecord] | None = None
-
-    def reset(self, jobs: Informer[JobRecord]) -> None:
-        """A new term of leadership: fresh counts over a fresh Job informer."""
-        self.index = JobIndex()
-        self._launched.clear()
-        self.jobs = jobs
 
     def job_changed(self, old: JobRecord | None, new: JobRecord | None) -> None:
         self.index.update(old, new)
 
     def jobs_of(self, pvc_key: str) -> list[JobRecord]:
-        assert self.jobs is not None
         return [j for k in self.index.jobs_of(pvc_key) if (j := self.jobs.get(k)) is not None]
 
     def running(self, excluding_pvc: str | None = None) -> int:
         """Unfinished loads (this PVC's excluded); also keeps the gauge current."""
-        assert self.jobs is not None
         # Launched Jobs the informer shows now are counted by the index (or finished).
         self._launched = {key for key in self._launched if self.jobs.get(key) is None}
         self.metrics.loads_running.set(self.index.running() + len(self._launched))

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -172,7 +171,18 @@ def test_a_lease_namespace_that_does_not_exist_is_said_once_and_shown_in_readyz(
         "lease never-made/gpu-admission-controller: namespace never-made does not exist; "
         "create it, or set leader_election.namespace to the namespace the controller runs in"
     )
-    time.sleep(1.5)  # several retries (every 0.2 s) go by: they must not be logged again
+    # Several more tries (every 0.2 s) fail, each counted: none may be logged again.
+    retries = 5
+
+    def failures() -> float:
+        _, body = get(f"{base}/metrics")
+        for line in body.decode().splitlines():
+            if line.startswith("gpu_admission_leader_election_failures_total "):
+                return float(line.split()[1])
+        return 0.0
+
+    seen = failures()
+    wait_for(lambda: failures() >= seen + retries, f"{retries} more failed tries", process)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
     lines = [json.loads(line) for line in log_path.read_text().splitlines() if line]

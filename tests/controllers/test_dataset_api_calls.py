@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from controllers.dataset import DatasetController
+from controllers.dataset.reconciler import PVC
 from tests.e2e.datasets import NS, PREFIX, create_pvc, eventually, jobs, make_config, start
 from tests.e2e.real_node import node_agent
 from tests.world.namespaces import namespace_ready
@@ -68,9 +69,10 @@ async def test_a_load_costs_one_job_status_writes_and_two_events_and_no_reads(
         create_pvc(core, "counted", "s3://counted")
         # Watched through the controller's own cache: the test makes no reads of its own.
         await asyncio.wait_for(controller.leading.wait(), 30)
-        assert controller.pvcs is not None
+        assert controller.reconciler is not None
+        pvcs = controller.reconciler.pvcs
         await eventually(
-            lambda: (pvc := controller.pvcs.get(f"{NS}/counted")) and pvc.phase == "Succeeded",
+            lambda: (pvc := pvcs.get(f"{NS}/counted")) and pvc.phase == "Succeeded",
             what="the load to succeed",
         )
         elapsed = time.monotonic() - began
@@ -101,19 +103,29 @@ async def test_a_load_costs_one_job_status_writes_and_two_events_and_no_reads(
 async def test_a_terminating_namespace_is_dropped_and_does_not_hold_up_others(
     kube_api, kube_client, core, s3, controllers, caplog
 ) -> None:
-    caplog.set_level(logging.INFO, logger="controllers.dataset.controller")
+    caplog.set_level(logging.INFO, logger="controllers.dataset.reconciler")
     # The namespace controller waits five seconds before it deletes anything: the PVCs stay.
     for i in range(30):
         create_pvc(core, f"d{i}", f"s3://doomed-{i}", namespace="doomed")
     core.delete_namespace("doomed")  # terminating: nothing new may be created in it
     create_pvc(core, "wanted", "s3://wanted-data")
     kube_api.faults.reset_counts()
-    await start(controllers, kube_client, make_config(s3.endpoint, max_concurrent_loads=100))
+    controller = await start(
+        controllers, kube_client, make_config(s3.endpoint, max_concurrent_loads=100)
+    )
     await eventually(
         lambda: any(j["metadata"]["name"].startswith("dl-wanted-") for j in jobs(kube_client)),
         what="the other namespace's Job",
     )
-    await asyncio.sleep(1.0)  # time enough for retries, were there any (backoff 0.05 s)
+    # Every doomed PVC handled for good: none waiting, in a reconcile, or due for a retry (a
+    # retry is on its timer before its reconcile ends, so none can be missed in between).
+    await asyncio.wait_for(controller.leading.wait(), 30)
+    term = controller.reconciler
+    assert term is not None
+    await eventually(
+        lambda: not any(term.queue.pending((PVC, f"doomed/d{i}")) for i in range(30)),
+        what="the doomed namespace's PVCs to be dropped",
+    )
     attempts = kube_api.faults.request_count("POST", r"/namespaces/doomed/jobs$")
     assert attempts <= 30  # each tried at most once, never retried
     said = [r for r in caplog.records if "namespace doomed is being deleted" in r.getMessage()]

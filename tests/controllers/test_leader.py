@@ -4,6 +4,7 @@ over."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import time
 
@@ -47,11 +48,32 @@ async def wait_until(check, timeout: float) -> None:  # type: ignore[no-untyped-
         await asyncio.sleep(0.02)
 
 
-def holder(api: client.ApiClient) -> str:
+def lease_spec(api: client.ApiClient) -> dict:  # type: ignore[type-arg]
     response = client.CoordinationV1Api(api).read_namespaced_lease(
         "gpu-admission-controller", "gpu-admission", _preload_content=False
     )
-    return json.loads(response.data)["spec"].get("holderIdentity") or ""
+    return json.loads(response.data)["spec"]
+
+
+def holder(api: client.ApiClient) -> str:
+    return lease_spec(api).get("holderIdentity") or ""
+
+
+def renewed_at(api: client.ApiClient) -> float:
+    """The Lease's renewTime, as seconds since the epoch (the leader's clock: this machine's)."""
+    stamp = lease_spec(api)["renewTime"]
+    return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
+
+
+async def leader_renews_for(api: client.ApiClient, seconds: float) -> None:
+    """Until the leader has renewed its Lease for `seconds` more, from now: a contender that
+    started before this was refused the Lease all that while (a standby acquires only a Lease
+    whose renewals stopped for a lease's duration)."""
+    since = await asyncio.to_thread(renewed_at, api)
+    deadline = time.monotonic() + seconds * 3
+    while await asyncio.to_thread(renewed_at, api) < since + seconds:
+        assert time.monotonic() < deadline, "the leader stopped renewing its Lease"
+        await asyncio.sleep(0.02)
 
 
 async def test_one_leader_and_handover_on_stop(kube_client: client.ApiClient) -> None:
@@ -62,7 +84,7 @@ async def test_one_leader_and_handover_on_stop(kube_client: client.ApiClient) ->
     await wait_until(lambda: a.is_leader, 5)
     b.start()
     # b keeps trying for longer than a lease but never leads while a renews.
-    await asyncio.sleep(LEASE_SECONDS * 1.5)
+    await leader_renews_for(kube_client, LEASE_SECONDS * 1.5)
     assert not b.is_leader and log == ["a started"]
     assert await asyncio.to_thread(holder, kube_client) == "a"
     stopped_at = time.monotonic()
@@ -109,7 +131,7 @@ async def test_two_controllers_one_leads_then_hands_over(kube_client: client.Api
     await first.start()
     await asyncio.wait_for(first.leading.wait(), 10)
     await second.start()
-    await asyncio.sleep(0.5)
+    await leader_renews_for(kube_client, LEASE_SECONDS)  # second tries a whole lease long
     assert not second.leading.is_set()
     await first.stop()
     await asyncio.wait_for(second.leading.wait(), LEASE_SECONDS)

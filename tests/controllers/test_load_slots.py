@@ -47,8 +47,9 @@ class HeldCreates:
 
 def slots_with(api: HeldCreates, max_loads: int) -> LoadSlots:
     config = Config.model_validate({"dataset": {"max_concurrent_loads": max_loads}})
-    slots = LoadSlots(cast(ApiWriter, api), config, DatasetMetrics(Metrics(process_metrics=False)))
-    slots.reset(cast(Informer[JobRecord], {}))  # the informer has seen no Job yet
+    metrics = DatasetMetrics(Metrics(process_metrics=False))
+    no_jobs = cast(Informer[JobRecord], {})  # the informer has seen no Job yet
+    slots = LoadSlots(cast(ApiWriter, api), config, metrics, no_jobs)
     return slots
 
 
