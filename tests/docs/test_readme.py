@@ -22,7 +22,6 @@ from commands.controller import ControllerProcess
 from commands.parser import build_parser
 from commands.review import review_command
 from commands.serve import AdmissionServer
-from controllers.leader import LeaderMetrics
 from gpu_admission.config import Config
 from gpu_admission.config_reference import missing_descriptions, render
 from gpu_admission.metrics import AdmissionMetrics, Metrics
@@ -153,8 +152,8 @@ def test_every_metric_in_the_monitoring_doc_is_exported_and_every_export_documen
     offline = Config.model_validate({"certs": {"cert_dir": "/nonexistent"}})  # never started
     serve = AdmissionServer(offline, None, metrics=Metrics(process_metrics=False))
     AdmissionMetrics(serve.metrics)
+    # Its leader election's metrics too: made with the controller.
     controller = ControllerProcess(Config(), ApiClient(), Metrics(process_metrics=False))
-    LeaderMetrics(controller.metrics)  # registered as the controller starts campaigning
     exported = set()
     for metrics in (serve.metrics, controller.metrics):
         exported |= set(re.findall(r"^# TYPE (\S+)", metrics.exposition().decode(), re.M))
