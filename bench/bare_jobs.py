@@ -16,20 +16,18 @@ SOURCE = "s3://bench-data/{i}"
 
 def loader_job(name: str, uid: str, source: str, namespace: str, config: Any) -> dict[str, Any]:
     """The Job the controller makes for a fresh dataset PVC of `source`, with no credentials."""
-    from controllers.dataset.jobspec import build_loader_job
+    from controllers.dataset.jobspec import LoaderJobInputs, build_loader_job
     from gpu_admission.dataset_load import DatasetContent, DatasetLoad
     from gpu_admission.datasource import parse_data_source
 
-    return build_loader_job(
+    inputs = LoaderJobInputs(
         job_name=DatasetLoad(name, uid, DatasetContent(source)).job,
-        pvc_namespace=namespace,
+        namespace=namespace,
         pvc_name=name,
         pvc_uid=uid,
         source=parse_data_source(source),
-        secret=None,
-        sync=False,
-        config=config,
     )
+    return build_loader_job(inputs, config)
 
 
 def loader_jobs(count: int, namespace: str, config: Any) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from commands.review_inputs import load_cluster_state
 from gpu_admission.cluster.view import ClusterView
 from gpu_admission.config import FailureMode, load_config
 from webhooks import chain
-from webhooks.memo import MutationMemo
+from webhooks.memo import MutationMemo, probed_request
 from webhooks.patch import Patch
 from webhooks.policies.interface import MutatingPolicy
 from webhooks.registry import build_policy_set
@@ -55,7 +55,8 @@ def steps_us(count: int, tag: str) -> dict[str, float]:
         t0 = time.perf_counter()
         probe = memo.probe(body, view)
         t1 = time.perf_counter()
-        review = parse_review(body, "Pod")
+        assert probe is not None
+        review = probed_request(probe, "Pod")  # a miss: the probe's decode, its raw parts
         t2 = time.perf_counter()
         outcome = chain.run_mutating(
             review,
@@ -67,7 +68,6 @@ def steps_us(count: int, tag: str) -> dict[str, float]:
         t3 = time.perf_counter()
         tail = answer_tail(outcome)
         t4 = time.perf_counter()
-        assert probe is not None
         memo.put(probe.key, outcome, tail)
         t5 = time.perf_counter()
         response_body(review.uid, tail)

@@ -11,11 +11,13 @@ view has changed.
 
 `probe` decodes a body once, typed: the envelope checked in full (it carries the uid to answer
 with), the object's spec and the metadata policies read kept as raw bytes, everything else
-skipped. The key is the view's generation (it moves on any change of any cached record, and on
-every object fetched on a miss), the envelope fields that select the policies, and those bytes
-with the token volume's suffix blanked. Only allowed answers are kept, when every policy ran and
-the view was complete, and when none of their operations or warnings names a token volume: that
-one differs for the next pod.
+skipped. On a miss the request is made from that same decode (`probed_request`): only the raw
+parts are decoded then, once each, so no byte of a review is decoded twice. The key is the
+view's generation (it moves on any change of any cached record, and on every object fetched on a
+miss), the envelope fields that select the policies, and those bytes with the token volume's
+suffix blanked. Only allowed answers are kept, when every policy ran and the view was complete,
+and when none of their operations or warnings names a token volume: that one differs for the
+next pod.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import msgspec
 
 from gpu_admission.cluster.view import ClusterView
 from webhooks.chain import Outcome
-from webhooks.review import AdmissionRequest, RequestEnvelope
+from webhooks.review import AdmissionRequest, RequestEnvelope, request_of
 
 TOKEN_VOLUME_PREFIX = b"kube-api-access-"
 # Keys the controllers put on each pod of a set with that pod's own identity (k8s.io/api
@@ -78,6 +80,27 @@ class Probe(NamedTuple):
     key: Hashable
     uid: str
     operation: str
+    review: dict[str, Any]  # as decoded: the raw parts still raw
+
+
+def _decoded(value: Any) -> Any:
+    return msgspec.json.decode(bytes(value)) if isinstance(value, msgspec.Raw) else value
+
+
+def probed_request(probe: Probe, expected_kind: str) -> AdmissionRequest:
+    """The request of a probed review (`parse_review`'s checks included; ReviewError says what
+    is wrong): its object holds what the mutating policies read, the fields the key is made of,
+    its raw parts decoded now."""
+    review = probe.review
+    request = dict(review["request"])
+    obj = request.get("object")
+    if obj is not None:
+        obj = {k: _decoded(v) for k, v in obj.items()}
+        if isinstance(obj.get("metadata"), dict):
+            obj["metadata"] = {k: _decoded(v) for k, v in obj["metadata"].items()}
+        request["object"] = obj
+    request["oldObject"] = _decoded(request.get("oldObject"))
+    return request_of({**review, "request": request}, expected_kind)
 
 
 def _blank_token_suffix(raw: bytes) -> bytes:
@@ -144,7 +167,7 @@ class MutationMemo:
             _raw(meta.get("finalizers")),
             _blank_token_suffix(_raw(obj.get("spec"))),
         )
-        return Probe(key, request["uid"], request["operation"])
+        return Probe(key, request["uid"], request["operation"], review)
 
     def get(self, key: Hashable) -> tuple[Outcome, bytes] | None:
         """The outcome and its encoded answer (`response_tail`), when known. Both are shared:

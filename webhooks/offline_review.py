@@ -36,7 +36,13 @@ from webhooks.pod_defaults import default_pod
 from webhooks.policies.interface import PolicySet
 from webhooks.registry import webhook_for
 from webhooks.review import WORKLOAD, AdmissionRequest
-from webhooks.workload_kinds import TemplateKind, kind_index, template_pod, templates
+from webhooks.workload_kinds import (
+    TemplateKind,
+    kind_index,
+    template_pod,
+    template_shape_error,
+    templates,
+)
 
 # Dynamic Resource Allocation objects: read as cluster state by the pods that name them.
 CLAIM_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
@@ -234,7 +240,13 @@ async def _admit_workload(
     pod_checks: str,
 ) -> None:
     """The workload's CREATE as the API server judges it: the workload policy (as installed on
-    1.30+), then the workloads webhook."""
+    1.30+), then the workloads webhook. A template no pod could be made of (a field of the wrong
+    shape) is refused first, as the webhook refuses it."""
+    problem = template_shape_error(_workload_request(obj, kind, namespace), {kind.key: kind})
+    if problem is not None:
+        result.allowed = False
+        result.denials.append(f"not a valid {kind.kind}: {problem.removeprefix('request.object.')}")
+        return
     if pod_checks == POD_CHECKS_POLICY:
         for policy in workload_check_policies(config):
             message = workload_denial(obj, kind, config, policy.checks)

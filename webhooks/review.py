@@ -242,7 +242,13 @@ def _checked(
 
 def parse_review(body: bytes, expected_kind: str) -> AdmissionRequest:
     """Parse and check an AdmissionReview body; raise ReviewError saying what is wrong."""
-    request, obj = _checked(_decode(_DECODER, body), expected_kind)
+    return request_of(_decode(_DECODER, body), expected_kind)
+
+
+def request_of(review: dict[str, Any], expected_kind: str) -> AdmissionRequest:
+    """A review already decoded (its envelope typed and checked by the decoder: `parse_review`,
+    or the pod memo's probe, `webhooks.memo`) checked as a whole and made a request."""
+    request, obj = _checked(review, expected_kind)
     _shaped(request, expected_kind)
     get = request.get
     old = get("oldObject")

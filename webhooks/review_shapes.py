@@ -131,6 +131,13 @@ class Pod(TypedDict, total=False):
     spec: PodSpec
 
 
+class PodTemplate(TypedDict, total=False):
+    """A workload's pod template (webhooks.workload_kinds): what its pods are made of."""
+
+    metadata: ObjectMeta | None
+    spec: PodSpec | None
+
+
 class Secret(TypedDict, total=False):
     metadata: ObjectMeta
     type: str

@@ -9,10 +9,11 @@ failing policy (allow failure mode) can start again from the object as received.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -39,7 +40,7 @@ from gpu_admission.policy_modes import PolicyMode
 from webhooks import chain
 from webhooks.chain import log_records
 from webhooks.draining import DRAIN, Drain
-from webhooks.memo import MutationMemo, Probe
+from webhooks.memo import MutationMemo, Probe, probed_request
 from webhooks.policies.interface import (
     MutatingPolicy,
     PolicySet,
@@ -48,6 +49,7 @@ from webhooks.policies.interface import (
 )
 from webhooks.registry import WEBHOOKS, Webhook
 from webhooks.review import (
+    WORKLOAD,
     AdmissionRequest,
     ReviewError,
     allowed_response_body,
@@ -56,6 +58,7 @@ from webhooks.review import (
     response_body,
     response_tail,
 )
+from webhooks.workload_kinds import kind_index, template_shape_error
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +124,12 @@ class AdmissionEndpoint:
         max_body_bytes: int,
         metrics: AdmissionMetrics,
         modes: Mapping[str, PolicyMode] = chain.ENFORCE_ALL,
+        shape_error: Callable[[AdmissionRequest], str | None] | None = None,
     ) -> None:
         self.webhook = webhook
+        # What the review's own shapes cannot say (a workload's templates): a malformed field
+        # found here is a 400 too, before any policy reads it.
+        self.shape_error = shape_error
         self.mutating: tuple[MutatingPolicy, ...] = (
             policy_set.mutating_for(webhook.kind) if webhook.mutating else ()
         )
@@ -180,6 +187,7 @@ class AdmissionEndpoint:
         except _BodyTooLarge:
             return self._refuse(started, "too_large", self._too_large())
         memo_key = None
+        probe = None
         if self.memo is not None and not self.memo.never_repeats(body):
             probe = self.memo.probe(body, self.view)
             if probe is not None:
@@ -194,7 +202,14 @@ class AdmissionEndpoint:
                     return self._answer(
                         head.operation, allowed_response_body(head.uid), VERDICT_ALLOWED, started
                     )
-            review = parse_review(body, self.webhook.kind)
+            review = (  # decoded once: a probed body is not decoded again
+                probed_request(probe, self.webhook.kind)
+                if probe is not None
+                else parse_review(body, self.webhook.kind)
+            )
+            problem = self.shape_error(review) if self.shape_error is not None else None
+            if problem is not None:
+                raise ReviewError(f"not a valid AdmissionReview: {problem}")
         except ReviewError as exc:
             log.warning(
                 "bad admission request",
@@ -389,6 +404,7 @@ def create_app(
     )
     app[ADMISSION_METRICS] = admission_metrics
     app[DRAIN] = drain
+    kinds = kind_index(config)
     for webhook in WEBHOOKS:
         endpoint = AdmissionEndpoint(
             webhook,
@@ -399,6 +415,9 @@ def create_app(
             config.server.max_body_bytes,
             admission_metrics,
             config.relaxed_modes(),
+            functools.partial(template_shape_error, kinds=kinds)
+            if webhook.kind == WORKLOAD
+            else None,
         )
         app.router.add_route("*", webhook.path, endpoint.handle)
     healthz, readyz = health_handlers(readiness)

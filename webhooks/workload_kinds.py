@@ -16,7 +16,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from gpu_admission.config import Config
+from webhooks.review import AdmissionRequest, describe_shape_error
+from webhooks.review_shapes import PodTemplate
 
 
 @dataclass(frozen=True)
@@ -82,34 +86,55 @@ def path_steps(path: str) -> list[str]:
 class Template:
     where: str  # "" for a kind's only template; else `spec.replicatedJobs[workers]`
     template: Mapping[str, Any]
+    path: str = ""  # where it is in the object, as a JSON path: `spec.replicatedJobs[0]...`
 
 
-def _walk(node: Any, steps: list[str], where: str, chosen: bool = False) -> Iterator[Template]:
+def _walk(
+    node: Any, steps: list[str], where: str, path: str = "", chosen: bool = False
+) -> Iterator[Template]:
     """The templates below `node`; `where` names the path up to the last item chosen."""
     if not steps:
         if isinstance(node, Mapping):
-            yield Template(where, node)
+            yield Template(where, node, path)
         return
     step, rest = steps[0], steps[1:]
     if step == "[]":
         for index, item in enumerate(node if isinstance(node, list) else ()):
             name = item.get("name") if isinstance(item, Mapping) else None
             label = name if isinstance(name, str) else index
-            yield from _walk(item, rest, f"{where}[{label}]", True)
+            yield from _walk(item, rest, f"{where}[{label}]", f"{path}[{index}]", True)
     elif step == "*":
         for key, value in node.items() if isinstance(node, Mapping) else ():
-            yield from _walk(value, rest, f"{where}.{key}", True)
+            yield from _walk(value, rest, f"{where}.{key}", f"{path}.{key}", True)
     elif isinstance(node, Mapping) and step in node:
         below = where if chosen else (f"{where}.{step}" if where else step)
-        yield from _walk(node[step], rest, below, chosen)
+        yield from _walk(node[step], rest, below, f"{path}.{step}" if path else step, chosen)
 
 
 def templates(obj: Mapping[str, Any], kind: TemplateKind) -> list[Template]:
     """Every pod template of `obj`, in the order its paths and lists give them."""
     found = [t for path in kind.template_paths for t in _walk(obj, path_steps(path), "")]
     if len(kind.template_paths) == 1 and not {"[]", "*"} & set(path_steps(kind.template_paths[0])):
-        return [Template("", t.template) for t in found]  # the kind's only template
+        return [Template("", t.template, t.path) for t in found]  # the kind's only template
     return found
+
+
+def template_shape_error(
+    request: AdmissionRequest, kinds: Mapping[tuple[str, str], TemplateKind]
+) -> str | None:
+    """The first field of a workload's pod templates (new and old) that is not shaped as a pod
+    template's (`review_shapes.PodTemplate`), as `parse_review` says it of a pod: the request is
+    then refused as malformed, before any policy reads the templates."""
+    kind = kinds.get((request.group, request.object_kind))
+    if kind is None:
+        return None
+    for field, obj in (("object", request.object), ("oldObject", request.old_object)):
+        for template in templates(obj or {}, kind):
+            try:
+                msgspec.convert(template.template, PodTemplate)
+            except msgspec.ValidationError as exc:
+                return describe_shape_error(exc, f"request.{field}.{template.path}")
+    return None
 
 
 def template_pod(template: Mapping[str, Any], namespace: str) -> dict[str, Any]:

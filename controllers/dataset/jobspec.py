@@ -1,61 +1,27 @@
-"""The loader Job for one (PVC, source): a pure function of the PVC and the config.
+"""The loader Job for one (PVC, content): a pure function of its inputs and the config.
 
-Credentials are passed by reference only (secretKeyRef env for S3, a secret volume for a Google
-key file), never copied: the controller never reads a Secret. The pod runs non-root with a
-read-only root filesystem; rclone's config and cache go to an emptyDir.
-
-Keyless S3: the controller cannot tell a key Secret from a keyless one (it reads no Secret), so
-every S3 loader with credentials gets both ways, each of which works only with its own keys:
-the access keys as optional references (rclone uses them when present), and rclone's env_auth
-with AWS_ROLE_ARN (an optional reference) and a projected token of the loader pod's
-ServiceAccount (`dataset.service_account`, else the namespace's `default`), audience
-`credentials.aws_token_audience`. That token is no escalation: any pod in the namespace may run
-as that ServiceAccount and project the same token; its audience is the cloud's STS alone (the
-API server refuses it), automounting stays off so the loader holds no Kubernetes API access,
-and the cloud grants only what the role's trust policy gives that ServiceAccount.
-
-Azure Blob works the same way: every azure-credential key comes as an optional reference, with a
-projected token (audience api://AzureADTokenExchange, where Azure's webhook puts it) for the
-keyless form; the loader uses whichever the Secret holds (loaders.sources). A web source
-(https://) takes no credentials; a private CA is trusted through `trusted_ca_config_map`.
-A Hugging Face Hub source (hf://) gets HF_TOKEN by reference and the configured hub as
-HF_ENDPOINT; huggingface_hub keeps its home in the scratch volume.
+Credentials are passed by reference only (`loader_env`: secretKeyRef env, a secret volume for a
+Google key file, projected tokens for the keyless forms), never copied: the controller never
+reads a Secret. The pod runs non-root with a read-only root filesystem and no Kubernetes API
+access; rclone's config and cache go to an emptyDir.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from controllers.dataset.loader_env import SCRATCH_PATH, loader_env
+from controllers.dataset.records import PvcRecord
 from controllers.dataset.trusted_ca import trusted_ca
 from gpu_admission.config import Config
-from gpu_admission.datasource import RCLONE_BACKEND, DataSource
+from gpu_admission.datasource import DataSource
 from gpu_admission.keyless import TokenRequest, aws_web_identity, azure_workload_identity
 from gpu_admission.names import (
-    AWS_ACCESS_KEY_ID,
-    AWS_ENDPOINT_URL,
-    AWS_REGION,
-    AWS_ROLE_ARN,
-    AWS_ROLE_SESSION_NAME,
-    AWS_SECRET_ACCESS_KEY,
-    AWS_SESSION_TOKEN,
-    AWS_TOKEN_PATH,
-    AWS_WEB_IDENTITY_TOKEN_FILE,
-    AZURE_CLIENT_ID,
-    AZURE_FEDERATED_TOKEN_FILE,
-    AZURE_STORAGE_ACCOUNT,
-    AZURE_STORAGE_KEY,
-    AZURE_STORAGE_SAS_TOKEN,
-    AZURE_TENANT_ID,
-    AZURE_TOKEN_PATH,
     DATA_MOUNT_PATH,
     GCP_KEY_FILE,
     GCP_MOUNT_ROOT,
-    GOOGLE_APPLICATION_CREDENTIALS,
-    HF_ENDPOINT,
-    HF_TOKEN,
     LOADER_PERMANENT_EXIT_CODE,
-    NVIDIA_VISIBLE_DEVICES,
-    VISIBLE_DEVICES_NONE,
 )
 
 CONTAINER_NAME = "loader"
@@ -87,102 +53,54 @@ def pod_failure_policy() -> dict[str, Any]:
 LOADER_STATS_SECONDS = 5.0  # rclone's stats (and progress line) interval, at most
 DATA_VOLUME = "data"
 SCRATCH_VOLUME = "scratch"
-SCRATCH_PATH = "/var/cache/loader"
 CREDENTIALS_VOLUME = "credentials"
-REMOTE_ENV = "RCLONE_CONFIG_SRC_"
-# rclone option <- aws-credential Secret key. Only the keys are required; the rest are optional.
-S3_SECRET_ENV = (
-    ("ACCESS_KEY_ID", AWS_ACCESS_KEY_ID),
-    ("SECRET_ACCESS_KEY", AWS_SECRET_ACCESS_KEY),
-    ("SESSION_TOKEN", AWS_SESSION_TOKEN),
-    ("REGION", AWS_REGION),
-    ("ENDPOINT", AWS_ENDPOINT_URL),
-)
-# What the AWS SDK inside rclone reads for web identity (env_auth), by reference too.
-S3_KEYLESS_ENV = (AWS_ROLE_ARN, AWS_ROLE_SESSION_NAME, AWS_REGION)
-# rclone option (or, for what the loader turns into an option, the Secret's own name) <-
-# azure-credential Secret key; all optional: which way in is used is the loader's choice.
-AZURE_SECRET_ENV = (
-    (REMOTE_ENV + "ACCOUNT", AZURE_STORAGE_ACCOUNT),
-    (REMOTE_ENV + "KEY", AZURE_STORAGE_KEY),
-    (AZURE_STORAGE_SAS_TOKEN, AZURE_STORAGE_SAS_TOKEN),
-    (AZURE_CLIENT_ID, AZURE_CLIENT_ID),
-    (AZURE_TENANT_ID, AZURE_TENANT_ID),
-)
-# huggingface_hub, in a read-only root: its home in scratch, no progress bars, no telemetry.
-HUB_ENV = (
-    ("HF_HOME", f"{SCRATCH_PATH}/huggingface"),
-    ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
-    ("HF_HUB_DISABLE_TELEMETRY", "1"),
-)
 TOKEN_VOLUME = "web-identity-token"
 
 
-def _secret_env(name: str, secret: str, key: str, optional: bool) -> dict[str, Any]:
-    ref: dict[str, Any] = {"name": secret, "key": key}
-    if optional:
-        ref["optional"] = True
-    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
+@dataclass(frozen=True, slots=True)
+class LoaderJobInputs:
+    """What one loader Job is made from, besides the configuration: the PVC it fills and what
+    it copies into it."""
+
+    job_name: str
+    namespace: str
+    pvc_name: str
+    pvc_uid: str
+    source: DataSource
+    secret: str | None = None  # the credential Secret, by name
+    sync: bool = False  # mirror: delete what the source does not have
+    shards: int = 1  # > 1: an Indexed Job, one pod per shard, each index retried alone
+    token: TokenRequest | None = None  # a keyless Google credential's projected token
+    sha256: str | None = None  # a single web file's expected digest
+    include: str | None = None  # a Hub source's file patterns
+    cloned_from: str | None = None  # the snapshot the volume starts from (loaders.reuse)
+    cloned_digest: str | None = None  # the digest that snapshot's load read
+
+    @classmethod
+    def of(cls, pvc: PvcRecord, *, sync: bool = False) -> LoaderJobInputs:
+        """The inputs of `pvc`'s current load; `sync`: mirror even if the PVC does not ask.
+        Only for a source that parses (decide() fails the PVC of one that does not)."""
+        assert pvc.parsed_source is not None, pvc.source_error
+        return cls(
+            job_name=pvc.current_job,
+            namespace=pvc.namespace,
+            pvc_name=pvc.name,
+            pvc_uid=pvc.uid,
+            source=pvc.parsed_source,
+            secret=pvc.credentials,
+            sync=pvc.sync or sync,
+            shards=pvc.shards,
+            token=pvc.token,
+            sha256=pvc.sha256,
+            include=pvc.include,
+            cloned_from=pvc.cloned_from,
+            cloned_digest=pvc.cloned_digest,
+        )
 
 
-def _env(
-    source: DataSource, secret: str | None, config: Config, token: TokenRequest | None
-) -> list[dict[str, Any]]:
-    env = [{"name": k, "value": v} for k, v in config.dataset.loader_env.items()]
-    env += [
-        {"name": NVIDIA_VISIBLE_DEVICES, "value": VISIBLE_DEVICES_NONE},
-        {"name": "HOME", "value": SCRATCH_PATH},
-        {"name": "TMPDIR", "value": SCRATCH_PATH},  # the root filesystem is read-only
-        {"name": "RCLONE_CONFIG", "value": f"{SCRATCH_PATH}/rclone.conf"},
-        {"name": "RCLONE_CACHE_DIR", "value": f"{SCRATCH_PATH}/cache"},
-    ]
-    if source.scheme == "hf":
-        env += [{"name": k, "value": v} for k, v in HUB_ENV]
-        env.append({"name": HF_ENDPOINT, "value": config.dataset.huggingface_endpoint})
-        if secret:
-            env.append(_secret_env(HF_TOKEN, secret, HF_TOKEN, True))
-        return env
-    env.append({"name": REMOTE_ENV + "TYPE", "value": RCLONE_BACKEND[source.scheme]})
-    if source.is_web:
-        return env  # read without credentials; the loader sets the http backend's url
-    if source.scheme == "az":
-        if secret:
-            env += [_secret_env(name, secret, key, True) for name, key in AZURE_SECRET_ENV]
-            env.append({"name": AZURE_FEDERATED_TOKEN_FILE, "value": AZURE_TOKEN_PATH})
-        return env
-    if source.scheme == "s3":
-        # Without a Secret (and env_auth off, rclone's default) rclone reads anonymously.
-        if secret:
-            env += [_secret_env(REMOTE_ENV + o, secret, k, True) for o, k in S3_SECRET_ENV]
-            env.append({"name": REMOTE_ENV + "ENV_AUTH", "value": "true"})
-            env += [_secret_env(k, secret, k, True) for k in S3_KEYLESS_ENV]
-            env.append({"name": AWS_WEB_IDENTITY_TOKEN_FILE, "value": AWS_TOKEN_PATH})
-    elif secret and token is not None:
-        # A keyless Google file: rclone's service_account_file takes service-account keys only,
-        # but application default credentials (env_auth) exchange the projected token.
-        env.append({"name": REMOTE_ENV + "ENV_AUTH", "value": "true"})
-        env.append({"name": GOOGLE_APPLICATION_CREDENTIALS, "value": gcp_key_path(secret)})
-    elif secret:
-        env.append({"name": REMOTE_ENV + "SERVICE_ACCOUNT_FILE", "value": gcp_key_path(secret)})
-    else:
-        env.append({"name": REMOTE_ENV + "ANONYMOUS", "value": "true"})
-    return env
-
-
-def gcp_key_path(secret: str) -> str:
-    return f"{GCP_MOUNT_ROOT}/{secret}/{GCP_KEY_FILE}"
-
-
-def loader_args(
-    source: DataSource,
-    sync: bool,
-    config: Config,
-    shards: int = 1,
-    sha256: str | None = None,
-    include: str | None = None,
-    cloned_from: str | None = None,
-    cloned_digest: str | None = None,
-) -> list[str]:
+def loader_args(inputs: LoaderJobInputs, config: Config) -> list[str]:
+    """The loader's command line (`gpu-admission load ...`)."""
+    source = inputs.source
     args = [
         *config.dataset.loader_command,
         "--source",
@@ -196,49 +114,60 @@ def loader_args(
         "--stats-seconds",  # fresh figures whenever the controller reads them
         f"{min(LOADER_STATS_SECONDS, config.dataset.progress_interval_seconds):g}",
     ]
-    if shards > 1:  # the index comes from JOB_COMPLETION_INDEX, set by the Job controller
-        args += ["--shard-count", str(shards)]
-    if sha256 and source.single_file:
-        args += ["--sha256", sha256.lower()]
-    if include and source.scheme == "hf":
-        args += ["--include", include]
+    if inputs.shards > 1:  # the index comes from JOB_COMPLETION_INDEX, set by the Job controller
+        args += ["--shard-count", str(inputs.shards)]
+    if inputs.sha256 and source.single_file:
+        args += ["--sha256", inputs.sha256.lower()]
+    if inputs.include and source.scheme == "hf":
+        args += ["--include", inputs.include]
     if source.scheme != "hf":  # the Hub loader times out its own reads
         args += ["--stall-timeout", str(config.dataset.stall_timeout_seconds)]
-    if cloned_from and source.scheme != "hf":  # a hub clone is pinned to its commit
-        args += ["--clone-of", cloned_from]
-        if cloned_digest:
-            args += ["--clone-digest", cloned_digest]
+    if inputs.cloned_from and source.scheme != "hf":  # a hub clone is pinned to its commit
+        args += ["--clone-of", inputs.cloned_from]
+        if inputs.cloned_digest:
+            args += ["--clone-digest", inputs.cloned_digest]
     if config.dataset.rclone_path != "rclone":
         args += ["--rclone", config.dataset.rclone_path]
-    return [*args, "--sync"] if sync else args
+    return [*args, "--sync"] if inputs.sync else args
 
 
-def build_loader_job(
-    *,
-    job_name: str,
-    pvc_namespace: str,
-    pvc_name: str,
-    pvc_uid: str,
-    source: DataSource,
-    secret: str | None,
-    sync: bool,
-    config: Config,
-    shards: int = 1,
-    token: TokenRequest | None = None,
-    sha256: str | None = None,
-    include: str | None = None,
-    cloned_from: str | None = None,
-    cloned_digest: str | None = None,
-) -> dict[str, Any]:
-    """`shards` > 1: an Indexed Job, one pod per shard, each index retried alone."""
-    names, ds = config.names, config.dataset
-    labels = {names.data_load_label: "true"}
+def build_loader_job(inputs: LoaderJobInputs, config: Config) -> dict[str, Any]:
+    """The loader Job: its pod fills the PVC from the source, then ends."""
+    labels = {config.names.data_load_label: "true"}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": inputs.job_name,
+            "namespace": inputs.namespace,
+            "labels": dict(labels),
+            "annotations": {config.names.data_source: inputs.source.url},
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "name": inputs.pvc_name,
+                    "uid": inputs.pvc_uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": _job_spec(inputs, config, _pod_spec(inputs, config), labels),
+    }
+
+
+def _mounts_and_volumes(
+    inputs: LoaderJobInputs, config: Config
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The PVC, the scratch space, and what the credentials need: a projected token for the
+    keyless forms, a Google key file's Secret."""
+    source, secret = inputs.source, inputs.secret
     mounts: list[dict[str, Any]] = [
         {"name": DATA_VOLUME, "mountPath": DATA_MOUNT_PATH},
         {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_PATH},
     ]
     volumes: list[dict[str, Any]] = [
-        {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": pvc_name}},
+        {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": inputs.pvc_name}},
         {"name": SCRATCH_VOLUME, "emptyDir": {}},
     ]
     # A projected ServiceAccount token for keyless credentials: any S3 Secret may be keyless
@@ -246,7 +175,7 @@ def build_loader_job(
     needed = {
         "s3": aws_web_identity(config.credentials.aws_token_audience),
         "az": azure_workload_identity(),
-    }.get(source.scheme, token)
+    }.get(source.scheme, inputs.token)
     if secret and needed is not None:
         mounts.append({"name": TOKEN_VOLUME, "mountPath": needed.directory, "readOnly": True})
         volumes.append(needed.volume(TOKEN_VOLUME, config.credentials.token_expiration_seconds))
@@ -268,7 +197,14 @@ def build_loader_job(
                 },
             }
         )
-    env = _env(source, secret, config, token)
+    return mounts, volumes
+
+
+def _pod_spec(inputs: LoaderJobInputs, config: Config) -> dict[str, Any]:
+    """Non-root, a read-only root filesystem, no Kubernetes API access."""
+    ds = config.dataset
+    mounts, volumes = _mounts_and_volumes(inputs, config)
+    env = loader_env(inputs.source, inputs.secret, config, inputs.token)
     trust = trusted_ca(config)
     if trust is not None:
         mounts.append(trust.mount)
@@ -288,9 +224,7 @@ def build_loader_job(
             {
                 "name": CONTAINER_NAME,
                 "image": ds.loader_image,
-                "command": loader_args(
-                    source, sync, config, shards, sha256, include, cloned_from, cloned_digest
-                ),
+                "command": loader_args(inputs, config),
                 "env": env,
                 "resources": {
                     "requests": {"cpu": ds.loader_cpu_request, "memory": ds.loader_memory_request},
@@ -312,6 +246,14 @@ def build_loader_job(
     }
     if ds.service_account:
         pod_spec["serviceAccountName"] = ds.service_account
+    return pod_spec
+
+
+def _job_spec(
+    inputs: LoaderJobInputs, config: Config, pod_spec: dict[str, Any], labels: dict[str, str]
+) -> dict[str, Any]:
+    """Retries, deadlines and clean-up; shards as an Indexed Job."""
+    ds = config.dataset
     spec: dict[str, Any] = {
         "backoffLimit": ds.backoff_limit,
         "podFailurePolicy": pod_failure_policy(),
@@ -320,12 +262,12 @@ def build_loader_job(
         "template": {
             "metadata": {
                 "labels": dict(labels),
-                "annotations": {names.dataset_writable: "true"},
+                "annotations": {config.names.dataset_writable: "true"},
             },
             "spec": pod_spec,
         },
     }
-    if shards > 1:
+    if inputs.shards > 1:
         # Each index copies its own part; one failing shard is retried alone
         # (backoffLimitPerIndex needs restartPolicy Never, which the template has). Without a
         # backoffLimit of its own the API server defaults it to MaxInt32: the per-index limit
@@ -333,27 +275,8 @@ def build_loader_job(
         del spec["backoffLimit"]
         spec.update(
             completionMode="Indexed",
-            completions=shards,
-            parallelism=shards,
+            completions=inputs.shards,
+            parallelism=inputs.shards,
             backoffLimitPerIndex=ds.backoff_limit_per_shard,
         )
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": job_name,
-            "namespace": pvc_namespace,
-            "labels": dict(labels),
-            "annotations": {names.data_source: source.url},
-            "ownerReferences": [
-                {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolumeClaim",
-                    "name": pvc_name,
-                    "uid": pvc_uid,
-                    "controller": True,
-                }
-            ],
-        },
-        "spec": spec,
-    }
+    return spec

@@ -13,13 +13,12 @@ from typing import Any
 
 from controllers.dataset.decide import REASON_WAITING_FOR_CAPACITY, Plan
 from controllers.dataset.jobindex import JobIndex
-from controllers.dataset.jobspec import build_loader_job
+from controllers.dataset.jobspec import LoaderJobInputs, build_loader_job
 from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.records import JobRecord, PvcRecord
 from controllers.writes.dataset import ApiWriter
 from gpu_admission.cluster.informer import Informer
 from gpu_admission.config import Config
-from gpu_admission.datasource import DataSource
 
 
 class LoadSlots:
@@ -75,26 +74,5 @@ class LoadSlots:
         return plan, created
 
     def _job(self, pvc: PvcRecord) -> dict[str, Any]:
-        limits = self.config.dataset
-        return build_loader_job(
-            job_name=pvc.current_job,
-            pvc_namespace=pvc.namespace,
-            pvc_name=pvc.name,
-            pvc_uid=pvc.uid,
-            source=_parsed(pvc),
-            secret=pvc.credentials,
-            sync=pvc.sync or limits.sync_delete,
-            config=self.config,
-            shards=pvc.shards,
-            token=pvc.token,
-            sha256=pvc.sha256,
-            include=pvc.include,
-            cloned_from=pvc.cloned_from,
-            cloned_digest=pvc.cloned_digest,
-        )
-
-
-def _parsed(pvc: PvcRecord) -> DataSource:
-    # decide() plans no load for a source that does not parse (it fails the PVC instead).
-    assert pvc.parsed_source is not None, pvc.source_error
-    return pvc.parsed_source
+        inputs = LoaderJobInputs.of(pvc, sync=self.config.dataset.sync_delete)
+        return build_loader_job(inputs, self.config)

@@ -27,14 +27,14 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from controllers.dataset.blocked import blockage
-from controllers.dataset.jobspec import DATA_VOLUME, build_loader_job
+from controllers.dataset.jobspec import DATA_VOLUME, LoaderJobInputs, build_loader_job
 from controllers.dataset.records import (
     JOB_NAME_LABEL,
     LoaderPod,
@@ -69,21 +69,16 @@ def check_job_name(pvc: PvcRecord, run_id: str) -> str:
 
 def build_check_job(pvc: PvcRecord, config: Config, run_id: str, deadline: int) -> dict[str, Any]:
     """The check Job of one loaded PVC (its source must parse: it was loaded)."""
-    assert pvc.parsed_source is not None, pvc.source_error
     names = config.names
-    job = build_loader_job(
+    inputs = replace(
+        LoaderJobInputs.of(pvc),
         job_name=check_job_name(pvc, run_id),
-        pvc_namespace=pvc.namespace,
-        pvc_name=pvc.name,
-        pvc_uid=pvc.uid,
-        source=pvc.parsed_source,
-        secret=pvc.credentials,
         sync=False,
-        config=config,
-        token=pvc.token,
-        sha256=pvc.sha256,
-        include=pvc.include,
+        shards=1,
+        cloned_from=None,
+        cloned_digest=None,
     )
+    job = build_loader_job(inputs, config)
     template = job["spec"]["template"]
     for meta in (job["metadata"], template["metadata"]):
         labels = meta["labels"]

@@ -79,3 +79,13 @@ def test_a_good_workload_is_printed_as_its_pods_will_be() -> None:
     assert code == 0, err
     container = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"} in container["env"]
+
+
+def test_a_template_no_pod_could_be_made_of_is_refused_naming_the_field() -> None:
+    broken = CPU_CRONJOB.replace("[{name: batch, image: python}]", "{name: batch}")
+    code, printed, err = review(stdin=broken)
+    assert code == 1 and printed == []
+    assert (
+        "not a valid CronJob: spec.jobTemplate.spec.template.spec.containers: expected a list"
+    ) in err
+    assert "internal error" not in err

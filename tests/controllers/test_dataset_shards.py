@@ -9,7 +9,7 @@ import re
 import pytest
 
 from controllers.dataset.decide import REASON_INVALID_PARALLELISM, decide
-from controllers.dataset.jobspec import build_loader_job
+from controllers.dataset.jobspec import LoaderJobInputs, build_loader_job
 from controllers.dataset.progress import finished_progress
 from controllers.dataset.records import LoaderPod, count_indexes, loader_pod, pvc_record
 from controllers.dataset.status import status_patch
@@ -28,17 +28,9 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")  # an
 
 
 def sharded_job(shards: int = 4) -> dict:
-    return build_loader_job(
-        job_name="dl-x",
-        pvc_namespace="ml",
-        pvc_name="imagenet",
-        pvc_uid="uid-1",
-        source=parse_data_source("s3://data-1/x"),
-        secret=None,
-        sync=False,
-        config=CONFIG,
-        shards=shards,
-    )
+    source = parse_data_source("s3://data-1/x")
+    inputs = LoaderJobInputs("dl-x", "ml", "imagenet", "uid-1", source, shards=shards)
+    return build_loader_job(inputs, CONFIG)
 
 
 def test_sharded_load_is_one_indexed_job_retrying_each_index_alone() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from controllers.dataset.decide import decide
-from controllers.dataset.jobspec import build_loader_job
+from controllers.dataset.jobspec import LoaderJobInputs, build_loader_job
 from controllers.dataset.records import (
     JOB_NAME_LABEL,
     Condition,
@@ -143,18 +143,8 @@ def test_status_write_keeps_the_transition_time_and_skips_what_is_already_there(
 
 
 def test_job_spec_s3_with_credentials_by_reference() -> None:
-    source = parse_data_source("s3://data-1/x")
-    job_name = PVC.current_job
-    spec = build_loader_job(
-        job_name=job_name,
-        pvc_namespace="ml",
-        pvc_name="imagenet",
-        pvc_uid="uid-1",
-        source=source,
-        secret="s3-reader",
-        sync=True,
-        config=CONFIG,
-    )
+    keyed = changed(PVC, credentials="s3-reader")
+    spec = build_loader_job(LoaderJobInputs.of(keyed, sync=True), CONFIG)
     assert spec["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     pod = spec["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -186,16 +176,8 @@ def test_job_spec_s3_with_credentials_by_reference() -> None:
 
 def loader_job_pod(config: Config, url: str = "s3://data-1/x", secret: str | None = None) -> dict:
     """The pod template of the loader Job for PVC ml/p of `url`."""
-    job = build_loader_job(
-        job_name="j",
-        pvc_namespace="ml",
-        pvc_name="p",
-        pvc_uid="u",
-        source=parse_data_source(url),
-        secret=secret,
-        sync=False,
-        config=config,
-    )
+    inputs = LoaderJobInputs("j", "ml", "p", "u", parse_data_source(url), secret=secret)
+    job = build_loader_job(inputs, config)
     return job["spec"]["template"]["spec"]
 
 

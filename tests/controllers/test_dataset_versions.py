@@ -8,7 +8,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from controllers.dataset.jobspec import loader_args
+from controllers.dataset.jobspec import LoaderJobInputs, loader_args
 from controllers.dataset.records import LoaderPod, pvc_record
 from controllers.dataset.status import annotations
 from controllers.dataset.summary import SOURCE_CHANGED, success_message, summary_from_pods
@@ -102,15 +102,19 @@ def test_a_pvc_counts_as_a_clone_only_when_its_volume_starts_from_that_snapshot(
 
 
 def test_the_clones_loader_is_told_the_snapshot_and_its_digest() -> None:
-    s3 = parse_data_source("s3://datasets/x")
-    args = loader_args(s3, False, CONFIG, cloned_from="ds-1", cloned_digest=THEN)
+    def args_of(url: str, **fields: str) -> list[str]:
+        inputs = LoaderJobInputs("j", "ml", "p", "u", parse_data_source(url), **fields)
+        return loader_args(inputs, CONFIG)
+
+    s3 = "s3://datasets/x"
+    args = args_of(s3, cloned_from="ds-1", cloned_digest=THEN)
     assert args[args.index("--clone-of") + 1] == "ds-1"
     assert args[args.index("--clone-digest") + 1] == THEN
-    unknown = loader_args(s3, False, CONFIG, cloned_from="ds-1")
+    unknown = args_of(s3, cloned_from="ds-1")
     assert "--clone-of" in unknown and "--clone-digest" not in unknown
-    assert "--clone-of" not in loader_args(s3, False, CONFIG)
-    hub = parse_data_source("hf://org/model@" + "c" * 40)  # pinned to its commit already
-    assert "--clone-of" not in loader_args(hub, False, CONFIG, cloned_from="ds-1")
+    assert "--clone-of" not in args_of(s3)
+    hub = "hf://org/model@" + "c" * 40  # pinned to its commit already
+    assert "--clone-of" not in args_of(hub, cloned_from="ds-1")
 
 
 def test_admission_passes_the_snapshots_digest_to_the_clone() -> None:

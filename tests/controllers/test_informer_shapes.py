@@ -10,7 +10,7 @@ from typing import Any
 
 from kubernetes import client
 
-from controllers.dataset.jobspec import build_loader_job
+from controllers.dataset.jobspec import LoaderJobInputs, build_loader_job
 from controllers.dataset.records import job_record, pvc_record
 from controllers.dataset.watched_fields import DatasetPvc, LoaderJob
 from gpu_admission.cluster.informer import meta_namespace_key, shaped_decoders
@@ -61,17 +61,11 @@ def _dataset_pvc(core: client.CoreV1Api) -> dict[str, Any]:
 
 
 def _loader_job(batch: client.BatchV1Api, pvc_uid: str) -> None:
-    body = build_loader_job(
-        job_name="dl-imagenet-0123456789",
-        pvc_namespace=NS,
-        pvc_name="imagenet",
-        pvc_uid=pvc_uid,
-        source=parse_data_source("s3://datasets/imagenet/"),
-        secret="s3-reader",
-        sync=False,
-        config=CONFIG,
-        shards=4,
+    source = parse_data_source("s3://datasets/imagenet/")
+    inputs = LoaderJobInputs(
+        "dl-imagenet-0123456789", NS, "imagenet", pvc_uid, source, secret="s3-reader", shards=4
     )
+    body = build_loader_job(inputs, CONFIG)
     body["spec"]["suspend"] = True  # nothing runs it here; the object is what is read
     batch.create_namespaced_job(NS, body)
 

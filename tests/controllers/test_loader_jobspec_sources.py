@@ -5,23 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from controllers.dataset.jobspec import build_loader_job
+from controllers.dataset.jobspec import LoaderJobInputs, build_loader_job
 from gpu_admission.config import Config
 from gpu_admission.datasource import parse_data_source
 
 
 def job(source: str, secret: str | None = None, config: Config | None = None, **kw: Any) -> dict:
-    return build_loader_job(
-        job_name="dl-x-0123456789",
-        pvc_namespace="ml",
-        pvc_name="x",
-        pvc_uid="uid-1",
-        source=parse_data_source(source),
-        secret=secret,
-        sync=False,
-        config=config or Config(),
-        **kw,
+    inputs = LoaderJobInputs(
+        "dl-x-0123456789", "ml", "x", "uid-1", parse_data_source(source), secret=secret, **kw
     )
+    return build_loader_job(inputs, config or Config())
 
 
 def container(body: dict) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from controllers.dataset.jobspec import loader_args
+from controllers.dataset.jobspec import LoaderJobInputs, loader_args
 from gpu_admission.config import Config
 from gpu_admission.datasource import parse_data_source
 from loaders.rclone import PERMANENT_EXIT_CODE, STALLED_EXIT_CODE
@@ -163,9 +163,13 @@ def test_the_watchdog_counts_any_progress() -> None:
 
 def test_the_job_passes_the_stall_timeout_to_rclone_loads_only() -> None:
     config = Config.model_validate({"dataset": {"stall_timeout_seconds": 120}})
-    s3_args = loader_args(parse_data_source("s3://bucket/prefix"), False, config)
+
+    def args_of(url: str) -> list[str]:
+        return loader_args(LoaderJobInputs("j", "ml", "p", "u", parse_data_source(url)), config)
+
+    s3_args = args_of("s3://bucket/prefix")
     assert s3_args[s3_args.index("--stall-timeout") + 1] == "120"
-    assert "--stall-timeout" not in loader_args(parse_data_source("hf://org/model"), False, config)
+    assert "--stall-timeout" not in args_of("hf://org/model")
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,15 @@ import pytest
 
 from gpu_admission.cluster.view import NodeInfo, SecretInfo
 from gpu_admission.config import Config
+from webhooks import review as review_module
 from webhooks.chain import Outcome
-from webhooks.memo import MutationMemo
+from webhooks.memo import MutationMemo, probed_request
 from webhooks.registry import build_policy_set
+from webhooks.review import parse_review
 from webhooks.server import create_app
 
 from .server_helpers import (
+    FIXTURES,
     MutableView,
     client_context,
     fixture,
@@ -205,3 +208,64 @@ async def test_an_indexed_job_pod_is_answered_without_touching_the_memo(bundle) 
             answers.append(answer["response"])
     assert (endpoint.memo.misses, endpoint.memo.hits, len(endpoint.memo)) == (0, 0, 0)
     assert answers[0] == answers[1] and answers[0]["allowed"] is True
+
+
+REAL_REVIEWS = sorted(
+    p.name
+    for p in FIXTURES.glob("*.mutating.json")
+    # Pod CREATEs: the reviews the memo serves (an UPDATE's probe fails, and it is parsed once,
+    # in full).
+    if (request := json.loads(p.read_text())["request"])["kind"]["kind"] == "Pod"
+    and request["operation"] == "CREATE"
+)
+
+
+@pytest.mark.parametrize("name", REAL_REVIEWS)
+def test_a_probed_review_makes_the_request_a_full_parse_makes(name: str) -> None:
+    """What kube-apiserver sent: the request made from the probe's one decode holds what the
+    policies read (the envelope, the metadata and spec) as the full parse of the body does."""
+    body = (FIXTURES / name).read_bytes()
+    probe = MutationMemo.probe(body, MutableView())
+    assert probe is not None
+    probed, parsed = probed_request(probe, "Pod"), parse_review(body, "Pod")
+    assert probed.object["spec"] == parsed.object["spec"]
+    read = ("name", "generateName", "namespace", "labels", "annotations", "ownerReferences")
+    for field in read:
+        assert probed.object["metadata"].get(field) == parsed.object["metadata"].get(field)
+    for field in ("uid", "kind", "resource", "sub_resource", "operation", "namespace", "name"):
+        assert getattr(probed, field) == getattr(parsed, field)
+    assert (probed.old_object, probed.dry_run, probed.username) == (
+        parsed.old_object,
+        parsed.dry_run,
+        parsed.username,
+    )
+
+
+async def test_a_miss_decodes_the_review_once(bundle, monkeypatch) -> None:
+    """The body is decoded by the memo's probe, and not again for the policies."""
+    full_decodes = []
+    decoder = review_module._DECODER
+
+    class Counting:
+        def decode(self, body: bytes) -> Any:
+            full_decodes.append(len(body))
+            return decoder.decode(body)
+
+    monkeypatch.setattr(review_module, "_DECODER", Counting())
+    config = Config()
+    app = create_app(config, build_policy_set(config), MutableView(), None, list)
+    connector = aiohttp.TCPConnector(ssl=client_context(bundle))
+    async with (
+        serving(app, server_context(bundle)) as running,
+        aiohttp.ClientSession(connector=connector) as session,
+    ):
+        body = json.dumps(replica("aaaa1")).encode()
+        status, answer = await post_review(session, f"{running.url}/mutate/pods", body)
+        assert status == 200 and answer["response"]["allowed"]
+        assert full_decodes == []
+        # A pod the memo never keeps is parsed in full, once.
+        indexed = replica("bbbb2")
+        indexed["request"]["object"]["metadata"]["labels"]["apps.kubernetes.io/pod-index"] = "0"
+        body = json.dumps(indexed).encode()
+        status, _ = await post_review(session, f"{running.url}/mutate/pods", body)
+        assert status == 200 and full_decodes == [len(body)]

@@ -618,3 +618,55 @@ async def test_the_workloads_path_reviews_every_workload_kind(start, session):
             [warning] = response["warnings"]
             assert warning.startswith(f'{kind} "{obj["metadata"]["name"]}')
             assert 'Secret "absent"' in warning
+
+
+@pytest.mark.parametrize(
+    ("kind", "group", "obj", "path"),
+    [
+        (
+            "Deployment",
+            "apps",
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "ml"},
+                "spec": {"template": {"spec": {"containers": [{"name": "a", "env": "A=1"}]}}},
+            },
+            "request.object.spec.template.spec.containers[0].env: expected a list",
+        ),
+        (
+            "JobSet",
+            "jobset.x-k8s.io",
+            {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "metadata": {"name": "train", "namespace": "ml"},
+                "spec": {
+                    "replicatedJobs": [
+                        {"name": "ok", "template": {"spec": {"template": {"spec": {}}}}},
+                        {
+                            "name": "w",
+                            "template": {"spec": {"template": {"spec": {"containers": {}}}}},
+                        },
+                    ]
+                },
+            },
+            "request.object.spec.replicatedJobs[1].template.spec.template.spec.containers: "
+            "expected a list",
+        ),
+    ],
+)
+async def test_a_workload_template_of_no_kubernetes_shape_is_bad_input_not_a_policy_error(
+    start, session, kind, group, obj, path
+):
+    """Templates are shape-checked as a pod is: 400 with the path, no policy runs on them."""
+    from webhooks.registry import build_policy_set
+
+    config = make_config()
+    metrics = Metrics(process_metrics=False)
+    async with start(build_policy_set(config), config=config, metrics=metrics) as url:
+        body = _workload_review(kind, group, obj)
+        status, answer = await post_review(session, f"{url}/validate/workloads", body)
+    assert status == 400
+    assert answer == {"error": f"not a valid AdmissionReview: {path}"}
+    assert "gpu_admission_admission_policy_errors_total{" not in metrics.exposition().decode()
