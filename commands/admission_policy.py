@@ -1,12 +1,17 @@
-"""`gpu-admission admission-policy`: the ValidatingAdmissionPolicy and binding for a config (two
-of each when gpu-env-guard and shared-gpu-limit have different modes).
+"""`gpu-admission admission-policy`: the admission policies kube-apiserver runs itself, with their
+bindings, for a config: the stateless pod and workload checks (ValidatingAdmissionPolicies, two
+of each when gpu-env-guard and shared-gpu-limit have different modes), GPU visibility (a
+MutatingAdmissionPolicy; in audit mode a ValidatingAdmissionPolicy that records), and the two
+guards of ServiceAccount-bound credentials' routing.
 
 The default manifests carry them for the default configuration (manifests/base/
 admission-policy.yaml). A cluster whose config changes the GPU resource names, the shared
-suffixes or the guarded env names applies this command's output instead, so that the checks the
-API server runs match the ones the service runs. `--webhook-condition` prints, instead, the CEL
-of the pods validating webhook's matchCondition for that config (the pods the policy cannot judge
-alone), to put in place of the one in manifests/base/webhooks.yaml.
+suffixes, the guarded env names, the annotation prefix or a policy's mode applies this command's
+output instead, so that what the API server runs matches what the service runs.
+`--webhook-condition` prints, instead, the CEL of the pods validating webhook's matchCondition
+for that config (the pods the policy cannot judge alone), and `--mutating-webhooks` the
+namespaceSelector and matchConditions of the pods mutating webhook's two entries (the pods that
+need cluster state), to put in place of those in manifests/base/webhooks.yaml.
 """
 
 from __future__ import annotations
@@ -20,17 +25,21 @@ import yaml
 
 from gpu_admission.config import ConfigError, load_config
 from webhooks.apiserver_policies.bindings import admission_policy_objects
-from webhooks.apiserver_policies.webhook_routing import webhook_condition
+from webhooks.apiserver_policies.webhook_routing import mutating_pod_webhooks, webhook_condition
 
 EXIT_OK, EXIT_USAGE = 0, 2
 HEADER = """\
-# The stateless pod checks (at most one time-sliced GPU per container; a GPU container may not
-# set the env names the device plugin owns) as ValidatingAdmissionPolicies: kube-apiserver
-# (1.30 and later) runs them itself, with no webhook call, on pods and on the pod templates of
-# workloads (Deployments, Jobs, JobSets, ...). Generated from the configuration by
+# What kube-apiserver (1.36 and later) runs itself, with no webhook call, so that pods that need
+# no cluster state are admitted while the service is down: the stateless pod checks (at most one
+# time-sliced GPU per container; a GPU container may not set the env names the device plugin
+# owns) on pods and on the pod templates of workloads (ValidatingAdmissionPolicies), GPU
+# visibility (NVIDIA_VISIBLE_DEVICES=none for every container that asks for no GPU: a
+# MutatingAdmissionPolicy), and the guards of ServiceAccount-bound credentials' routing (a
+# binding only in a namespace labelled gpu-admission.io/serviceaccount-credentials=true, which
+# stays labelled). Generated from the configuration by
 # `gpu-admission admission-policy [--config FILE]`; regenerate it when gpu.resource_patterns,
-# gpu.shared_suffixes, gpu.guarded_env, workloads.extra_kinds, the exempt namespace label, or
-# the modes of gpu-env-guard and shared-gpu-limit (policies.<name>.mode) change.
+# gpu.shared_suffixes, gpu.guarded_env, workloads.extra_kinds, the annotation prefix, the exempt
+# namespace label, or a policy's mode (policies.<name>.mode) changes.
 """
 
 
@@ -58,6 +67,9 @@ def admission_policy_command(args: argparse.Namespace, out: TextIO | None = None
     try:
         if args.webhook_condition:
             out.write(webhook_condition(load_config(args.config).gpu) + "\n")
+        elif args.mutating_webhooks:
+            entries = mutating_pod_webhooks(load_config(args.config))
+            yaml.dump(entries, out, Dumper=_Dumper, sort_keys=False, width=96)
         else:
             write_admission_policy(args.config, out)
     except ConfigError as exc:
@@ -69,7 +81,7 @@ def admission_policy_command(args: argparse.Namespace, out: TextIO | None = None
 def add_admission_policy_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "admission-policy",
-        help="print the ValidatingAdmissionPolicy and binding for a configuration",
+        help="print the admission policies kube-apiserver runs itself, for a configuration",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -78,5 +90,11 @@ def add_admission_policy_parser(subparsers: Any) -> None:
         "--webhook-condition",
         action="store_true",
         help="print the pods validating webhook's matchCondition (CEL) for the config instead",
+    )
+    parser.add_argument(
+        "--mutating-webhooks",
+        action="store_true",
+        help="print the pods mutating webhook's entries' namespaceSelector and matchConditions "
+        "for the config instead",
     )
     parser.set_defaults(func=admission_policy_command)

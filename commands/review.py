@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from commands.review_applied import AppliedView, applied_state, exempted_by
+from commands.review_applied import AppliedView, applied_state, labelled_by
 from commands.review_inputs import (
     UsageError,
     live_state,
@@ -31,10 +31,11 @@ from gpu_admission.config_workloads import PodChecksIn
 from webhooks.offline_review import (
     POD_CHECKS_POLICY,
     POD_CHECKS_WEBHOOK,
-    ClusterState,
-    Result,
+    POD_MUTATIONS_POLICY,
+    POD_MUTATIONS_WEBHOOK,
     review_document,
 )
+from webhooks.offline_state import ClusterState, Result
 from webhooks.registry import build_policy_set
 
 EXIT_ALLOWED, EXIT_DENIED, EXIT_USAGE = 0, 1, 2
@@ -122,11 +123,28 @@ def add_review_parser(subparsers: Any) -> None:
         "of the default manifests (policy, the default) or the validating webhook of the "
         "webhook-pod-checks overlay; denials are worded as that one words them",
     )
+    parser.add_argument(
+        "--pod-mutations",
+        choices=(POD_MUTATIONS_POLICY, POD_MUTATIONS_WEBHOOK),
+        default=None,
+        help="where the cluster makes the stateless pod changes: the MutatingAdmissionPolicy of "
+        "the default manifests, the webhook only for the pods that need cluster state (policy, "
+        "the default; Kubernetes 1.36+), or the mutating webhook for every pod of the "
+        "webhook-pod-mutations overlay (webhook; implied by --pod-checks webhook)",
+    )
     parser.set_defaults(func=review_command)
 
 
 async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = load_config(args.config)
+    if args.pod_checks == POD_CHECKS_WEBHOOK and args.pod_mutations == POD_MUTATIONS_POLICY:
+        raise UsageError(
+            "--pod-checks webhook is the webhook-pod-checks overlay, which is built on "
+            "webhook-pod-mutations: its pod mutations are the webhook's (drop --pod-mutations)"
+        )
+    pod_mutations = args.pod_mutations or (
+        POD_MUTATIONS_WEBHOOK if args.pod_checks == POD_CHECKS_WEBHOOK else POD_MUTATIONS_POLICY
+    )
     if args.pod_checks == POD_CHECKS_WEBHOOK:
         # The overlay's workloads webhook refuses what the workload policy would.
         workloads = config.workloads.model_copy(update={"pod_checks": PodChecksIn.WEBHOOK})
@@ -146,13 +164,19 @@ async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     results = []
     try:
         for document in documents:
-            result = await review_document(document, policies, state, config, args.pod_checks)
+            result = await review_document(
+                document, policies, state, config, args.pod_checks, pod_mutations
+            )
             results.append(result)
             if result.allowed:
                 view.applied(result.document.obj)
-                exempted = exempted_by(result.document.obj, config.exempt_label)
+                exempted = labelled_by(result.document.obj, config.exempt_label)
                 if exempted is not None:
                     state.exempt_namespaces.add(exempted)
+                label = config.names.serviceaccount_credentials_label
+                marked = labelled_by(result.document.obj, label)
+                if marked is not None:
+                    state.credential_namespaces.add(marked)
     finally:
         if live is not None:
             live.stop()

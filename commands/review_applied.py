@@ -24,7 +24,7 @@ from gpu_admission.cluster.view import (
     secret_info,
     service_account_info,
 )
-from webhooks.offline_review import ClusterState
+from webhooks.offline_state import ClusterState
 
 
 class AppliedView:
@@ -81,16 +81,23 @@ class AppliedView:
         return found or self._base.resource_claim_template(namespace, name)
 
 
-def exempted_by(obj: dict[str, Any], exempt_label: str) -> str | None:
-    """The namespace an applied Namespace object exempts, if it carries the exempt label."""
+def labelled_by(obj: dict[str, Any], label: str) -> str | None:
+    """The namespace an applied Namespace object is, if it carries `label` as "true" (the
+    exempt label, or the one for ServiceAccount-bound credentials)."""
     if obj.get("kind") != "Namespace":
         return None
     meta = obj.get("metadata") or {}
-    if (meta.get("labels") or {}).get(exempt_label) == "true" and meta.get("name"):
+    if (meta.get("labels") or {}).get(label) == "true" and meta.get("name"):
         return str(meta["name"])
     return None
 
 
 def applied_state(state: ClusterState, view: AppliedView) -> ClusterState:
-    """The state a review walks: the overlay view, and its own copy of the exempt namespaces."""
-    return ClusterState(cast(ClusterView, view), set(state.exempt_namespaces), state.resolver)
+    """The state a review walks: the overlay view, and its own copies of the labelled
+    namespaces."""
+    return ClusterState(
+        cast(ClusterView, view),
+        set(state.exempt_namespaces),
+        state.resolver,
+        set(state.credential_namespaces),
+    )

@@ -25,7 +25,7 @@ from gpu_admission.cluster.view import (
     service_account_info,
 )
 from gpu_admission.config import Config
-from webhooks.offline_review import ClusterState, Document
+from webhooks.offline_state import ClusterState, Document
 
 LIVE_SYNC_TIMEOUT_SECONDS = 30.0
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -113,12 +113,21 @@ def load_cluster_state(path: Path, config: Config) -> ClusterState:
         claims=[convert(o) for kind, convert in CLAIM_KINDS.items() for o in by_kind.get(kind, [])],
         device_classes=[device_class_info(o) for o in by_kind.get("DeviceClass", [])],
     )
-    exempt = {
-        (ns.get("metadata") or {}).get("name", "")
-        for ns in by_kind.get("Namespace", [])
-        if ((ns.get("metadata") or {}).get("labels") or {}).get(config.exempt_label) == "true"
+    namespaces = by_kind.get("Namespace", [])
+    return ClusterState(
+        view,
+        labelled(namespaces, config.exempt_label),
+        credential_namespaces=labelled(namespaces, config.names.serviceaccount_credentials_label),
+    )
+
+
+def labelled(namespaces: Iterable[dict[str, Any]], label: str) -> set[str]:
+    """The names of the Namespace objects that carry `label` as "true"."""
+    return {
+        str((ns.get("metadata") or {}).get("name", ""))
+        for ns in namespaces
+        if ((ns.get("metadata") or {}).get("labels") or {}).get(label) == "true"
     }
-    return ClusterState(view, exempt)
 
 
 def in_namespace(obj: dict[str, Any]) -> dict[str, Any]:
@@ -152,8 +161,13 @@ async def live_state(kubeconfig: Path, config: Config) -> tuple[ClusterState, An
         if not await asyncio.to_thread(informer.wait_synced, LIVE_SYNC_TIMEOUT_SECONDS):
             view.stop()
             raise UsageError(f"could not read {informer.name} from the cluster: {view.ready()}")
-    namespaces = await asyncio.to_thread(
-        lambda: CoreV1Api(client).list_namespace(label_selector=f"{config.exempt_label}=true")
+
+    def labelled_namespaces(label: str) -> set[str]:
+        found = CoreV1Api(client).list_namespace(label_selector=f"{label}=true")
+        return {ns.metadata.name for ns in found.items}
+
+    exempt = await asyncio.to_thread(labelled_namespaces, config.exempt_label)
+    marked = await asyncio.to_thread(
+        labelled_namespaces, config.names.serviceaccount_credentials_label
     )
-    exempt = {ns.metadata.name for ns in namespaces.items}
-    return ClusterState(view, exempt, resolver=view), view
+    return ClusterState(view, exempt, resolver=view, credential_namespaces=marked), view

@@ -313,6 +313,12 @@ class Names:
     def exempt_label(self) -> str:
         return self._key("exempt")
 
+    @cached_property
+    def serviceaccount_credentials_label(self) -> str:
+        """On namespaces (value "true") whose ServiceAccounts may be bound to cloud credentials:
+        every pod there is sent to the webhook (apiserver_policies/credential_namespaces.py)."""
+        return self._key("serviceaccount-credentials")
+
     # Scheduling gate.
     @cached_property
     def data_load_gate(self) -> str:

@@ -2,6 +2,10 @@
 paginated lists (one per kind, a credential type each for Secrets) and put to every policy by
 `audit_object`, and every workload no other one controls, its pod templates put to the pod
 policies by `audit_workload`, against a cluster view the caller brings (the informers' caches).
+Where the base manifests route ServiceAccount-bound credentials by namespace label
+(apiserver_policies.credential_namespaces), every ServiceAccount bound in a namespace without
+the label is a finding too: its pods start without their credentials (a binding written before
+the label was needed).
 
 One implementation for `gpu-admission audit` and the controller's background scan, so that the
 two always count the same. Objects are judged as their page arrives, so memory holds one page
@@ -18,9 +22,11 @@ from typing import Any
 from gpu_admission.cluster.pages import Pages
 from gpu_admission.cluster.view import ClusterView
 from gpu_admission.config import Config
-from gpu_admission.findings import Finding
+from gpu_admission.findings import WOULD_REFUSE, Finding
 from gpu_admission.names import CREDENTIAL_TYPES
 from gpu_admission.policy_modes import PolicyMode
+from webhooks.apiserver_policies.credential_namespaces import binding_message, binds
+from webhooks.apiserver_policies.webhook_routing import CREDENTIAL_NAMESPACE_POD_MUTATIONS
 from webhooks.audit import audit_object, ordered
 from webhooks.policies.interface import PolicySet
 from webhooks.workload_audit import api_version, audit_workload, owned_by_workload
@@ -29,6 +35,7 @@ from webhooks.workload_kinds import kind_index
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 1000
+WEBHOOK_CONFIGURATION = "gpu-admission"  # manifests/base/webhooks.yaml
 CORE_KINDS = frozenset({"Pod", "Secret", "PersistentVolumeClaim"})
 FINISHED = frozenset({"Succeeded", "Failed"})
 
@@ -42,10 +49,66 @@ class AuditRun:
 
 def exempt_namespaces(api: Any, config: Config) -> set[str]:
     """The namespaces the webhooks skip (one list, by label)."""
+    return _labelled(api, config.exempt_label)
+
+
+def _labelled(api: Any, label: str) -> set[str]:
     from kubernetes.client import CoreV1Api
 
-    listed = CoreV1Api(api).list_namespace(label_selector=f"{config.exempt_label}=true")
+    listed = CoreV1Api(api).list_namespace(label_selector=f"{label}=true")
     return {ns.metadata.name for ns in listed.items}
+
+
+def routes_by_namespace(api: Any) -> bool:
+    """Whether the cluster's pods mutating webhook has the base's entry for namespaces labelled
+    for ServiceAccount-bound credentials (an overlay that sends the webhook every pod has not)."""
+    from kubernetes.client import AdmissionregistrationV1Api, ApiException
+
+    try:
+        configuration = AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(
+            WEBHOOK_CONFIGURATION
+        )
+    except ApiException as error:
+        if error.status not in (403, 404):
+            raise
+        log.warning(
+            "cannot read the webhook configuration; ServiceAccount bindings are not audited",
+            extra={"configuration": WEBHOOK_CONFIGURATION, "status": error.status},
+        )
+        return False
+    return any(w.name == CREDENTIAL_NAMESPACE_POD_MUTATIONS for w in configuration.webhooks or [])
+
+
+def unrouted_bindings(
+    api: Any, config: Config, pages: Pages, labelled: set[str], namespace: str | None = None
+) -> Iterator[Finding]:
+    """A finding for each ServiceAccount bound to credentials outside the labelled namespaces."""
+    from kubernetes.client import CoreV1Api
+
+    core = CoreV1Api(api)
+    call = (
+        core.list_namespaced_service_account
+        if namespace
+        else core.list_service_account_for_all_namespaces
+    )
+    scope = {"namespace": namespace} if namespace else {}
+    mode = str(config.mode_of("cloud-credentials"))
+    for account in pages.items(call, **scope):
+        meta = account.get("metadata") or {}
+        where = str(meta.get("namespace", ""))
+        if where in labelled or not binds(meta.get("annotations"), config):
+            continue
+        name = str(meta.get("name", ""))
+        yield Finding(
+            policy="cloud-credentials",
+            result=WOULD_REFUSE,
+            kind="ServiceAccount",
+            namespace=where,
+            name=name,
+            message=binding_message(config, name, where),
+            mode=mode,
+            uid=str(meta.get("uid", "")),
+        )
 
 
 def audit_subjects(
@@ -140,6 +203,12 @@ def audit_cluster(
     relaxed = config.relaxed_modes() if modes is None else modes
     kinds = kind_index(config)
     audited = 0
+    if routes_by_namespace(api):
+        label = config.names.serviceaccount_credentials_label
+        labelled = _labelled(api, label) | exempt
+        for finding in unrouted_bindings(api, config, pages, labelled, namespace):
+            run.findings.append(finding)
+            run.objects["ServiceAccount"] = run.objects.get("ServiceAccount", 0) + 1
     for obj in audit_subjects(api, config, pages, namespace):
         if (obj.get("metadata") or {}).get("namespace", "") in exempt:
             continue

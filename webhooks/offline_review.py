@@ -17,21 +17,24 @@ from __future__ import annotations
 import base64
 import copy
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, cast
 
-from gpu_admission.cluster.view import ClusterView, MissResolver
 from gpu_admission.config import Config
 from gpu_admission.policy_modes import PolicyMode
 from webhooks import chain
 from webhooks.apiserver_policies.bindings import (
-    PodCheckPolicy,
     failed_policies,
     workload_check_policies,
 )
-from webhooks.apiserver_policies.pod_checks import denial_text, warning_text
-from webhooks.apiserver_policies.webhook_routing import webhook_sees
+from webhooks.apiserver_policies.webhook_routing import mutating_webhook_sees, webhook_sees
 from webhooks.apiserver_policies.workload_templates import workload_denial
+from webhooks.offline_apiserver import (
+    admit_service_account,
+    policy_failed,
+    unseen_binding,
+    visibility_policy,
+)
+from webhooks.offline_state import ClusterState, Document, Result
 from webhooks.pod_defaults import default_pod
 from webhooks.policies.interface import PolicySet
 from webhooks.registry import webhook_for
@@ -48,22 +51,13 @@ from webhooks.workload_kinds import (
 CLAIM_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
 
 
-@dataclass
-class Document:
-    source: str
-    obj: dict[str, Any]
-
-
-@dataclass
-class ClusterState:
-    view: ClusterView
-    exempt_namespaces: set[str]
-    resolver: MissResolver | None = None
-
-
 # Where the stateless pod checks run: the ValidatingAdmissionPolicy of the default manifests
 # (Kubernetes 1.30+), or the validating webhook for every pod (the webhook-pod-checks overlay).
 POD_CHECKS_POLICY, POD_CHECKS_WEBHOOK = "policy", "webhook"
+# Where the stateless pod changes are made: the MutatingAdmissionPolicy of the default manifests,
+# with the mutating webhook only for the pods that need cluster state (Kubernetes 1.36+), or the
+# mutating webhook for every pod (the webhook-pod-mutations overlay, and webhook-pod-checks).
+POD_MUTATIONS_POLICY, POD_MUTATIONS_WEBHOOK = "policy", "webhook"
 
 REVIEWED_KINDS = {"Pod", "Secret", "PersistentVolumeClaim"}
 
@@ -79,26 +73,6 @@ def _group(obj: dict[str, Any]) -> str:
     """The API group of `obj`'s apiVersion ("" for the core group)."""
     api_version = str(obj.get("apiVersion") or "")
     return api_version.rpartition("/")[0]
-
-
-@dataclass
-class Result:
-    document: Document
-    allowed: bool = True
-    changes: int = 0
-    warnings: list[str] = field(default_factory=list)
-    denials: list[str] = field(default_factory=list)
-    # What policies in audit (or warn) mode would have done, each as "policy (mode): what".
-    recorded: list[str] = field(default_factory=list)
-    skipped: str = ""
-
-    @property
-    def identity(self) -> str:
-        meta = self.document.obj.get("metadata") or {}
-        namespace = meta.get("namespace")
-        name = meta.get("name") or f"{meta.get('generateName', '')}<generated>"
-        where = f"{namespace}/{name}" if namespace else name
-        return f"{self.document.obj.get('kind')} {where} ({self.document.source})"
 
 
 # -- running the chain -----------------------------------------------------------------------
@@ -146,23 +120,34 @@ async def _admit(
     result: Result,
     pod_checks: str,
     changes_only: bool = False,
+    pod_mutations: str = POD_MUTATIONS_POLICY,
 ) -> dict[str, Any]:
     """Mutating then validating, as the API server runs them; returns the admitted object.
     `changes_only`: the mutating policies alone, their refusals left out (a template's
     preview: the workload's own review has said all there is to say)."""
+    routed = True  # the mutating webhook is called
     if kind == "Pod":
         obj = default_pod(obj)
+    received, counted = copy.deepcopy(obj), result.changes
+    if kind == "Pod" and pod_mutations == POD_MUTATIONS_POLICY:
+        # As installed on 1.36+: the MutatingAdmissionPolicy, then the mutating webhook for
+        # the pods that need cluster state only.
+        obj = visibility_policy(obj, config, result)
+        labelled = namespace in state.credential_namespaces
+        routed = mutating_webhook_sees(obj, "CREATE", labelled, config)
+        if not routed:
+            unseen_binding(obj, namespace, state, config, result)
     original = copy.deepcopy(obj)
     modes = config.relaxed_modes()
     for mutating in (True,) if changes_only else (True, False):
         webhook = webhook_for(kind, mutating)
-        if webhook is None:
+        if webhook is None or (mutating and not routed):
             continue
         if kind == "Pod" and not mutating and pod_checks == POD_CHECKS_POLICY:
             # As installed on 1.30+: the ValidatingAdmissionPolicy first, then the validating
             # webhook for pods with DRA claims only.
             for policy, message in failed_policies(obj, config):
-                _policy_failed(result, policy, message)
+                policy_failed(result, policy, message)
             if not result.allowed:
                 return obj
             if not webhook_sees(obj, config.gpu):
@@ -191,31 +176,24 @@ async def _admit(
                 modes,
             )
         if changes_only and not outcome.allowed:
-            return copy.deepcopy(original)
+            # Its pods would be refused: no change of theirs to show, the policy's neither.
+            result.changes = counted
+            return received
         if not _webhook_answered(result, outcome, modes):
             return obj
     return obj
 
 
-def _policy_failed(result: Result, policy: PodCheckPolicy, message: str) -> None:
-    """A ValidatingAdmissionPolicy's failed validation, as its binding's actions take it."""
-    if policy.mode is PolicyMode.ENFORCE:
-        result.allowed = False
-        result.denials.append(denial_text(message, policy.name))
-    elif policy.mode is PolicyMode.WARN:
-        result.warnings.append(warning_text(message, policy.name))
-    else:
-        result.recorded.append(f"{policy.name} (audit): would refuse: {message}")
-
-
 def _webhook_answered(result: Result, outcome: chain.Outcome, modes: dict[str, PolicyMode]) -> bool:
     """A webhook's answer taken into `result`; whether it admitted."""
     result.warnings.extend(outcome.warnings)
-    # Warn-mode findings are in the warnings already.
+    # Warn-mode findings are in the warnings already; a record the in-process policy made in the
+    # same words is said once.
     result.recorded.extend(
-        f"{name} (audit): {would}"
+        line
         for name, would in outcome.audit_annotations.items()
         if modes[name] is PolicyMode.AUDIT
+        and (line := f"{name} (audit): {would}") not in result.recorded
     )
     if not outcome.allowed:
         result.allowed = False
@@ -251,7 +229,7 @@ async def _admit_workload(
         for policy in workload_check_policies(config):
             message = workload_denial(obj, kind, config, policy.checks)
             if message is not None:
-                _policy_failed(result, policy, message)
+                policy_failed(result, policy, message)
         if not result.allowed:
             return
     request = _workload_request(obj, kind, namespace)
@@ -271,7 +249,10 @@ async def review_document(
     state: ClusterState,
     config: Config,
     pod_checks: str = POD_CHECKS_POLICY,
+    pod_mutations: str = POD_MUTATIONS_POLICY,
 ) -> Result:
+    """`pod_checks`, `pod_mutations`: what the cluster's install runs in the API server
+    (`policy`, the base manifests) or in the webhooks (`webhook`, the overlays)."""
     obj = copy.deepcopy(document.obj)
     result = Result(Document(document.source, obj))
     kind = obj.get("kind")
@@ -281,7 +262,8 @@ async def review_document(
         result.skipped = "not reviewed; read as cluster state by the pods that use it"
         return result
     workload = kind_index(config).get((_group(obj), str(kind)))
-    if kind not in REVIEWED_KINDS and workload is None:
+    guarded = kind == "ServiceAccount" and pod_mutations == POD_MUTATIONS_POLICY
+    if kind not in REVIEWED_KINDS and workload is None and not guarded:
         result.skipped = "no gpu-admission webhook reviews this kind"
         return result
     if namespace in state.exempt_namespaces:
@@ -289,7 +271,9 @@ async def review_document(
         return result
     if kind == "Secret":
         merged_string_data(obj)
-    if workload is not None:
+    if guarded:
+        admit_service_account(obj, namespace, state, config, result)
+    elif workload is not None:
         await _admit_workload(obj, workload, namespace, policies, state, config, result, pod_checks)
         if not result.allowed:
             return result
@@ -297,7 +281,16 @@ async def review_document(
             pod = template_pod(template.template, namespace)
             pod["metadata"].pop("generateName")
             admitted = await _admit(
-                pod, "Pod", namespace, policies, state, config, result, pod_checks, True
+                pod,
+                "Pod",
+                namespace,
+                policies,
+                state,
+                config,
+                result,
+                pod_checks,
+                True,
+                pod_mutations,
             )
             changed = dict(admitted.get("metadata") or {})
             changed.pop("namespace", None)
@@ -308,6 +301,15 @@ async def review_document(
             held.update(metadata=changed, spec=admitted.get("spec"))
     else:
         result.document.obj = await _admit(
-            obj, kind, namespace, policies, state, config, result, pod_checks
+            obj,
+            kind,
+            namespace,
+            policies,
+            state,
+            config,
+            result,
+            pod_checks,
+            False,
+            pod_mutations,
         )
     return result

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import yaml
@@ -127,10 +128,22 @@ def test_live_cluster_state_from_a_kubeconfig(kube_api, kube_client):
         },
     )
     pod = CPU_POD.replace("spec:\n", "spec:\n  serviceAccountName: trainer\n")
-    code, out, err = run(["review", "-f", "-", "--kubeconfig", str(kube_api.kubeconfig_path)], pod)
-    assert code == 0, err
-    container = next(yaml.safe_load_all(out))["spec"]["containers"][0]
-    refs = {e["name"]: e.get("valueFrom") for e in container["env"]}
+    argv = ["review", "-f", "-", "--kubeconfig", str(kube_api.kubeconfig_path)]
+
+    def env_of() -> tuple[dict[str, Any], str]:
+        code, out, err = run(argv, pod)
+        assert code == 0, err
+        container = next(yaml.safe_load_all(out))["spec"]["containers"][0]
+        return {e["name"]: e.get("valueFrom") for e in container["env"]}, err
+
+    # A binding in a namespace without the label (here: written before the base's guard): the
+    # webhook is not asked about the pod, which starts without the credentials, and says so.
+    refs, err = env_of()
+    assert "AWS_ACCESS_KEY_ID" not in refs
+    assert 'ServiceAccount "trainer" names cloud credentials, but namespace "ml"' in err
+    label = {"gpu-admission.io/serviceaccount-credentials": "true"}
+    core.patch_namespace("ml", {"metadata": {"labels": label}})
+    refs, _ = env_of()
     assert refs["AWS_ACCESS_KEY_ID"] == {
         "secretKeyRef": {"name": "s3-reader", "key": "AWS_ACCESS_KEY_ID"}
     }

@@ -55,12 +55,12 @@ spec:
 MISSING = 'Secret "s3-reader" (named by the pod annotation'
 
 
-def review(*documents: str) -> tuple[int, list[dict], str]:
+def review(*documents: str, argv: tuple[str, ...] = ()) -> tuple[int, list[dict], str]:
     out, err = io.StringIO(), io.StringIO()
     old = sys.stdin, sys.stdout, sys.stderr
     sys.stdin, sys.stdout, sys.stderr = io.StringIO("---\n".join(documents)), out, err
     try:
-        code = main(["review", "-f", "-"])
+        code = main(["review", "-f", "-", *argv])
     finally:
         sys.stdin, sys.stdout, sys.stderr = old
     return code, [d for d in yaml.safe_load_all(out.getvalue()) if d], err.getvalue()
@@ -95,13 +95,41 @@ def test_a_refused_secret_is_never_created() -> None:
     assert "wJalrXUtnFEMI" not in err
 
 
+LABELLED = f"""
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: ml
+  labels: {{{Config().names.serviceaccount_credentials_label}: "true"}}
+"""
+
+
 def test_a_service_account_before_its_pods_binds_them_to_its_credentials() -> None:
-    code, printed, err = review(SECRET, SERVICE_ACCOUNT, SA_POD)
+    code, printed, err = review(LABELLED, SECRET, SERVICE_ACCOUNT, SA_POD)
     assert code == 0, err
     assert "AWS_ACCESS_KEY_ID" in env_names(printed, "Pod")  # the ServiceAccount's credentials
-    code, printed, err = review(SECRET, SA_POD, SERVICE_ACCOUNT)
+    code, printed, err = review(LABELLED, SECRET, SA_POD, SERVICE_ACCOUNT)
     assert code == 0, err
     assert "AWS_ACCESS_KEY_ID" not in env_names(printed, "Pod")  # no ServiceAccount yet
+
+
+def test_a_binding_where_no_label_routes_its_pods_is_refused_in_the_policys_words() -> None:
+    code, printed, err = review(SECRET, SERVICE_ACCOUNT, SA_POD)
+    assert code == 1
+    said = " ".join(err.split())
+    assert (
+        "ValidatingAdmissionPolicy 'gpu-admission-serviceaccount-credentials' with binding "
+        "'gpu-admission-serviceaccount-credentials' denied request: ServiceAccount \"reader\" "
+        "names cloud credentials"
+    ) in said
+    assert "kubectl label namespace ml gpu-admission.io/serviceaccount-credentials=true" in said
+    assert "AWS_ACCESS_KEY_ID" not in env_names(printed, "Pod")  # it was never created
+    # Where the webhook sees every pod (API servers before 1.36), no label is needed.
+    code, printed, err = review(
+        SECRET, SERVICE_ACCOUNT, SA_POD, argv=("--pod-mutations", "webhook")
+    )
+    assert code == 0, err
+    assert "AWS_ACCESS_KEY_ID" in env_names(printed, "Pod")
 
 
 def test_a_namespace_before_its_pods_exempts_them() -> None:

@@ -77,22 +77,25 @@ def encoded(values: dict[str, str]) -> dict[str, str]:
 
 
 def credential_secret(
-    cluster: InstallCluster, name: str, kind: str, values: dict[str, str]
+    cluster: InstallCluster, name: str, kind: str, values: dict[str, str], namespace: str = NS
 ) -> None:
-    """A credential Secret of type `kind` (aws-credential, ...) in the researchers' namespace."""
+    """A credential Secret of type `kind` (aws-credential, ...), in the researchers' namespace
+    unless another is named."""
     cluster.core.create_namespaced_secret(
-        NS, {"metadata": {"name": name}, "type": kind, "data": encoded(values)}
+        namespace, {"metadata": {"name": name}, "type": kind, "data": encoded(values)}
     )
 
 
-def s3_secret(cluster: InstallCluster, name: str, endpoint: str | None = None) -> None:
+def s3_secret(
+    cluster: InstallCluster, name: str, endpoint: str | None = None, namespace: str = NS
+) -> None:
     """Keys for the S3 stand-in (or whatever stands at `endpoint` in front of it)."""
     keys = {
         "AWS_ACCESS_KEY_ID": "team-a",
         "AWS_SECRET_ACCESS_KEY": "team-a-secret",
         "AWS_ENDPOINT_URL": endpoint or cluster.s3.endpoint,
     }
-    credential_secret(cluster, name, "aws-credential", keys)
+    credential_secret(cluster, name, "aws-credential", keys, namespace)
 
 
 def dataset_pvc(name: str, source: str, credentials: str) -> dict[str, Any]:

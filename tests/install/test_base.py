@@ -22,6 +22,7 @@ from kubernetes import client
 
 from commands.audit import EXIT_FINDINGS, audit_command
 from tests.install.cluster import (
+    IMAGE,
     NEXT_IMAGE,
     InstallCluster,
     wait_for,
@@ -30,6 +31,7 @@ from tests.install.journeys import (
     BASE,
     NS,
     PREFIX,
+    consumer,
     dataset_pvc,
     finished,
     installed_product,
@@ -37,9 +39,12 @@ from tests.install.journeys import (
     pod,
     pvc_annotations,
     s3_secret,
+    waiting,
 )
+from tests.world.namespaces import namespace_ready
 from tests.world.node import network
 from tests.world.node.network import SUBNET
+from tests.world.stand_ins.holding_proxy import ThreadedHoldingProxy
 from tests.world.stand_ins.trickle import Trickle
 
 
@@ -192,6 +197,121 @@ def test_a_dataset_is_loaded_and_its_consumer_reads_it(installed: InstallCluster
         "2",
         str(len(b'{"layers": 12}\n') + 4096),
     )
+
+
+def _scaled(cluster: InstallCluster, replicas: int) -> None:
+    """The webhook Deployment scaled, and waited for: no replica left, or all of them ready."""
+    cluster.kubectl(
+        "-n", "gpu-admission", "scale", "deployment/gpu-admission", f"--replicas={replicas}"
+    )
+    if replicas:
+        cluster.rolled_out("gpu-admission")
+    else:
+        wait_for(lambda: not webhook_pods(cluster), "the webhook replicas to be gone")
+
+
+def test_while_the_service_is_down_only_the_pods_that_need_it_wait(
+    installed: InstallCluster, held_store: ThreadedHoldingProxy
+) -> None:
+    """Both webhook replicas gone: what needs no cluster state is admitted by the API server
+    alone (CPU-only pods hidden from the GPUs); what needs it is refused saying the service is
+    unavailable; what the policy refuses is refused in its words. Scaled back, all is as before."""
+    label = f"{PREFIX}serviceaccount-credentials"
+    bound = "bound-team"
+    namespace_ready(installed.api, bound, labels={label: "true"})
+    for namespace in (NS, bound):
+        s3_secret(installed, "s3-down", namespace=namespace)
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": "trainer",
+            "namespace": bound,
+            "annotations": {f"{PREFIX}cloud-credentials": "s3-down"},
+        },
+    }
+    installed.apply([account])
+    installed.s3.put("held-data", {"x.bin": b"\x02" * 1024})
+    held_store.hold("held-data")
+    s3_secret(installed, "s3-held", endpoint=held_store.endpoint)
+    installed.apply([dataset_pvc("loading", "s3://held-data", "s3-held")])
+    wait_for(lambda: held_store.held.get("held-data", 0) > 0, "the load to be in flight")
+
+    names_credentials = pod("names-creds", "env | grep -c ^AWS_ACCESS_KEY_ID")
+    names_credentials["metadata"]["annotations"] = {f"{PREFIX}cloud-credentials": "s3-down"}
+    of_bound_account = pod("bound-creds", "env | grep -c ^AWS_ACCESS_KEY_ID")
+    of_bound_account["metadata"]["namespace"] = bound
+    of_bound_account["spec"]["serviceAccountName"] = "trainer"
+    reads_loading = consumer("reads-loading", "loading", "true")
+    _scaled(installed, 0)
+    try:
+        web = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": NS},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "web",
+                                "image": IMAGE,
+                                "imagePullPolicy": "Never",
+                                "command": ["sh", "-c", "sleep 3600"],
+                                "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+                            }
+                        ]
+                    },
+                },
+            },
+        }
+        installed.apply([web])
+        rolled = installed.kubectl(
+            "-n", NS, "rollout", "status", "deployment/web", "--timeout=120s", check=False
+        )
+        assert rolled.returncode == 0, rolled.stderr + installed.diagnosis(NS)
+        pods = installed.core.list_namespaced_pod(NS, label_selector="app=web").items
+        assert len(pods) == 2
+        for running in pods:
+            assert [(e.name, e.value) for e in running.spec.containers[0].env] == [
+                ("NVIDIA_VISIBLE_DEVICES", "none")
+            ]
+        # Refused in the policy's words, as ever: never a call to the service.
+        greedy = pod(
+            "greedy", "true", container={"resources": {"limits": {"nvidia.com/gpu.shared": "2"}}}
+        )
+        refused = installed.apply([greedy], check=False)
+        assert "ValidatingAdmissionPolicy 'gpu-admission-pods'" in refused.stderr
+        assert "failed calling webhook" not in refused.stderr
+        # Refused until the service is back, saying it is unavailable.
+        for needing, webhook in (
+            (names_credentials, "pods.mutate.gpu-admission.io"),
+            (of_bound_account, "serviceaccount-pods.mutate.gpu-admission.io"),
+            (reads_loading, "pods.mutate.gpu-admission.io"),
+        ):
+            refused = installed.apply([needing], check=False)
+            assert refused.returncode != 0
+            assert f'failed calling webhook "{webhook}"' in refused.stderr, refused.stderr
+            assert 'no endpoints available for service "gpu-admission"' in refused.stderr, (
+                refused.stderr
+            )
+    finally:
+        _scaled(installed, 2)
+    # Back: each is admitted as before.
+    wait_for(
+        lambda: installed.apply([names_credentials], check=False).returncode == 0,
+        "the webhooks to answer again",
+    )
+    assert finished(installed, "names-creds").strip() == "1"
+    installed.apply([of_bound_account])
+    assert finished(installed, "bound-creds", namespace=bound).strip() == "1"
+    installed.apply([reads_loading])
+    assert waiting(installed, "reads-loading")  # gated until its dataset has loaded
+    held_store.release()
+    installed.kubectl("delete", "namespace", bound, "--wait=false")
 
 
 def test_audit_sources_names_a_dataset_whose_source_changed(
@@ -418,6 +538,8 @@ def test_uninstall_leaves_no_webhook_or_policy(installed: InstallCluster) -> Non
     assert mine(registration.list_validating_webhook_configuration().items) == []
     assert mine(registration.list_validating_admission_policy().items) == []
     assert mine(registration.list_validating_admission_policy_binding().items) == []
+    assert mine(registration.list_mutating_admission_policy().items) == []
+    assert mine(registration.list_mutating_admission_policy_binding().items) == []
     # Nothing left fails closed: pods are admitted without the service (once the API server has
     # dropped the configurations from its informers, a moment after the delete).
     wait_for(

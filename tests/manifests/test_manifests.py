@@ -211,3 +211,63 @@ def test_the_overlay_for_older_api_servers_calls_the_webhook_for_every_pod():
             assert hook == {**base[workloads], "failurePolicy": "Fail"}
         elif hook["name"] != "pods.validate.gpu-admission.io":
             assert hook == base[hook["name"]]
+
+
+def _pod_mutations(docs: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    mutating = one(docs, "MutatingWebhookConfiguration")
+    return [
+        w for w in mutating["webhooks"] if w["clientConfig"]["service"]["path"] == "/mutate/pods"
+    ]
+
+
+def test_the_base_makes_the_stateless_pod_changes_in_the_api_server_and_routes_the_rest():
+    docs = render("manifests")
+    policy = one(docs, "MutatingAdmissionPolicy", "gpu-admission-gpu-visibility")
+    binding = one(docs, "MutatingAdmissionPolicyBinding", "gpu-admission-gpu-visibility")
+    assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["reinvocationPolicy"] == "IfNeeded"
+    plain, labelled = _pod_mutations(docs)
+    assert [c["name"] for c in plain["matchConditions"]] == [
+        "not-a-mirror-pod",
+        "needs-cluster-state",
+    ]
+    assert [c["name"] for c in labelled["matchConditions"]] == [
+        "not-a-mirror-pod",
+        "not-refused-by-the-policy",
+    ]
+    for guard in (
+        "gpu-admission-serviceaccount-credentials",
+        "gpu-admission-credential-namespaces",
+    ):
+        assert one(docs, "ValidatingAdmissionPolicyBinding", guard)["spec"][
+            "validationActions"
+        ] == ["Deny"]
+
+
+def test_the_overlay_for_1_30_to_1_35_calls_the_mutating_webhook_for_every_pod():
+    docs = render("manifests/overlays/webhook-pod-mutations")
+    kinds = {d["kind"] for d in docs}
+    assert not kinds & {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+    names = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
+    assert names == {"gpu-admission-pods", "gpu-admission-workloads"}  # no routing guards
+    (pods,) = _pod_mutations(docs)  # one entry: every namespace that is not exempt
+    assert [c["name"] for c in pods["matchConditions"]] == ["not-a-mirror-pod"]
+    assert pods["namespaceSelector"] == {
+        "matchExpressions": [{"key": EXEMPT, "operator": "NotIn", "values": ["true"]}]
+    }
+    # Everything else as the base has it.
+    base = {
+        w["name"]: w for w in one(render("manifests"), "MutatingWebhookConfiguration")["webhooks"]
+    }
+    for hook in one(docs, "MutatingWebhookConfiguration")["webhooks"][1:]:
+        assert hook == base[hook["name"]]
+    # Before 1.30 (webhook-pod-checks), built on it: no admission policy at all.
+    older = render("manifests/overlays/webhook-pod-checks")
+    assert not {d["kind"] for d in older} & {
+        "MutatingAdmissionPolicy",
+        "ValidatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicyBinding",
+    }
+    assert _pod_mutations(older) == [pods]

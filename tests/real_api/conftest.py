@@ -91,6 +91,12 @@ def apply_base(kubectl: Kubectl) -> None:
         {},
         POLICY_WAIT_SECONDS,
     )
+    while_running(
+        lambda: _visibility_policy_in_force(kubectl),
+        "kube-apiserver to apply the base's GPU visibility policy",
+        {},
+        POLICY_WAIT_SECONDS,
+    )
 
 
 POLICY_WAIT_SECONDS = 60
@@ -111,3 +117,15 @@ def _pod_policy_in_force(kubectl: Kubectl) -> bool:
     probe = json.dumps(_REFUSED_POD)
     done = kubectl("create", "--dry-run=server", "-f", "-", stdin=probe, check=False)
     return "ValidatingAdmissionPolicy 'gpu-admission-pods'" in done.stderr
+
+
+def _visibility_policy_in_force(kubectl: Kubectl) -> bool:
+    cpu = {**_REFUSED_POD, "spec": {"containers": [{"name": "c", "image": "python"}]}}
+    cpu["metadata"] = {"name": "visibility-probe", "namespace": "default"}
+    done = kubectl(
+        "create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(cpu), check=False
+    )
+    if done.returncode != 0:
+        return False  # the namespace's ServiceAccount may not be there yet
+    env = json.loads(done.stdout)["spec"]["containers"][0].get("env") or []
+    return {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"} in env

@@ -25,6 +25,7 @@ from tests.world.harness import (
     body,
     by_url,
     delete_webhooks,
+    for_config,
     manifest_config,
     manifest_objects,
     start_service,
@@ -44,6 +45,7 @@ def served(plane: ControlPlane, overrides: Mapping[str, Any] | None = None) -> I
         address, bundle = running.address, running.bundle
         registration = client.AdmissionregistrationV1Api(api)
         (mutating,) = manifest_objects("MutatingWebhookConfiguration")
+        mutating = for_config(mutating, config)
         (validating,) = manifest_objects("ValidatingWebhookConfiguration")
         delete_webhooks(registration, mutating["metadata"]["name"])
         for configuration, create in (

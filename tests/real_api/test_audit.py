@@ -300,3 +300,63 @@ def test_a_clean_namespace_exits_zero(seeded: ControlPlane, api: client.ApiClien
     # One namespace: only its objects are read.
     status, out, _ = run(seeded, "json", namespace=NS)
     assert {f["namespace"] for f in json.loads(out)["findings"]} == {NS}
+
+
+def test_a_binding_its_namespace_does_not_route_is_found(
+    real_cluster: ControlPlane, api: client.ApiClient
+) -> None:
+    """Where the pods webhook routes ServiceAccount-bound credentials by namespace label (the
+    base's entry for labelled namespaces), a ServiceAccount bound where the label is not "true"
+    (written before the label was needed, or the label set to "false") is a finding: its pods
+    start without their credentials."""
+    label = "gpu-admission.io/serviceaccount-credentials"
+    namespace_ready(api, "audit-bindings", labels={label: "true"})
+    core = client.CoreV1Api(api)
+    account = {
+        "metadata": {
+            "name": "trainer",
+            "annotations": {"gpu-admission.io/cloud-credentials": "s3-keys"},
+        }
+    }
+    core.create_namespaced_service_account("audit-bindings", account)
+    core.patch_namespace("audit-bindings", {"metadata": {"labels": {label: "false"}}})
+    registration = client.AdmissionregistrationV1Api(api)
+    entry = {
+        "name": "serviceaccount-pods.mutate.gpu-admission.io",
+        "clientConfig": {"url": "https://127.0.0.1:9/mutate/pods"},
+        "rules": [  # nothing this test does is sent to it
+            {
+                "operations": ["CREATE"],
+                "apiGroups": ["batch"],
+                "apiVersions": ["v1"],
+                "resources": ["cronjobs"],
+            }
+        ],
+        "failurePolicy": "Ignore",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+    }
+    made = False
+    try:
+        try:
+            registration.create_mutating_webhook_configuration(
+                {"metadata": {"name": "gpu-admission"}, "webhooks": [entry]}
+            )
+            made = True
+        except client.ApiException as error:
+            assert error.status == 409, error.body  # the base's, which has the entry
+        status, out, _ = run(real_cluster, "json", namespace="audit-bindings")
+        assert status == EXIT_FINDINGS, out
+        (finding,) = json.loads(out)["findings"]
+        assert (finding["policy"], finding["kind"], finding["name"]) == (
+            "cloud-credentials",
+            "ServiceAccount",
+            "trainer",
+        )
+        assert 'namespace "audit-bindings" is not labelled' in finding["message"]
+        core.patch_namespace("audit-bindings", {"metadata": {"labels": {label: "true"}}})
+        status, out, _ = run(real_cluster, "json", namespace="audit-bindings")
+        assert status == EXIT_CLEAN, out
+    finally:
+        if made:
+            registration.delete_mutating_webhook_configuration("gpu-admission")

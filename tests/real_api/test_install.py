@@ -26,10 +26,11 @@ def namespace(kubectl: Kubectl, crds: None) -> None:
     kubectl("apply", "-f", str(ROOT / "manifests" / "base" / "namespace.yaml"))
 
 
-def test_there_are_six_kustomizations() -> None:
+def test_there_are_seven_kustomizations() -> None:
     names = {str(path.relative_to(ROOT)) for path in KUSTOMIZATIONS}
-    assert {"manifests", "manifests/base", "manifests/overlays/webhook-pod-checks"} <= names
-    assert len(names) == 6, names
+    older = {"manifests/overlays/webhook-pod-mutations", "manifests/overlays/webhook-pod-checks"}
+    assert {"manifests", "manifests/base", *older} <= names
+    assert len(names) == 7, names
 
 
 @pytest.mark.parametrize(
@@ -82,21 +83,20 @@ def test_the_printed_policy_is_accepted(
 ) -> None:
     # Under a name of its own, so that the server compiles it as a new policy whatever the base
     # already installed.
-    # Pods' policy and binding, then workloads'.
+    # Pods' policy and binding, workloads', GPU visibility's, then the two routing guards'.
     objects = list(yaml.safe_load_all(_generated(tmp_path, config)))
-    assert [o["kind"] for o in objects] == [
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-    ] * 2
+    validating = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    mutating = ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
+    assert [o["kind"] for o in objects] == validating * 2 + mutating + validating * 2
     base = f"printed-{tmp_path.name.lower().replace('_', '-')[-36:]}"
     names = []
     for index, (policy, binding) in enumerate(zip(objects[::2], objects[1::2], strict=True)):
         name = f"{base}-{index}"
-        names.append(name)
+        names.append((policy["kind"].lower(), name))
         policy["metadata"]["name"] = binding["metadata"]["name"] = name
         binding["spec"]["policyName"] = name
     text = yaml.safe_dump_all(objects)
     done = kubectl("create", "--dry-run=server", "-f", "-", stdin=text, check=False)
     assert done.returncode == 0, done.stderr
-    for name in names:
-        assert f"validatingadmissionpolicy.admissionregistration.k8s.io/{name}" in done.stdout
+    for kind, name in names:
+        assert f"{kind}.admissionregistration.k8s.io/{name}" in done.stdout

@@ -5,7 +5,9 @@ running the generated ValidatingAdmissionPolicies, with its audit log on:
 - warn: admitted, with a `Warning:` that carries the refusal, and recorded in the audit event;
 - audit: admitted silently and unchanged, recorded in the audit event (webhooks'
   auditAnnotations under `<webhook name>/<policy>`; the policy's under
-  `validation.policy.admission.k8s.io/validation_failure`).
+  `validation.policy.admission.k8s.io/validation_failure`). GPU visibility, made by a
+  MutatingAdmissionPolicy when enforced, is recorded by a ValidatingAdmissionPolicy of the same
+  name bound `[Audit]` in its stead.
 """
 
 from __future__ import annotations
@@ -26,21 +28,13 @@ from tests.real_api.nodes import renamed_shared_node
 from tests.real_api.service import served
 from tests.support.waits import while_running
 from tests.world.control_plane import ControlPlane
-from tests.world.harness import delete_policy
+from tests.world.harness import create_policies, delete_policy
 from webhooks.apiserver_policies.bindings import admission_policy_objects
 
 pytestmark = pytest.mark.e2e
 
 NS = "modes"
 VAP_FAILURE = "validation.policy.admission.k8s.io/validation_failure"
-POLICY_NAMES = (
-    "gpu-admission-pods",
-    "gpu-admission-gpu-env-guard",
-    "gpu-admission-shared-gpu-limit",
-    "gpu-admission-workloads",
-    "gpu-admission-workloads-gpu-env-guard",
-    "gpu-admission-workloads-shared-gpu-limit",
-)
 CUDA = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 
 
@@ -101,15 +95,15 @@ def modes(validating: str, mutating: str = "enforce") -> dict[str, Any]:
 
 
 def install_policies(api: client.ApiClient, config: Config) -> None:
-    """The pod checks' policies and bindings for `config`, in place of any earlier ones."""
+    """The admission policies and bindings for `config` (`gpu-admission admission-policy`), in
+    place of any earlier ones: the checks split into two when their modes differ."""
     admission = client.AdmissionregistrationV1Api(api)
-    for name in POLICY_NAMES:
+    # Left by another split of the checks than this config's: the API server runs every one.
+    for name in ("gpu-admission-pods", "gpu-admission-workloads"):
         delete_policy(admission, name)
-    for obj in admission_policy_objects(config):
-        if obj["kind"] == "ValidatingAdmissionPolicy":
-            admission.create_validating_admission_policy(obj)
-        else:
-            admission.create_validating_admission_policy_binding(obj)
+        for check in ("gpu-env-guard", "shared-gpu-limit"):
+            delete_policy(admission, f"{name.removesuffix('-pods')}-{check}")
+    create_policies(api, admission_policy_objects(config))
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +227,9 @@ def test_audit_admits_silently_and_unchanged_and_records_it(
             cluster,
             api,
             cpu_pod,
-            lambda a, notes: a.allowed and "pods.mutate.gpu-admission.io/gpu-visibility" in notes,
+            lambda a, notes: (
+                a.allowed and "gpu-admission-gpu-visibility" in notes.get(VAP_FAILURE, "")
+            ),
         )
         for make, name in ((env_guard_pod, "env-audit"), (shared_pod, "shared-audit")):
             answer = create(api, NS, make(name))
@@ -250,10 +246,16 @@ def test_audit_admits_silently_and_unchanged_and_records_it(
         answer = create(api, NS, cpu_pod("cpu-audit"))
         assert answer.allowed and answer.warnings == []
         assert "env" not in answer.stored["spec"]["containers"][0]  # unchanged
-        recorded = audit_annotations(cluster, answer.audit_id)[
-            "pods.mutate.gpu-admission.io/gpu-visibility"
-        ]
-        assert recorded == 'would change: add container "app" env (NVIDIA_VISIBLE_DEVICES=none)'
+        notes = audit_annotations(cluster, answer.audit_id)
+        assert (
+            "pods.mutate.gpu-admission.io/gpu-visibility" not in notes
+        )  # the webhook never saw it
+        (recorded,) = json.loads(notes[VAP_FAILURE])
+        assert recorded["binding"] == "gpu-admission-gpu-visibility"
+        assert recorded["validationActions"] == ["Audit"]
+        assert recorded["message"] == (
+            'would change: add container "app" env (NVIDIA_VISIBLE_DEVICES=none)'
+        )
 
 
 def test_checks_in_different_modes_get_a_policy_each(
@@ -299,6 +301,7 @@ def test_every_mutating_policy_in_audit_mode_records_instead_of_changing(
             "annotations": {"gpu-admission.io/data-source": "s3://models/llama"},
         },
     }
+    install_policies(api, Config.model_validate(modes("enforce", "audit")))
     try:
         with served(cluster, modes("enforce", "audit")):
             core.create_namespaced_persistent_volume_claim(NS, dataset)  # never loaded here
@@ -314,8 +317,8 @@ def test_every_mutating_policy_in_audit_mode_records_instead_of_changing(
             in_force(
                 cluster,
                 api,
-                cpu_pod,
-                lambda a, notes: a.allowed and f"{key}gpu-visibility" in notes,
+                lambda name: {**creds, "metadata": {**creds["metadata"], "name": name}},
+                lambda a, notes: a.allowed and f"{key}cloud-credentials" in notes,
             )
             for body, policy, starts in (
                 (

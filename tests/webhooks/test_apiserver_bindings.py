@@ -28,6 +28,17 @@ BOTH_PROBLEMS: dict[str, Any] = {
 }
 
 
+def check_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pod and workload checks' policies and bindings, of all the generated objects."""
+    return [
+        o
+        for o in objects
+        if "pods" in o["metadata"]["name"]
+        or "workloads" in o["metadata"]["name"]
+        or o["metadata"]["name"].endswith(("gpu-env-guard", "shared-gpu-limit"))
+    ]
+
+
 def modes(env_guard: str, shared: str) -> Config:
     return Config.model_validate(
         {"policies": {"gpu-env-guard": {"mode": env_guard}, "shared-gpu-limit": {"mode": shared}}}
@@ -39,7 +50,8 @@ def modes(env_guard: str, shared: str) -> Config:
     [("enforce", ["Deny"]), ("warn", ["Warn", "Audit"]), ("audit", ["Audit"])],
 )
 def test_one_policy_while_the_checks_share_a_mode(mode: str, actions: list[str]) -> None:
-    policy, binding, workloads, workloads_binding = admission_policy_objects(modes(mode, mode))
+    objects = admission_policy_objects(modes(mode, mode))
+    policy, binding, workloads, workloads_binding = check_objects(objects)
     assert policy["metadata"]["name"] == binding["metadata"]["name"] == POLICY_NAME
     assert binding["spec"] == {"policyName": POLICY_NAME, "validationActions": actions}
     assert [v["name"] for v in policy["spec"]["variables"]][-2:] == ["envGuard", "sharedGpuLimit"]
@@ -57,7 +69,7 @@ def test_one_policy_while_the_checks_share_a_mode(mode: str, actions: list[str])
 
 
 def test_a_policy_each_when_the_modes_differ() -> None:
-    objects = admission_policy_objects(modes("warn", "enforce"))
+    objects = check_objects(admission_policy_objects(modes("warn", "enforce")))
     names = [o["metadata"]["name"] for o in objects]
     assert names == (
         ["gpu-admission-gpu-env-guard"] * 2
@@ -91,3 +103,38 @@ def test_each_policy_reports_its_own_check() -> None:
 def test_other_policies_modes_do_not_split_the_pod_checks() -> None:
     config = Config.model_validate({"policies": {"gpu-visibility": {"mode": "audit"}}})
     assert [p.name for p in pod_check_policies(config)] == [POLICY_NAME]
+
+
+@pytest.mark.parametrize(
+    ("visibility", "credentials", "kind", "guard_actions"),
+    [
+        ("enforce", "enforce", "MutatingAdmissionPolicy", ["Deny"]),
+        ("audit", "audit", "ValidatingAdmissionPolicy", ["Audit"]),
+    ],
+)
+def test_visibility_and_the_routing_guards_follow_their_policies_modes(
+    visibility: str, credentials: str, kind: str, guard_actions: list[str]
+) -> None:
+    config = Config.model_validate(
+        {
+            "policies": {
+                "gpu-visibility": {"mode": visibility},
+                "cloud-credentials": {"mode": credentials},
+            }
+        }
+    )
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in admission_policy_objects(config)}
+    policy = objects[(kind, "gpu-admission-gpu-visibility")]
+    if kind == "ValidatingAdmissionPolicy":  # audit: records, never changes
+        binding = objects[("ValidatingAdmissionPolicyBinding", "gpu-admission-gpu-visibility")]
+        assert binding["spec"]["validationActions"] == ["Audit"]
+        assert ("MutatingAdmissionPolicy", "gpu-admission-gpu-visibility") not in objects
+    else:
+        assert policy["spec"]["mutations"][0]["patchType"] == "JSONPatch"
+        assert ("MutatingAdmissionPolicyBinding", "gpu-admission-gpu-visibility") in objects
+    for guard in (
+        "gpu-admission-serviceaccount-credentials",
+        "gpu-admission-credential-namespaces",
+    ):
+        binding = objects[("ValidatingAdmissionPolicyBinding", guard)]
+        assert binding["spec"]["validationActions"] == guard_actions

@@ -56,6 +56,7 @@ from tests.support.loops import run_until_stopped
 from tests.world.faults import Faults
 from tests.world.namespaces import namespace_ready
 from tests.world.real_cluster import KubeApi
+from webhooks.apiserver_policies.webhook_routing import mutating_pod_webhooks
 from webhooks.registry import build_policy_set
 from webhooks.server import create_app, make_runner
 
@@ -240,6 +241,16 @@ def seed_namespaces(api: client.ApiClient, exempt_label: str) -> None:
     namespace_ready(api, WORKLOAD_NAMESPACE)
 
 
+def for_config(configuration: dict[str, Any], config: Config) -> dict[str, Any]:
+    """The mutating configuration with the pods entries' namespaceSelector and matchConditions
+    printed for `config` (`gpu-admission admission-policy --mutating-webhooks`), as the operator
+    of a cluster with that config applies them."""
+    generated = {w["name"]: w for w in mutating_pod_webhooks(config)}
+    for webhook in configuration.get("webhooks") or []:
+        webhook.update(generated.get(webhook["name"], {}))
+    return configuration
+
+
 def by_url(configuration: dict[str, Any], address: str) -> dict[str, Any]:
     """Each webhook's `clientConfig.service` as the URL of the service running at `address`."""
     for webhook in configuration["webhooks"]:
@@ -267,35 +278,58 @@ def delete_webhooks(registration: client.AdmissionregistrationV1Api, name: str) 
 
 
 def delete_policy(registration: client.AdmissionregistrationV1Api, name: str) -> None:
-    """The ValidatingAdmissionPolicy `name` and its binding of the same name, where they exist."""
+    """The admission policies `name` (validating, mutating) and their bindings of the same
+    name, where they exist."""
     delete_if_there(
         lambda: registration.delete_validating_admission_policy_binding(name),
         lambda: registration.delete_validating_admission_policy(name),
+        lambda: registration.delete_mutating_admission_policy_binding(name),
+        lambda: registration.delete_mutating_admission_policy(name),
     )
 
 
-def register_webhooks(api: client.ApiClient, ca_pem: bytes | None, address: str) -> None:
+POLICY_KINDS = (
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+)
+
+
+def create_policies(api: client.ApiClient, objects: Iterable[Mapping[str, Any]]) -> None:
+    """Admission policies and their bindings, each made afresh (one of the same name left by a
+    test that registered it another way is deleted first)."""
+    registration = client.AdmissionregistrationV1Api(api)
+    create = {
+        "ValidatingAdmissionPolicy": registration.create_validating_admission_policy,
+        "ValidatingAdmissionPolicyBinding": registration.create_validating_admission_policy_binding,
+        "MutatingAdmissionPolicy": registration.create_mutating_admission_policy,
+        "MutatingAdmissionPolicyBinding": registration.create_mutating_admission_policy_binding,
+    }
+    objects = list(objects)
+    for name in dict.fromkeys(o["metadata"]["name"] for o in objects):
+        delete_policy(registration, name)
+    for obj in objects:
+        create[obj["kind"]](body(obj))
+
+
+def register_webhooks(
+    api: client.ApiClient, ca_pem: bytes | None, address: str, config: Config | None = None
+) -> None:
     """Both webhook configurations, calling the service at `address` and trusting `ca_pem`
-    (without, their caBundle is left for the service to publish), and the
-    ValidatingAdmissionPolicies (pods', workloads') and their bindings, as the manifests declare
-    them."""
+    (without, their caBundle is left for the service to publish), and the admission policies
+    (validating and mutating) and their bindings, as the manifests declare them."""
     registration = client.AdmissionregistrationV1Api(api)
     (mutating,) = manifest_objects("MutatingWebhookConfiguration")
     (validating,) = manifest_objects("ValidatingWebhookConfiguration")
+    if config is not None:
+        mutating = for_config(mutating, config)
     if ca_pem is not None:
         mutating, validating = with_ca_bundle(mutating, ca_pem), with_ca_bundle(validating, ca_pem)
     delete_webhooks(registration, mutating["metadata"]["name"])  # left by another test
     registration.create_mutating_webhook_configuration(body(by_url(mutating, address)))
     registration.create_validating_webhook_configuration(body(by_url(validating, address)))
-    for policy, binding in zip(
-        manifest_objects("ValidatingAdmissionPolicy"),
-        manifest_objects("ValidatingAdmissionPolicyBinding"),
-        strict=True,
-    ):
-        # Left by a test that registered them another way (a binding shares its policy's name).
-        delete_policy(registration, policy["metadata"]["name"])
-        registration.create_validating_admission_policy(body(policy))
-        registration.create_validating_admission_policy_binding(body(binding))
+    create_policies(api, [o for kind in POLICY_KINDS for o in manifest_objects(kind)])
 
 
 def _denial(call: Callable[[], Any]) -> str | None:
@@ -320,9 +354,15 @@ def wait_in_force(api: client.ApiClient, namespace: str) -> None:
         container = {"name": "main", "image": cuda, "resources": {"limits": limits}}
         return {"metadata": {"name": name}, "spec": {"containers": [container]}}
 
-    def mutating() -> bool:
+    def visibility() -> bool:
         made = core.create_namespaced_pod(namespace, probe("probe-cpu", {}), dry_run="All")
         return any(e.name == "NVIDIA_VISIBLE_DEVICES" for e in made.spec.containers[0].env or [])
+
+    def mutating() -> bool:
+        named = probe("probe-named", {})  # names a Secret: the webhook's
+        named["metadata"]["annotations"] = {"gpu-admission.io/cloud-credentials": "probe-none"}
+        denied = _denial(lambda: core.create_namespaced_pod(namespace, named, dry_run="All"))
+        return denied is not None and "pods.mutate.gpu-admission.io" in denied
 
     def policy() -> bool:
         two = probe("probe-two-shared", {"nvidia.com/gpu.shared": "2"})
@@ -339,6 +379,7 @@ def wait_in_force(api: client.ApiClient, namespace: str) -> None:
         return denied is not None and "secrets.validate.gpu-admission.io" in denied
 
     for check, what in (
+        (visibility, "the MutatingAdmissionPolicy"),
         (mutating, "the mutating webhooks"),
         (validating, "the validating webhooks"),
         (policy, "the ValidatingAdmissionPolicy"),
@@ -414,7 +455,7 @@ def start_admission_cluster(
     ca_path = workdir / "ca.crt"
     ca_path.write_bytes(bundle.ca_bundle_pem)
     address = running.address
-    register_webhooks(api, bundle.ca_bundle_pem, address)
+    register_webhooks(api, bundle.ca_bundle_pem, address, config)
     with kube_config.new_client_from_config(str(kube_api.plane.kubeconfig)) as direct:
         wait_in_force(direct, WORKLOAD_NAMESPACE)
     return AdmissionCluster(

@@ -53,6 +53,8 @@ CLUSTER_SCOPED = (
     "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
     "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
     "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+    "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies",
+    "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings",
     "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
     "/apis/resource.k8s.io/v1/deviceclasses",

@@ -1,4 +1,7 @@
-"""The stateless pod checks as the ValidatingAdmissionPolicies their modes call for.
+"""What the API server runs itself, as the policy modes call for: every admission policy and its
+binding (`admission_policy_objects`, what `gpu-admission admission-policy` prints).
+
+The stateless pod checks as ValidatingAdmissionPolicies:
 
 A ValidatingAdmissionPolicyBinding's `validationActions` apply to every validation of its policy,
 so the two checks share one policy (and the user hears of both problems at once) while they share
@@ -10,6 +13,10 @@ a policy and binding of its own. Modes become actions as the API allows them com
 - warn: `[Warn, Audit]`, admitted with a `Warning:` and recorded in the audit event;
 - audit: `[Audit]`, admitted silently, recorded in the audit event
   (`validation.policy.admission.k8s.io/validation_failure`).
+
+GPU visibility as a MutatingAdmissionPolicy (enforce), or a ValidatingAdmissionPolicy that records
+(audit): `gpu_visibility`. The two guards of the routing of ServiceAccount-bound credentials
+(`credential_namespaces`) follow `cloud-credentials`: `[Deny]`, or `[Audit]`.
 """
 
 from __future__ import annotations
@@ -20,6 +27,18 @@ from typing import Any
 
 from gpu_admission.config import Config
 from gpu_admission.policy_modes import PolicyMode
+from webhooks.apiserver_policies.credential_namespaces import (
+    BINDING_POLICY,
+    LABEL_POLICY,
+    binding_policy,
+    label_policy,
+)
+from webhooks.apiserver_policies.gpu_visibility import POLICY_NAME as VISIBILITY_POLICY
+from webhooks.apiserver_policies.gpu_visibility import (
+    visibility_audit_policy,
+    visibility_policy,
+    visibility_policy_binding,
+)
 from webhooks.apiserver_policies.pod_checks import (
     ENV_GUARD,
     POD_CHECKS,
@@ -33,6 +52,7 @@ from webhooks.apiserver_policies.workload_templates import (
     workload_admission_policy,
 )
 
+GPU_VISIBILITY, CLOUD_CREDENTIALS = "gpu-visibility", "cloud-credentials"
 ACTIONS: dict[PolicyMode, tuple[str, ...]] = {
     PolicyMode.ENFORCE: ("Deny",),
     PolicyMode.WARN: ("Warn", "Audit"),
@@ -65,7 +85,8 @@ def workload_check_policies(config: Config) -> list[PodCheckPolicy]:
 
 
 def admission_policy_objects(config: Config) -> list[dict[str, Any]]:
-    """Every policy and its binding, in the order to apply them: pods', then workloads'."""
+    """Every policy and its binding, in the order to apply them: pods', workloads', GPU
+    visibility's, then the guards of ServiceAccount-bound credentials' routing."""
     objects = []
     for policy in pod_check_policies(config):
         objects.append(admission_policy(config, policy.checks, policy.name))
@@ -73,7 +94,24 @@ def admission_policy_objects(config: Config) -> list[dict[str, Any]]:
     for policy in workload_check_policies(config):
         objects.append(workload_admission_policy(config, policy.checks, policy.name))
         objects.append(admission_policy_binding(ACTIONS[policy.mode], policy.name))
+    objects += visibility_objects(config)
+    guards = ACTIONS[config.mode_of(CLOUD_CREDENTIALS)]
+    objects.append(binding_policy(config))
+    objects.append(admission_policy_binding(guards, BINDING_POLICY))
+    objects.append(label_policy(config))
+    objects.append(admission_policy_binding(guards, LABEL_POLICY))
     return objects
+
+
+def visibility_objects(config: Config) -> list[dict[str, Any]]:
+    """GPU visibility in the API server: the MutatingAdmissionPolicy that makes the change
+    (enforce), or the ValidatingAdmissionPolicy that records it (audit)."""
+    if config.mode_of(GPU_VISIBILITY) is PolicyMode.AUDIT:
+        return [
+            visibility_audit_policy(config),
+            admission_policy_binding(ACTIONS[PolicyMode.AUDIT], VISIBILITY_POLICY),
+        ]
+    return [visibility_policy(config), visibility_policy_binding()]
 
 
 def failed_policies(pod: Mapping[str, Any], config: Config) -> list[tuple[PodCheckPolicy, str]]:

@@ -216,7 +216,37 @@ def admission_policy(
             "resources": ["pods/ephemeralcontainers"],
         },
     ]
-    return policy_object(name, config, rules, variables, validation(used, FALLBACK_MESSAGE))
+    policy = policy_object(name, config, rules, variables, validation(used, FALLBACK_MESSAGE))
+    policy["spec"]["matchConditions"] = [
+        {"name": "may-be-refused", "expression": refusable_condition(gpu, checks)}
+    ]
+    return policy
+
+
+def refusable_condition(gpu: GpuConfig, checks: tuple[str, ...] = POD_CHECKS) -> str:
+    """CEL true for the pods `checks` can refuse: being created, with an init or regular
+    container that requests a GPU and sets a guarded env name (the env guard), or that names a
+    shared GPU (the limit); an ephemeral container has no resources. Every other pod passes
+    untouched, so the API server need not evaluate the checks for it: most pods."""
+    guarded = "[" + ", ".join(cel_string(g) for g in sorted(set(gpu.guarded_env))) + "]"
+    shared = is_shared_test("n", gpu)
+    tests = []
+    if ENV_GUARD in checks:
+        tests.append(
+            f"({requests_gpu_test(gpu)} && has(c.env) && c.env.exists(e, e.name in {guarded}))"
+        )
+    if SHARED_GPU_LIMIT in checks:
+        tests.append(
+            f"(has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(n, "
+            f"{shared})) || (has(c.resources.requests) && c.resources.requests.exists(n, "
+            f"{shared}))))"
+        )
+    either = " || ".join(tests)
+    named = " || ".join(
+        f"(has(object.spec.{lst}) && object.spec.{lst}.exists(c, {either}))"
+        for lst in ("initContainers", "containers")
+    )
+    return f"request.operation == 'CREATE' && ({named})"
 
 
 def policy_object(

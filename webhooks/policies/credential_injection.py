@@ -122,21 +122,21 @@ def _requested(
         Requested(name, f"the pod annotation {names.cloud_credentials}")
         for name in parse_names(annotations.get(names.cloud_credentials))
     ]
+    if _opted_out(annotations, names):
+        return requested, []
+    sa_name = service_account_name(request.object)
+    account = view.service_account(request.namespace, sa_name)
+    bound = parse_names(account.annotations.get(names.cloud_credentials)) if account else []
     warnings = []
     opt_out = annotations.get(names.inject_cloud_credentials)
-    if opt_out is not None and opt_out.strip().lower() not in ("true", "false"):
+    if bound and opt_out is not None and opt_out.strip().lower() not in ("true", "false"):
+        # Said only where it matters: the ServiceAccount has credentials to add or not.
         warnings.append(
             f'{names.inject_cloud_credentials} must be "true" or "false"; '
             "the ServiceAccount's credentials were added"
         )
-    if _opted_out(annotations, names):
-        return requested, warnings
-    sa_name = service_account_name(request.object)
-    account = view.service_account(request.namespace, sa_name)
-    if account is None:
-        return requested, warnings
     seen = {r.name for r in requested}
-    for name in parse_names(account.annotations.get(names.cloud_credentials)):
+    for name in bound:
         if name not in seen:
             requested.append(Requested(name, f'ServiceAccount "{sa_name}"'))
     return requested, warnings

@@ -1,0 +1,332 @@
+"""Pod-create latency through a real kube-apiserver: what admission adds to a CPU-only pod and to a
+pod that needs the webhook, against no admission at all and against a Go webhook pair, in one run.
+
+    python -m bench.pod_create [--pods 200] [--rounds 5] [--dry-run] [--json FILE]
+
+Needs KUBEBUILDER_ASSETS (the real control plane) and Go (`apt-get install golang-go`). Three
+admission set-ups, applied in turn, in a rotated order each round, on one API server:
+
+- `none`: no webhook, no admission policy of the project's;
+- `go`: a Go `net/http` webhook pair (bench/go_peer: a mutating webhook for every pod, with the
+  same shape of patch, and a validating one that allows), `failurePolicy: Fail`;
+- `project`: the base manifests as installed: the admission policies
+  (manifests/base/admission-policy.yaml: GPU visibility in a MutatingAdmissionPolicy, the checks
+  in ValidatingAdmissionPolicies) and both webhook configurations with their routing, calling
+  the project's service (`bench.project_server`, every policy on, cluster state from
+  examples/cluster-state.yaml).
+
+Each round creates `--pods` CPU-only pods and as many GPU pods (`nvidia.com/gpu: 1`, which the
+project's routing sends to its webhook: its memory share depends on the nodes) one at a time over
+one kept-alive connection, and times each create. A set-up counts once the API server applies it
+(probed with dry runs: its own informers pick admission configuration up a moment after it is
+written). `--dry-run`: server-side dry runs, admission without storage. Figures: each set-up's
+median and p99 per round, and per round the ratios project/none and project/go.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import copy
+import http.client
+import json
+import os
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.admission import _free_port, _start
+from bench.admission_tail import build_go_peer
+from certs.issue import ServingSpec, issue_bundle
+from gpu_admission.config import Config
+from webhooks.apiserver_policies.bindings import admission_policy_objects
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMESPACE = "bench"
+SETUPS = ("none", "go", "project")
+CUDA = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+WAIT_SECONDS = 60.0
+
+
+def pod(kind: str) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": CUDA}
+    if kind == "gpu":
+        container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": f"{kind}-"},
+        "spec": {"containers": [container]},
+    }
+
+
+class Api:
+    """Creates over one kept-alive HTTPS connection, as lean a client as the timing allows."""
+
+    def __init__(self, url: str, token: str, ca: Path) -> None:
+        host, port = url.removeprefix("https://").split(":")
+        context = ssl.create_default_context(cafile=str(ca))
+        self._connection = http.client.HTTPSConnection(host, int(port), context=context)
+        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        self._connection.request(method, path, body=data, headers=self._headers)
+        answer = self._connection.getresponse()
+        text = answer.read()
+        return answer.status, json.loads(text) if text else None
+
+    def create_pod(self, body: dict[str, Any], dry_run: bool) -> tuple[int, Any]:
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods" + ("?dryRun=All" if dry_run else "")
+        return self.call("POST", path, body)
+
+
+REGISTRATION = "/apis/admissionregistration.k8s.io/v1"
+COLLECTIONS = {
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+    "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+    "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+}
+
+
+def _webhook(name: str, url: str, ca: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "clientConfig": {"url": url, "caBundle": ca},
+        "rules": [
+            {
+                "operations": ["CREATE"],
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+            }
+        ],
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": 5,
+        **extra,
+    }
+
+
+def go_objects(port: int, ca: str) -> list[dict[str, Any]]:
+    base = f"https://127.0.0.1:{port}"
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "bench-go"},
+            "webhooks": [
+                _webhook(
+                    "pods.mutate.go.bench", f"{base}/mutate", ca, reinvocationPolicy="IfNeeded"
+                )
+            ],
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "bench-go"},
+            "webhooks": [_webhook("pods.validate.go.bench", f"{base}/validate", ca)],
+        },
+    ]
+
+
+def project_objects(port: int, ca: str) -> list[dict[str, Any]]:
+    """The base's admission policies and webhook configurations, calling the service here."""
+    rendered = yaml.safe_load_all((ROOT / "manifests" / "base" / "webhooks.yaml").read_text())
+    configurations = [copy.deepcopy(d) for d in rendered if d]
+    for configuration in configurations:
+        for webhook in configuration["webhooks"]:
+            path = webhook["clientConfig"].pop("service")["path"]
+            webhook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
+    return admission_policy_objects(Config()) + configurations
+
+
+def apply(api: Api, objects: list[dict[str, Any]]) -> None:
+    for obj in objects:
+        status, answer = api.call("POST", f"{REGISTRATION}/{COLLECTIONS[obj['kind']]}", obj)
+        assert status == 201, answer
+
+
+def remove(api: Api, objects: list[dict[str, Any]]) -> None:
+    for obj in reversed(objects):
+        name = obj["metadata"]["name"]
+        api.call("DELETE", f"{REGISTRATION}/{COLLECTIONS[obj['kind']]}/{name}")
+
+
+def answered_as(api: Api, setup: str) -> bool:
+    """Whether the API server applies `setup` now: a CPU pod's env and a shared-GPU pod's say
+    which admission ran (the Go peer writes GPU_REPLICAS, the project GPU_SHARED_REPLICAS, and a
+    policy left over from the project would give the Go peer's CPU pod a second entry)."""
+    cpu_status, cpu = api.create_pod(pod("cpu"), dry_run=True)
+    shared = pod("gpu")
+    shared["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu.shared": "1"}}
+    shared_status, made = api.create_pod(shared, dry_run=True)
+    if cpu_status != 201 or shared_status != 201:
+        return False
+    cpu_env = cpu["spec"]["containers"][0].get("env") or []
+    names = {e["name"] for e in made["spec"]["containers"][0].get("env") or []}
+    if setup == "none":
+        return not cpu_env and not names
+    if setup == "go":
+        return len(cpu_env) == 1 and "GPU_REPLICAS" in names
+    return len(cpu_env) == 1 and "GPU_SHARED_REPLICAS" in names
+
+
+def wait_until(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.1)  # polling a condition, bounded by the deadline
+
+
+@dataclass
+class Sample:
+    setup: str
+    kind: str  # cpu | gpu
+    round: int
+    latencies_ms: list[float] = field(repr=False)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.latencies_ms)
+
+    @property
+    def p99(self) -> float:
+        return statistics.quantiles(self.latencies_ms, n=100)[98]
+
+
+def timed_creates(api: Api, kind: str, count: int, dry_run: bool) -> list[float]:
+    body = pod(kind)
+    latencies = []
+    for _ in range(count):
+        started = time.perf_counter()
+        status, answer = api.create_pod(body, dry_run)
+        latencies.append(1000.0 * (time.perf_counter() - started))
+        assert status == 201, answer
+    return latencies
+
+
+@contextmanager
+def servers(tmp: Path) -> Iterator[tuple[int, int, str]]:
+    """The Go peer and the project's service, each in a process of its own; their ports and
+    the CA both are signed by (base64, as caBundle takes it)."""
+    bundle = issue_bundle(ServingSpec("bench", "bench", dns=["localhost"], ips=["127.0.0.1"]))
+    (tmp / "tls.crt").write_bytes(bundle.cert_pem)
+    (tmp / "tls.key").write_bytes(bundle.key_pem)
+    peer = build_go_peer(tmp)
+    project_port, go_port = _free_port(), _free_port()
+    project = [sys.executable, "-m", "bench.project_server"]
+    project += ["--port", str(project_port), "--cert-dir", str(tmp)]
+    go = [str(peer), "-addr", f"127.0.0.1:{go_port}"]
+    go += ["-cert", str(tmp / "tls.crt"), "-key", str(tmp / "tls.key")]
+    started = [_start("project", project, project_port), _start("go", go, go_port)]
+    try:
+        yield project_port, go_port, base64.b64encode(bundle.ca_bundle_pem).decode()
+    finally:
+        for server in started:
+            server.process.terminate()
+            server.process.wait(timeout=30)
+
+
+def measure(args: argparse.Namespace) -> list[Sample]:
+    sys.path.insert(0, str(ROOT))
+    from tests.world import control_plane  # the real control plane, started as the tests do
+
+    plane = control_plane.start(controller_manager=True)  # it makes the default ServiceAccount
+    samples: list[Sample] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmpdir, servers(Path(tmpdir)) as ports:
+            project_port, go_port, ca = ports
+            api = Api(plane.url, control_plane.ADMIN_TOKEN, plane.ca_path)
+            status, answer = api.call(
+                "POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}
+            )
+            assert status == 201, answer
+            wait_until(lambda: api.create_pod(pod("cpu"), dry_run=True)[0] == 201, "the namespace")
+            made = {
+                "none": [],
+                "go": go_objects(go_port, ca),
+                "project": project_objects(project_port, ca),
+            }
+            for index in range(args.rounds):
+                order = SETUPS[index % 3 :] + SETUPS[: index % 3]
+                for setup in order:
+                    apply(api, made[setup])
+                    wait_until(lambda s=setup: answered_as(api, s), f"{setup} to be applied")
+                    timed_creates(api, "cpu", args.warm_up, args.dry_run)
+                    timed_creates(api, "gpu", args.warm_up, args.dry_run)
+                    for kind in ("cpu", "gpu"):
+                        latencies = timed_creates(api, kind, args.pods, args.dry_run)
+                        samples.append(Sample(setup, kind, index, latencies))
+                    remove(api, made[setup])
+                print(f"round {index + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    finally:
+        plane.stop()
+    return samples
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f} - {max(values):.2f})"
+
+
+def report(samples: list[Sample]) -> str:
+    rounds = sorted({s.round for s in samples})
+    by = {(s.setup, s.kind, s.round): s for s in samples}
+    lines = ["median and p99 per round, ms: median (min - max) over rounds"]
+    for kind in ("cpu", "gpu"):
+        for setup in SETUPS:
+            chosen = [by[(setup, kind, r)] for r in rounds]
+            lines.append(
+                f"{kind} {setup:8s} median {_spread([s.median for s in chosen])}  "
+                f"p99 {_spread([s.p99 for s in chosen])}"
+            )
+        for other in ("none", "go"):
+            medians = [
+                by[("project", kind, r)].median / by[(other, kind, r)].median for r in rounds
+            ]
+            p99s = [by[("project", kind, r)].p99 / by[(other, kind, r)].p99 for r in rounds]
+            lines.append(
+                f"{kind} project/{other:4s}  median ratio {_spread(medians)}  "
+                f"p99 ratio {_spread(p99s)}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pod_create", description=__doc__)
+    parser.add_argument("--pods", type=int, default=200, help="timed creates per kind and round")
+    parser.add_argument("--warm-up", type=int, default=20, help="untimed creates first")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--dry-run", action="store_true", help="server-side dry runs")
+    parser.add_argument("--json", type=Path, help="also write every latency here")
+    args = parser.parse_args(argv)
+    if not os.environ.get("KUBEBUILDER_ASSETS"):
+        print("KUBEBUILDER_ASSETS is not set (../shared/kube/unpack.sh)", file=sys.stderr)
+        return 2
+    if subprocess.run(["sh", "-c", "command -v go"], capture_output=True).returncode != 0:
+        print("go is not installed: apt-get install golang-go", file=sys.stderr)
+        return 2
+    samples = measure(args)
+    print(report(samples))
+    if args.json:
+        args.json.write_text(json.dumps([{**asdict(s)} for s in samples]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
