@@ -8,7 +8,7 @@ from typing import Any
 
 from gpu_admission.config import Config
 from gpu_admission.policy_modes import PolicyMode
-from webhooks.apiserver_policies import gpu_visibility as visibility
+from webhooks.apiserver_policies import visibility_mutation as visibility
 from webhooks.apiserver_policies.bindings import PodCheckPolicy
 from webhooks.apiserver_policies.credential_namespaces import (
     BINDING_POLICY,

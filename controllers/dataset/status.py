@@ -12,25 +12,12 @@ in); the last one seen comes from the informer.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from controllers.dataset.records import PvcRecord
 from gpu_admission.load_progress import LoadProgress
 from gpu_admission.names import LOADING_CONDITION, PHASE_FAILED, PHASE_SUCCEEDED, Names
-
-_stamp: tuple[int, str] = (-1, "")
-
-
-def now_rfc3339() -> str:
-    """The time in whole seconds, as the API server writes it; formatted once a second (a
-    burst of loads asks for it several times per PVC)."""
-    global _stamp
-    second = int(time.time())
-    if _stamp[0] != second:
-        _stamp = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
-    return _stamp[1]
 
 
 def annotations(

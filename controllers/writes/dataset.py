@@ -25,7 +25,6 @@ import msgspec
 from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi, StorageV1Api
 from kubernetes.client.exceptions import ApiException
 
-from controllers.dataset.status import now_rfc3339
 from controllers.writes.background import BackgroundWrites
 from controllers.writes.raw import JSON, JSON_PATCH, STRATEGIC_MERGE, RawWriter, write
 from gpu_admission.cluster.api_errors import namespace_terminating
@@ -33,6 +32,19 @@ from gpu_admission.cluster.dataset_snapshots import SNAPSHOT_GROUP, SNAPSHOT_VER
 from gpu_admission.cluster.informer import describe_error
 
 log = logging.getLogger(__name__)
+
+_STAMP_CACHE: tuple[int, str] = (-1, "")
+
+
+def now_rfc3339() -> str:
+    """The time in whole seconds, as the API server writes it; formatted once a second (a
+    burst of loads asks for it several times per PVC)."""
+    global _STAMP_CACHE
+    second = int(time.time())
+    if _STAMP_CACHE[0] != second:
+        _STAMP_CACHE = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
+    return _STAMP_CACHE[1]
+
 
 COMPONENT = "gpu-admission"
 EVENT_CONCURRENCY = 2  # Events in flight at once: they never crowd out Job creates

@@ -26,12 +26,12 @@ from webhooks.apiserver_policies.credential_namespaces import (
     binding_refusal,
     unlabel_refusal,
 )
-from webhooks.apiserver_policies.gpu_visibility import (
+from webhooks.apiserver_policies.pod_checks import denial_text
+from webhooks.apiserver_policies.visibility_mutation import (
     changes,
     visibility_audit_policy,
     would_change,
 )
-from webhooks.apiserver_policies.pod_checks import denial_text
 from webhooks.apiserver_policies.webhook_routing import (
     mutating_pod_webhooks,
     mutating_webhook_sees,

@@ -1,6 +1,6 @@
 """GPU visibility as the API server makes it: the webhook's change, operation for operation, so the
 webhook finds nothing more to do when it sees the pod too. (The CEL's agreement with this Python,
-decided by the real kube-apiserver: tests/real_api/test_gpu_visibility_policy.py.)"""
+decided by the real kube-apiserver: tests/real_api/test_stateless_admission.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from gpu_admission.config import Config
 from tests.webhooks.pod_strategies import DEBUGGERS, admission_pods
 from tests.webhooks.policy_helpers import make_request
 from webhooks import chain
-from webhooks.apiserver_policies.gpu_visibility import changes, hidden_containers, would_change
+from webhooks.apiserver_policies.visibility_mutation import changes, hidden_containers, would_change
 from webhooks.change_words import describe_changes
 from webhooks.patch import Patch
 from webhooks.policies import gpu_visibility

@@ -24,7 +24,7 @@ from tests import ROOT
 from tests.webhooks.pod_strategies import NAMES, admission_pods
 from tests.webhooks.policy_helpers import make_request
 from webhooks import chain
-from webhooks.apiserver_policies.gpu_visibility import changes
+from webhooks.apiserver_policies.visibility_mutation import changes
 from webhooks.apiserver_policies.webhook_routing import (
     mutating_pod_webhooks,
     mutating_webhook_sees,

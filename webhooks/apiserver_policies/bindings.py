@@ -15,7 +15,7 @@ a policy and binding of its own. Modes become actions as the API allows them com
   (`validation.policy.admission.k8s.io/validation_failure`).
 
 GPU visibility as a MutatingAdmissionPolicy (enforce), or a ValidatingAdmissionPolicy that records
-(audit): `gpu_visibility`. The two guards of the routing of ServiceAccount-bound credentials
+(audit): `visibility_mutation`. The two guards of the routing of ServiceAccount-bound credentials
 (`credential_namespaces`) follow `cloud-credentials`: `[Deny]`, or `[Audit]`.
 """
 
@@ -33,12 +33,6 @@ from webhooks.apiserver_policies.credential_namespaces import (
     binding_policy,
     label_policy,
 )
-from webhooks.apiserver_policies.gpu_visibility import POLICY_NAME as VISIBILITY_POLICY
-from webhooks.apiserver_policies.gpu_visibility import (
-    visibility_audit_policy,
-    visibility_policy,
-    visibility_policy_binding,
-)
 from webhooks.apiserver_policies.pod_checks import (
     ENV_GUARD,
     POD_CHECKS,
@@ -46,6 +40,12 @@ from webhooks.apiserver_policies.pod_checks import (
     admission_policy,
     admission_policy_binding,
     policy_denial,
+)
+from webhooks.apiserver_policies.visibility_mutation import POLICY_NAME as VISIBILITY_POLICY
+from webhooks.apiserver_policies.visibility_mutation import (
+    visibility_audit_policy,
+    visibility_policy,
+    visibility_policy_binding,
 )
 from webhooks.apiserver_policies.workload_templates import (
     WORKLOAD_POLICY_NAME,

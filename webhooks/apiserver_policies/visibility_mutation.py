@@ -13,7 +13,7 @@ name replaced in place by the plain value, later entries of the name removed (th
 the one a container gets), or the entry appended; nothing when the container has exactly that
 entry already. So when the webhook also sees the pod (it needs cluster state for another
 reason), it finds nothing more to change. `changes` is the same in Python, for `review`; a test
-holds the two to each other on the real API server (tests/real_api/test_gpu_visibility_policy.py).
+holds the two to each other on the real API server (tests/real_api/test_stateless_admission.py).
 
 In `audit` mode (`policies.gpu-visibility.mode`) the pods must not change: in place of the
 mutating policy, a ValidatingAdmissionPolicy bound with `[Audit]` records, in the API server's
