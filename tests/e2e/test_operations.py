@@ -26,7 +26,7 @@ from tests.support.ports import free_port
 from tests.support.waits import while_running
 from tests.world.control_plane import ControlPlane
 from tests.world.harness import register_webhooks, seed_namespaces
-from tests.world.sweep import snapshot, sweep
+from tests.world.sweep import record, sweep
 
 START_TIMEOUT = 60.0  # cold interpreters import the kubernetes client on a shared CPU
 OUTAGE_SECONDS = 6.0  # how long the API server is away: the scenario, not a wait for a result
@@ -108,7 +108,7 @@ def install(
     tmp_path_factory: pytest.TempPathFactory, real_cluster: ControlPlane, api: client.ApiClient
 ) -> Iterator[Install]:
     workdir = tmp_path_factory.mktemp("install")
-    before = snapshot(api)
+    before = record(api)
     processes: list[Process] = []
     try:
         serve_port = free_port()

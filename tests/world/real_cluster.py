@@ -31,7 +31,7 @@ from tests.world import control_plane
 from tests.world.crds import wait_established
 from tests.world.fault_proxy import FaultProxy, kubeconfig_through
 from tests.world.faults import Faults
-from tests.world.sweep import snapshot, sweep
+from tests.world.sweep import record, sweep
 
 
 def unavailable(reason: str) -> None:
@@ -174,7 +174,7 @@ class KubeApi:
 def kube_api(
     real_cluster: control_plane.ControlPlane, api: client.ApiClient, fault_proxy: FaultProxy
 ) -> Iterator[KubeApi]:
-    before = snapshot(api)
+    before = record(api)
     handle = KubeApi(real_cluster, fault_proxy)
     try:
         yield handle

@@ -11,6 +11,11 @@ purpose still meet the real namespace controller.
 Each new object is deleted (pods with grace period 0: no kubelet may be left to confirm), and
 the sweep waits until they are gone, so the next test can reuse their names. CRDs are left: they
 are installed once per session, and are idempotent.
+
+A namespace that was there before gets its labels back as they were. One label is taken off every
+namespace that did not have it: the ServiceAccount-credentials label sends all of a namespace's
+pods to the webhook (and its guard keeps it on), so a later test of that namespace would meet
+another webhook entry than it asked for.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from dataclasses import dataclass
 from kubernetes import client
 
 GONE_SECONDS = 60.0
+ROUTING_LABEL = "gpu-admission.io/serviceaccount-credentials"
+MERGE_PATCH = "application/merge-patch+json"
 # What kube-controller-manager puts in every namespace, kept with it.
 PER_NAMESPACE = frozenset(
     {("/api/v1/serviceaccounts", "default"), ("/api/v1/configmaps", "kube-root-ca.crt")}
@@ -78,11 +85,25 @@ class Found:
         return f"{prefix}/namespaces/{self.namespace}/{plural}/{self.name}"
 
 
-def _call(api: client.ApiClient, method: str, path: str, body: object = None) -> object:
+@dataclass(frozen=True)
+class Before:
+    """What was on the server when a test began."""
+
+    objects: set[Found]
+    namespace_labels: dict[str, dict[str, str]]
+
+
+def _call(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    body: object = None,
+    content_type: str = "application/json",
+) -> object:
     serialized = api.param_serialize(
         method,
         path,
-        header_params={"Accept": "application/json", "Content-Type": "application/json"},
+        header_params={"Accept": "application/json", "Content-Type": content_type},
         body=body,
         auth_settings=["BearerToken"],
     )
@@ -109,6 +130,40 @@ def snapshot(api: client.ApiClient) -> set[Found]:
     return found
 
 
+def namespace_labels(api: client.ApiClient) -> dict[str, dict[str, str]]:
+    listed = _call(api, "GET", "/api/v1/namespaces")
+    assert isinstance(listed, dict)
+    return {i["metadata"]["name"]: i["metadata"].get("labels") or {} for i in listed["items"]}
+
+
+def record(api: client.ApiClient) -> Before:
+    return Before(snapshot(api), namespace_labels(api))
+
+
+def _labels_back(api: client.ApiClient, before: dict[str, dict[str, str]]) -> None:
+    """Each namespace's labels as they were (see the module's docstring)."""
+    for name, labels in namespace_labels(api).items():
+        if name in before:
+            wanted = before[name]
+            change: dict[str, str | None] = {k: None for k in labels if k not in wanted}
+            change.update({k: v for k, v in wanted.items() if labels.get(k) != v})
+        else:
+            change = {ROUTING_LABEL: None} if ROUTING_LABEL in labels else {}
+        if not change:
+            continue
+        path = f"/api/v1/namespaces/{name}"
+        deadline = time.monotonic() + GONE_SECONDS
+        while True:
+            try:
+                _call(api, "PATCH", path, {"metadata": {"labels": change}}, MERGE_PATCH)
+                break
+            except client.ApiException as error:
+                # The label's guard, deleted by this sweep, may be in force a moment longer.
+                if error.status not in (403, 422) or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.05)  # polling a condition, bounded by the deadline
+
+
 def _claim_uid(api: client.ApiClient, volume: Found) -> str | None:
     try:
         found = _call(api, "GET", volume.path)
@@ -120,12 +175,14 @@ def _claim_uid(api: client.ApiClient, volume: Found) -> str | None:
     return ((found.get("spec") or {}).get("claimRef") or {}).get("uid")
 
 
-def sweep(api: client.ApiClient, before: set[Found]) -> None:
-    """Delete what is new since `before` (namespaces emptied, not deleted), and wait until it
-    is gone."""
+def sweep(api: client.ApiClient, before: Before) -> None:
+    """Delete what is new since `before` (namespaces emptied, not deleted), wait until it is
+    gone, and give the namespaces their labels back."""
     deleted: set[str] = set()
-    claims_before = {f.uid for f in before if f.collection == "/api/v1/persistentvolumeclaims"}
-    for found in sorted(snapshot(api) - before, key=lambda f: f.collection):
+    claims_before = {
+        f.uid for f in before.objects if f.collection == "/api/v1/persistentvolumeclaims"
+    }
+    for found in sorted(snapshot(api) - before.objects, key=lambda f: f.collection):
         if found.collection == "/api/v1/namespaces":
             continue
         if (found.collection, found.name) in PER_NAMESPACE:
@@ -148,3 +205,4 @@ def sweep(api: client.ApiClient, before: set[Found]) -> None:
     while left := [f for f in snapshot(api) if f.uid in deleted]:
         assert time.monotonic() < deadline, f"still there after the test: {[f.path for f in left]}"
         time.sleep(0.05)  # polling a condition, bounded by the deadline
+    _labels_back(api, before.namespace_labels)

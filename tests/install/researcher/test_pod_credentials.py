@@ -1,20 +1,24 @@
 """Cloud credentials reaching a researcher's pod on a real node, through the installed product:
 Secrets made with `kubectl create secret` as the documentation shows, a pod whose ServiceAccount
 is bound to one and which names the other itself, run by the real kubelet from the project's
-image, printing what it received; the stored pod holds references, never a value."""
+image, printing what it received; the stored pod holds references, never a value. The binding is
+refused until the namespace carries the label that routes its pods to the webhook, with the
+command that adds it."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from tests.install.cluster import InstallCluster
-from tests.install.journeys import NS, finished, pod
+from tests.install.cluster import InstallCluster, wait_for
+from tests.install.journeys import finished, pod
 from tests.support.keys import service_account_key_file
 
 CLIENT_EMAIL = "loader@ml-platform-demo.iam.gserviceaccount.com"
 KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 SECRET_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+TEAM = "vision-team"  # a namespace of its own: the label cannot be taken off again
+LABEL = "gpu-admission.io/serviceaccount-credentials"
 PRINT_WHAT_IT_GOT = (
     "import json, os\n"
     "path = os.environ['GOOGLE_APPLICATION_CREDENTIALS']\n"
@@ -28,6 +32,7 @@ PRINT_WHAT_IT_GOT = (
 def test_a_pod_receives_credentials_from_its_annotation_and_service_account(
     installed: InstallCluster, tmp_path: Path
 ) -> None:
+    installed.namespace(TEAM)
     gcp_key = service_account_key_file(tmp_path / "key.json", CLIENT_EMAIL)
     for args in (
         [f"--from-file=key.json={gcp_key}", "--type=gcp-credential", "gcs-reader"],
@@ -39,26 +44,36 @@ def test_a_pod_receives_credentials_from_its_annotation_and_service_account(
             "s3-writer",
         ],
     ):
-        installed.kubectl("-n", NS, "create", "secret", "generic", *args)
+        installed.kubectl("-n", TEAM, "create", "secret", "generic", *args)
     account = {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": {
             "name": "trainer",
-            "namespace": NS,
+            "namespace": TEAM,
             "annotations": {"gpu-admission.io/cloud-credentials": "gcs-reader"},
         },
     }
-    installed.apply([account])
+    refused = installed.apply([account], check=False)
+    assert refused.returncode != 0
+    assert "ValidatingAdmissionPolicy 'gpu-admission-serviceaccount-credentials'" in refused.stderr
+    assert f"kubectl label namespace {TEAM} {LABEL}=true" in refused.stderr, refused.stderr
+    installed.kubectl("label", "namespace", TEAM, f"{LABEL}=true")  # the administrator's step
+    # The policy reads the namespace from the API server's cache, a moment behind the write.
+    wait_for(
+        lambda: installed.apply([account], check=False).returncode == 0,
+        "the binding to be admitted in the labelled namespace",
+    )
     prep = pod(
         "data-prep",
         "",
         serviceAccountName="trainer",
         container={"command": ["python3", "-c", PRINT_WHAT_IT_GOT]},
     )
+    prep["metadata"]["namespace"] = TEAM
     prep["metadata"]["annotations"] = {"gpu-admission.io/cloud-credentials": "s3-writer"}
     installed.apply([prep])
-    assert finished(installed, "data-prep").splitlines() == [
+    assert finished(installed, "data-prep", namespace=TEAM).splitlines() == [
         "/var/run/secrets/gcp/gcs-reader/key.json",
         CLIENT_EMAIL,
         f"AWS_ACCESS_KEY_ID={KEY_ID}",
@@ -67,6 +82,10 @@ def test_a_pod_receives_credentials_from_its_annotation_and_service_account(
         f"AWS_SECRET_ACCESS_KEY={SECRET_KEY}",
     ]
     # The stored pod holds references only, never a value.
-    stored = installed.core.read_namespaced_pod("data-prep", NS)
+    stored = installed.core.read_namespaced_pod("data-prep", TEAM)
     spec = json.dumps(installed.api.sanitize_for_serialization(stored.spec))
     assert SECRET_KEY not in spec and KEY_ID not in spec and "PRIVATE KEY" not in spec
+    # The label cannot be taken off while it routes bound ServiceAccounts' pods.
+    unlabel = installed.kubectl("label", "namespace", TEAM, f"{LABEL}-", check=False)
+    assert "gpu-admission-credential-namespaces" in unlabel.stderr, unlabel.stderr
+    installed.kubectl("delete", "namespace", TEAM, "--wait=false")
