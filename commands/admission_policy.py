@@ -12,6 +12,10 @@ output instead, so that what the API server runs matches what the service runs.
 for that config (the pods the policy cannot judge alone), and `--mutating-webhooks` the
 namespaceSelector and matchConditions of the pods mutating webhook's two entries (the pods that
 need cluster state), to put in place of those in manifests/base/webhooks.yaml.
+`--webhook-configurations` prints both webhook configurations whole (without caBundle, which the
+service or cert-manager writes), and `--layout` the objects of an overlay for older API servers
+(webhook-pod-mutations for 1.30 to 1.35, webhook-pod-checks before 1.30). What the controller's
+self-check expects is exactly this output (webhooks/apiserver_policies/install_expectation.py).
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from typing import Any, TextIO
 import yaml
 
 from gpu_admission.config import ConfigError, load_config
-from webhooks.apiserver_policies.bindings import admission_policy_objects
+from gpu_admission.installed_admission import MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS
+from webhooks.apiserver_policies.install_expectation import LAYOUT_NAMES, expected_objects
+from webhooks.apiserver_policies.webhook_configurations import Layout
 from webhooks.apiserver_policies.webhook_routing import mutating_pod_webhooks, webhook_condition
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -55,10 +61,22 @@ def _string(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _Dumper.add_representer(str, _string)
 
 
-def write_admission_policy(config_path: Path | None, out: TextIO) -> None:
+WEBHOOK_KINDS = (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS)
+
+
+def write_admission_policy(
+    config_path: Path | None,
+    out: TextIO,
+    layout: Layout = Layout.BASE,
+    webhook_configurations: bool = False,
+) -> None:
     config = load_config(config_path)
-    out.write(HEADER)
-    objects = admission_policy_objects(config)
+    expected = [e.obj for e in expected_objects(config, layout)]
+    if webhook_configurations:
+        objects = [o for o in expected if o["kind"] in WEBHOOK_KINDS]
+    else:
+        out.write(HEADER)
+        objects = [o for o in expected if o["kind"] not in WEBHOOK_KINDS]
     yaml.dump_all(objects, out, Dumper=_Dumper, sort_keys=False, width=96)
 
 
@@ -71,7 +89,8 @@ def admission_policy_command(args: argparse.Namespace, out: TextIO | None = None
             entries = mutating_pod_webhooks(load_config(args.config))
             yaml.dump(entries, out, Dumper=_Dumper, sort_keys=False, width=96)
         else:
-            write_admission_policy(args.config, out)
+            layout = LAYOUT_NAMES[args.layout]
+            write_admission_policy(args.config, out, layout, args.webhook_configurations)
     except ConfigError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
@@ -96,5 +115,17 @@ def add_admission_policy_parser(subparsers: Any) -> None:
         action="store_true",
         help="print the pods mutating webhook's entries' namespaceSelector and matchConditions "
         "for the config instead",
+    )
+    parser.add_argument(
+        "--webhook-configurations",
+        action="store_true",
+        help="print the two webhook configurations whole, for the config and layout, instead",
+    )
+    parser.add_argument(
+        "--layout",
+        choices=sorted(LAYOUT_NAMES),
+        default="base",
+        help="the kustomization the API server calls for: base (1.36 and later), "
+        "webhook-pod-mutations (1.30 to 1.35), webhook-pod-checks (before 1.30)",
     )
     parser.set_defaults(func=admission_policy_command)

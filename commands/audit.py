@@ -5,13 +5,20 @@ read with paginated lists and judged by the same policy code the webhooks run
 (`webhooks/audit.py`, `webhooks/workload_audit.py`), against the cluster view the service builds
 (Nodes, ServiceAccounts, Secrets, PVCs, DRA objects).
 
+First, the section "installed admission objects" (`commands/audit_installed.py`): each
+admission object the configuration implies against the live one, the ServiceAccounts whose
+credentials are not routed, and whether GPU isolation is enforced: what the controller's
+self-check reports inside the cluster.
+
 With `--sources`, also the loaded dataset PVCs whose source changed since they were loaded: a
 Job per PVC lists its source with the PVC's own credentials and the digests are compared
 (`controllers/dataset/source_version_audit.py`).
 
 Output: a table grouped by policy and namespace (pods that may see GPUs they were not given, and
 shared-GPU pods without a memory share, first), or `-o json` / `-o yaml`. A progress line goes to
-stderr as objects are read. Exit status: 0 nothing found, 1 findings, 2 usage or read error.
+stderr as objects are read. Exit status: 0 nothing found, 1 findings, or GPU isolation not
+enforced (the objects that give CPU-only pods NVIDIA_VISIBLE_DEVICES=none missing or stale), 2
+usage or read error.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from commands.audit_installed import InstalledSection, as_dict, installed_section, write_table
 from commands.review_inputs import UsageError, live_state
 from controllers.dataset.source_version_audit import (
     DEFAULT_PARALLEL,
@@ -42,7 +50,9 @@ from webhooks.registry import build_policy_set
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
-async def _audit(args: argparse.Namespace, err: TextIO) -> tuple[list[Finding], dict[str, Any]]:
+async def _audit(
+    args: argparse.Namespace, err: TextIO
+) -> tuple[list[Finding], dict[str, Any], InstalledSection]:
     config = load_config(args.config)
     policies = build_policy_set(config)
     api = api_client(args.kubeconfig)
@@ -52,6 +62,7 @@ async def _audit(args: argparse.Namespace, err: TextIO) -> tuple[list[Finding], 
 
     sources: list[Finding] = []
     try:
+        installed = await asyncio.to_thread(installed_section, api, config)
         state, live = await live_state(args.kubeconfig, config)
         try:
             run = await asyncio.to_thread(
@@ -74,7 +85,7 @@ async def _audit(args: argparse.Namespace, err: TextIO) -> tuple[list[Finding], 
     finally:
         api.close()
     summary = {"objects": run.objects, "listRequests": run.list_requests}
-    return run.findings + sources, summary
+    return run.findings + sources, summary, installed
 
 
 def _check_sources(
@@ -115,24 +126,29 @@ def audit_command(
 ) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     try:
-        findings, summary = asyncio.run(_audit(args, err))
+        findings, summary, installed = asyncio.run(_audit(args, err))
     except (UsageError, ConfigError, ClusterConfigError) as exc:
         err.write(f"error: {exc}\n")
         return EXIT_USAGE
     summary["findingsByPolicy"] = _by_policy(findings)
     if args.output == "table":
+        write_table(installed, out)
         if findings:
             _table(findings, out)
         objects = ", ".join(f"{n} {k}" for k, n in sorted(summary["objects"].items()))
         err.write(f"audited {objects or 'nothing'}; {len(findings)} finding(s)\n")
     else:
-        report = {"findings": [f.as_dict() for f in findings], "summary": summary}
+        report = {
+            "installedAdmissionObjects": as_dict(installed),
+            "findings": [f.as_dict() for f in findings],
+            "summary": summary,
+        }
         if args.output == "json":
             json.dump(report, out, indent=2)
             out.write("\n")
         else:
             yaml.safe_dump(report, out, sort_keys=False)
-    return EXIT_FINDINGS if findings else EXIT_CLEAN
+    return EXIT_FINDINGS if findings or installed.isolation_not_enforced else EXIT_CLEAN
 
 
 def add_audit_parser(subparsers: Any) -> None:

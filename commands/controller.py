@@ -8,6 +8,10 @@ background and cleanup controllers beside its admission controller), with its ow
 ServiceAccount, so each side holds only the permissions it uses. Every replica campaigns for the
 Lease; only the leader reconciles.
 
+The leader also compares the installed admission objects (policies, bindings, webhook
+configurations) with what the configuration implies, and says what is missing or stale
+(`controllers/install_check`; the judgement is webhooks/apiserver_policies/install_expectation.py).
+
 With `audit.interval` set, the leader also scans what the cluster holds with every policy and
 writes one report per namespace (`controllers/reports`); the scan is the audit
 `gpu-admission audit` runs (`webhooks/cluster_audit.py`), wired here, where parts meet.
@@ -20,12 +24,14 @@ why). SIGTERM stops the work, releases the Lease (so a standby takes over at onc
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from aiohttp import web
 from kubernetes.client import ApiClient
 
 from controllers.dataset import DatasetController
+from controllers.install_check import InstallChecker
 from controllers.reports import AuditScanner
 from controllers.reports.scanner import ScanMetrics, ScanResult
 from gpu_admission.cluster.live_view import LiveClusterView
@@ -34,6 +40,7 @@ from gpu_admission.heap import freeze_long_lived
 from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.metrics import Metrics
 from gpu_admission.stop_signals import stop_signals
+from webhooks.apiserver_policies.install_expectation import check_install, lacks_credentials
 from webhooks.cluster_audit import audit_cluster, exempt_namespaces
 from webhooks.registry import build_policy_set
 
@@ -68,6 +75,16 @@ class ControllerProcess:
         self.config = config
         self.metrics = metrics or Metrics()
         self.controller = DatasetController(api, config, self.metrics, identity=identity)
+        # The install checks itself while this replica leads (controllers/install_check).
+        self.install_check = InstallChecker(
+            api,
+            config,
+            self.metrics,
+            functools.partial(check_install, config),
+            lambda pod, secrets: lacks_credentials(pod, secrets, config),
+            self.controller.api,
+        )
+        self.controller.add_term_hooks(self.install_check.start, self.install_check.stop)
         self.scan_view: LiveClusterView | None = None
         self.scanner: AuditScanner | None = None
         scan_metrics = ScanMetrics(self.metrics)

@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Awaitable, Callable
 
 from kubernetes.client import ApiClient
 
@@ -28,6 +29,8 @@ from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+TermHook = Callable[[], Awaitable[None]]
 
 
 def _identity() -> str:
@@ -72,11 +75,18 @@ class DatasetController:
         self.reconciler: Reconciler | None = None
         self._graceful_stop = False
         self.leading = asyncio.Event()
+        # What else runs for a term of leadership: (start, stop), in order.
+        self._term_hooks: list[tuple[TermHook, TermHook]] = []
         self.registry.registry.register(
             LoadStateCollector(
                 self._cached_pvcs, config.dataset.load_stuck_after_seconds, self._blocked
             )
         )
+
+    def add_term_hooks(self, start: TermHook, stop: TermHook) -> None:
+        """`start()` when a term of leadership begins (after the dataset work has), `stop()`
+        when it ends (before the dataset work stops)."""
+        self._term_hooks.append((start, stop))
 
     def _leading_reconciler(self) -> Reconciler | None:
         return self.reconciler if self.leading.is_set() else None
@@ -118,10 +128,14 @@ class DatasetController:
     async def _start_leading(self) -> None:
         self.reconciler = Reconciler(self._api_client, self.api, self.config, self.metrics)
         await self.reconciler.start()
+        for start, _ in self._term_hooks:
+            await start()
         self.leading.set()
 
     async def _stop_leading(self) -> None:
         self.leading.clear()
+        for _, stop in reversed(self._term_hooks):
+            await stop()
         reconciler, self.reconciler = self.reconciler, None
         if reconciler is not None:
             await reconciler.stop(graceful=self._graceful_stop)

@@ -1,0 +1,178 @@
+"""The install checks itself, in the leading controller replica.
+
+Why the controller and not the service: one replica leads, so each finding is one Event and one
+log line for the whole install, and one watch per kind for the cluster; the webhooks' interpreter
+never runs the comparison, so it costs no admission anything. Why not readiness: a missing policy
+must not take the webhooks down too (docs/operations.md).
+
+While this replica leads: the caches of `live.py`, and a comparison (`judge`, brought by the
+entry point: webhooks/apiserver_policies/install_expectation.py) at start and after every change
+they see, coalesced. The running pods of a ServiceAccount whose credentials are not routed are
+counted by one list per such ServiceAccount (its namespace, by field selector), after each
+comparison and every RECOUNT_SECONDS while any is found: pods come and go without the watched
+objects changing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from kubernetes.client import ApiClient, AppsV1Api
+from kubernetes.client.exceptions import ApiException
+
+from controllers.install_check.live import LiveInstall
+from controllers.install_check.report import InstallMetrics, InstallReporter
+from controllers.writes.dataset import ApiWriter
+from gpu_admission.cluster.informer import describe_error
+from gpu_admission.cluster.installed_objects import Lacks, count_running_without
+from gpu_admission.config import Config
+from gpu_admission.installed_admission import CredentialsFinding, InstallReport, LiveAdmission
+from gpu_admission.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+Judge = Callable[[LiveAdmission], InstallReport]
+
+RECOUNT_SECONDS = 60.0
+SYNC_POLL_SECONDS = 0.5
+UNSYNCED_WARNING_SECONDS = 30.0
+
+
+class InstallChecker:
+    def __init__(
+        self,
+        api: ApiClient,
+        config: Config,
+        metrics: Metrics,
+        judge: Judge,
+        lacks: Lacks,
+        writer: ApiWriter,
+    ) -> None:
+        self._api = api
+        self._config = config
+        self._judge = judge
+        self._lacks = lacks
+        self._writer = writer
+        self.reporter = InstallReporter(InstallMetrics(metrics), self._post_event)
+        self._metrics = self.reporter.metrics
+        self._live: LiveInstall | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self._deployment: dict[str, str] | None = None
+        self.recount_seconds = RECOUNT_SECONDS
+        self.report: InstallReport | None = None  # the last one published
+        self.published = asyncio.Condition()  # notified after each publish (tests wait on it)
+
+    # -- a term of leadership ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        changed = self._changed
+
+        def on_change() -> None:  # an informer thread
+            loop.call_soon_threadsafe(changed.set)
+
+        self._live = LiveInstall(self._api, self._config, on_change)
+        self._live.start()
+        self._task = asyncio.create_task(self._run(self._live, changed))
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        self.reporter.forget()
+        self.report = None
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def _run(self, live: LiveInstall, changed: asyncio.Event) -> None:
+        waited = 0.0
+        while not await asyncio.to_thread(_synced_within, live, SYNC_POLL_SECONDS):
+            waited += SYNC_POLL_SECONDS
+            if waited == UNSYNCED_WARNING_SECONDS:  # once: RBAC not installed, say
+                log.warning("install check: waiting for its caches: %s", "; ".join(live.unsynced()))
+        self._deployment = await asyncio.to_thread(self._deployment_ref)
+        while True:
+            changed.clear()
+            try:
+                report = await self._check(live)
+            except Exception:  # the next change, or the next recount, tries again
+                log.exception("install check: the comparison failed")
+                self._metrics.checks.labels("failed").inc()
+            else:
+                self._metrics.checks.labels("succeeded").inc()
+                await self.reporter.publish(report)
+                self.report = report
+                async with self.published:
+                    self.published.notify_all()
+            waiting = self.recount_seconds if self.report and self.report.credentials else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), waiting)
+
+    async def _check(self, live: LiveInstall) -> InstallReport:
+        report = self._judge(live.snapshot())
+        if not report.credentials:
+            return report
+        counted = []
+        for finding in report.credentials:
+            count = await asyncio.to_thread(self._count_without, finding)
+            counted.append(dataclasses.replace(finding, running_without=count))
+        return dataclasses.replace(report, credentials=tuple(counted))
+
+    def _count_without(self, finding: CredentialsFinding) -> int | None:
+        """None when the pods cannot be listed, said in the log."""
+        try:
+            return count_running_without(self._api, finding, self._lacks)
+        except (ApiException, OSError, ValueError) as error:
+            log.warning(
+                "install check: cannot count the pods of %s/%s: %s",
+                finding.namespace,
+                finding.service_account,
+                describe_error(error),
+            )
+            return None
+
+    # -- Events on the service's Deployment ---------------------------------------------------
+
+    def _deployment_ref(self) -> dict[str, str]:
+        """The Deployment the findings are told on, with its uid where it can be read (kubectl
+        describe finds Events by uid); without, `kubectl get events` still shows them."""
+        certs = self._config.certs
+        ref = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "namespace": certs.namespace,
+            "name": certs.service_name,
+        }
+        try:
+            deployment = AppsV1Api(self._api).read_namespaced_deployment(
+                certs.service_name, certs.namespace
+            )
+            ref["uid"] = str(deployment.metadata.uid)
+        except (ApiException, OSError) as error:
+            log.warning(
+                "install check: cannot read the Deployment %s/%s that its Events are about: %s",
+                certs.namespace,
+                certs.service_name,
+                describe_error(error),
+            )
+        return ref
+
+    async def _post_event(self, reason: str, message: str) -> None:
+        if self._deployment is not None:
+            await self._writer.event(self._deployment, "Warning", reason, message)
+
+
+def _synced_within(live: LiveInstall, seconds: float) -> bool:
+    deadline = seconds
+    return all(informer.wait_synced(deadline) for informer in live.informers)

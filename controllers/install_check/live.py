@@ -1,0 +1,99 @@
+"""The live side of the install's self-check: one watch per kind, nothing more. The six
+admission kinds (the two policy kinds and their bindings optional: older API servers serve none,
+which is what tells their layout), Namespaces (only the two routing labels kept) and
+ServiceAccounts (only those that carry the credentials annotation kept).
+
+Each informer tells `on_change` of every change on its own thread; `snapshot()` reads the
+caches as they are, on any thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client import ApiClient, CoreV1Api
+
+from gpu_admission.cluster.informer import EventType, Informer
+from gpu_admission.cluster.installed_objects import admission_list_call, routing_labels
+from gpu_admission.config import Config
+from gpu_admission.installed_admission import (
+    ADMISSION_KINDS,
+    AccountRecord,
+    LiveAdmission,
+    account_record,
+    admission_record,
+    namespace_labels,
+)
+
+ON_CHANGE = Callable[[], None]
+
+
+class LiveInstall:
+    """The informers the check reads; `start()`, `stop()`, and `snapshot()` between."""
+
+    def __init__(self, api: ApiClient, config: Config, on_change: ON_CHANGE) -> None:
+        core = CoreV1Api(api)
+
+        def changed(_kind: EventType, _old: Any, _new: Any) -> None:
+            on_change()
+
+        self.admission: dict[str, Informer[dict[str, Any]]] = {
+            kind.kind: Informer(
+                f"install-{kind.plural}",
+                admission_list_call(api, kind),
+                transform=admission_record,
+                handlers=[changed],
+                optional=kind.policy,
+            )
+            for kind in ADMISSION_KINDS
+        }
+        self.namespaces: Informer[dict[str, str]] = Informer(
+            "install-namespaces",
+            core.list_namespace,
+            transform=namespace_labels(routing_labels(config)),
+            handlers=[changed],
+        )
+        self.accounts: Informer[AccountRecord] = Informer(
+            "install-serviceaccounts",
+            core.list_service_account_for_all_namespaces,
+            transform=account_record(config.names.cloud_credentials),
+            handlers=[changed],
+        )
+
+    @property
+    def informers(self) -> list[Informer[Any]]:
+        return [*self.admission.values(), self.namespaces, self.accounts]
+
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+    def synced(self) -> bool:
+        return all(informer.synced for informer in self.informers)
+
+    def unsynced(self) -> list[str]:
+        """What has not listed yet, and why where a list failed."""
+        return [
+            f"{i.name}: {i.last_sync_error or 'not listed yet'}"
+            for i in self.informers
+            if not i.synced
+        ]
+
+    def snapshot(self) -> LiveAdmission:
+        objects = {
+            (kind, str(record["metadata"]["name"])): record
+            for kind, informer in self.admission.items()
+            for record in informer.values()
+        }
+        served = frozenset(kind for kind, informer in self.admission.items() if informer.served)
+        return LiveAdmission(
+            objects,
+            served,
+            dict(self.namespaces.items()),
+            self.accounts.values(),
+        )

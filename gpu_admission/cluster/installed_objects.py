@@ -1,0 +1,92 @@
+"""Reading what the install's self-check compares, from the API server: the list call of each
+admission kind (for the controller's informers), and one paginated read of everything at once
+(for `gpu-admission audit`, which runs once and watches nothing).
+
+A kind the API server does not serve answers its list 404: that is how an older server's layout
+shows (no MutatingAdmissionPolicy before 1.36, no admission policy at all before 1.30).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client import AdmissionregistrationV1Api, ApiClient, CoreV1Api
+from kubernetes.client.exceptions import ApiException
+
+from gpu_admission.cluster.pages import Pages
+from gpu_admission.config import Config
+from gpu_admission.installed_admission import (
+    ADMISSION_KINDS,
+    AdmissionKind,
+    CredentialsFinding,
+    LiveAdmission,
+    account_record,
+    admission_record,
+    namespace_labels,
+)
+
+_SINGULAR = {
+    "mutatingadmissionpolicies": "mutating_admission_policy",
+    "mutatingadmissionpolicybindings": "mutating_admission_policy_binding",
+    "validatingadmissionpolicies": "validating_admission_policy",
+    "validatingadmissionpolicybindings": "validating_admission_policy_binding",
+    "mutatingwebhookconfigurations": "mutating_webhook_configuration",
+    "validatingwebhookconfigurations": "validating_webhook_configuration",
+}
+
+
+def admission_list_call(api: ApiClient, kind: AdmissionKind) -> Callable[..., Any]:
+    """The client's list method of `kind` (list_mutating_admission_policy, ...)."""
+    admission = AdmissionregistrationV1Api(api)
+    return getattr(admission, f"list_{_SINGULAR[kind.plural]}")  # type: ignore[no-any-return]
+
+
+def routing_labels(config: Config) -> tuple[str, ...]:
+    """The namespace labels routing reads: credentials routed, and exempt."""
+    return (config.names.serviceaccount_credentials_label, config.exempt_label)
+
+
+def read_installed(api: ApiClient, config: Config, pages: Pages) -> LiveAdmission:
+    """Everything the self-check reads, in one paginated list per kind. Blocking."""
+    objects: dict[tuple[str, str], Any] = {}
+    served = set()
+    for kind in ADMISSION_KINDS:
+        try:
+            for obj in pages.items(admission_list_call(api, kind)):
+                record = admission_record(obj)
+                objects[(kind.kind, record["metadata"]["name"])] = record
+        except ApiException as error:
+            if error.status != 404 or not kind.policy:
+                raise
+            continue
+        served.add(kind.kind)
+    core = CoreV1Api(api)
+    labels = namespace_labels(routing_labels(config))
+    namespaces = {
+        str(ns["metadata"]["name"]): labels(ns) for ns in pages.items(core.list_namespace)
+    }
+    account = account_record(config.names.cloud_credentials)
+    accounts = [
+        record
+        for obj in pages.items(core.list_service_account_for_all_namespaces)
+        if (record := account(obj)) is not None
+    ]
+    return LiveAdmission(objects, frozenset(served), namespaces, accounts)
+
+
+# Whether a pod (a plain dict) of a bound ServiceAccount started without these Secrets.
+Lacks = Callable[[dict[str, Any], tuple[str, ...]], bool]
+
+
+def count_running_without(
+    api: ApiClient, finding: CredentialsFinding, lacks: Lacks, pages: Pages | None = None
+) -> int:
+    """The running pods of the finding's ServiceAccount that lack its credentials: one list of
+    its namespace, by field selector (the API server filters). Blocking; raises ApiException."""
+    selector = f"spec.serviceAccountName={finding.service_account},status.phase=Running"
+    reader = pages or Pages()
+    listed = reader.items(
+        CoreV1Api(api).list_namespaced_pod, namespace=finding.namespace, field_selector=selector
+    )
+    return sum(1 for pod in listed if lacks(pod, finding.secrets))
