@@ -21,6 +21,8 @@ import yaml
 from kubernetes import client
 
 from commands.audit import EXIT_FINDINGS, audit_command
+from gpu_admission.names import LEADER_LEASE_NAME
+from tests import ROOT
 from tests.install.cluster import (
     IMAGE,
     NEXT_IMAGE,
@@ -535,6 +537,57 @@ def test_an_upgrade_under_eight_writers_fails_no_create(installed: InstallCluste
     assert {p.spec.containers[0].image for p in after} == {NEXT_IMAGE}
     print(f"\nupgrade: {created[0]} pods created by 8 writers across the rollout, 0 failed")
     installed.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+VISIBILITY = ("mutatingadmissionpolicy", "gpu-admission-gpu-visibility")
+
+
+def _controller_metrics(cluster: InstallCluster) -> str:
+    """The leading controller's /metrics, through the API server's pod proxy (where a
+    PodMonitor points Prometheus)."""
+    lease = client.CoordinationV1Api(cluster.api).read_namespaced_lease(
+        LEADER_LEASE_NAME, "gpu-admission"
+    )
+    leader = (lease.spec.holder_identity or "").rpartition("_")[0]
+    path = f"/api/v1/namespaces/gpu-admission/pods/{leader}:9090/proxy/metrics"
+    return cluster.kubectl("get", "--raw", path, check=False).stdout
+
+
+def _visibility_state(cluster: InstallCluster, state: str) -> bool:
+    series = (
+        'gpu_admission_admission_object_state{kind="MutatingAdmissionPolicy",'
+        f'name="gpu-admission-gpu-visibility",state="{state}"}} 1.0'
+    )
+    return series in _controller_metrics(cluster)
+
+
+def test_a_pruned_visibility_policy_is_told_on_the_service_deployment(
+    installed: InstallCluster,
+) -> None:
+    """A GitOps prune or a partial apply deletes the MutatingAdmissionPolicy: the leading
+    controller says so within seconds, on the service's Deployment and in its gauge, while the
+    service stays Ready; `kubectl apply -k manifests/` clears it."""
+    wait_for(lambda: _visibility_state(installed, "ok"), "the installed policy reported ok")
+    installed.kubectl("delete", *VISIBILITY)
+    try:
+        wait_for(
+            lambda: _visibility_state(installed, "missing"),
+            "the gauge to say missing",
+            diagnosis=installed.diagnosis,
+        )
+        described = installed.kubectl(
+            "-n", "gpu-admission", "describe", "deployment", "gpu-admission"
+        ).stdout
+        assert "AdmissionObjectMissing" in described, described
+        assert "MutatingAdmissionPolicy gpu-admission-gpu-visibility is missing" in described
+        # What the finding is about: a CPU-only pod now goes unhidden, and the service is Ready.
+        made = installed.apply([pod("unhidden", "true")], "--dry-run=server", "-o", "json")
+        env = json.loads(made.stdout)["spec"]["containers"][0].get("env") or []
+        assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"} not in env
+        installed.rolled_out("gpu-admission")
+    finally:
+        installed.kubectl("apply", "-k", str(ROOT / BASE))
+    wait_for(lambda: _visibility_state(installed, "ok"), "the gauge to say ok again")
 
 
 def test_uninstall_leaves_no_webhook_or_policy(installed: InstallCluster) -> None:

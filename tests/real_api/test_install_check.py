@@ -47,7 +47,7 @@ def _base(kind: str, name: str) -> dict[str, Any]:
 @pytest.fixture
 def installed(real_cluster: ControlPlane, kubectl: Kubectl) -> Iterator[ControlPlane]:
     """The base, and its two webhook configurations for this test only: they name the Service
-        `gpu-admission`, which nothing here serves, so they go before the tier checks that none is
+    `gpu-admission`, which nothing here serves, so they go before the tier checks that none is
     left, and no other test meets them."""
     apply_base(kubectl)
     webhooks = [d for d in render("manifests") if d["kind"] in WEBHOOK_KINDS]
