@@ -14,7 +14,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from gpu_admission.cluster.informer import describe_error
-from gpu_admission.cluster.installed_objects import count_running_without, read_installed
+from gpu_admission.cluster.installed_objects import read_installed, with_running_counts
 from gpu_admission.cluster.pages import Pages
 from gpu_admission.config import Config
 from gpu_admission.installed_admission import InstallReport, ObjectState
@@ -37,16 +37,17 @@ class InstalledSection:
 
 
 def installed_section(api: ApiClient, config: Config) -> InstalledSection:
-    """Blocking: one paginated list per kind, then one per ServiceAccount found unrouted."""
+    """Blocking: one paginated list per kind, then the running pods of the namespaces with
+    unrouted ServiceAccounts."""
     pages = Pages()
     try:
         report = check_install(config, read_installed(api, config, pages))
-        counted = []
-        for finding in report.credentials:
-            count = count_running_without(
-                api, finding, lambda pod, secrets: lacks_credentials(pod, secrets, config), pages
-            )
-            counted.append(dataclasses.replace(finding, running_without=count))
+        counted = with_running_counts(
+            api,
+            report.credentials,
+            lambda pod, secrets: lacks_credentials(pod, secrets, config),
+            pages,
+        )
     except ApiException as error:
         return InstalledSection(None, describe_error(error), pages.requests)
     report = dataclasses.replace(report, credentials=tuple(counted))

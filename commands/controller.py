@@ -24,7 +24,6 @@ why). SIGTERM stops the work, releases the Lease (so a standby takes over at onc
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 
 from aiohttp import web
@@ -40,7 +39,7 @@ from gpu_admission.heap import freeze_long_lived
 from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.metrics import Metrics
 from gpu_admission.stop_signals import stop_signals
-from webhooks.apiserver_policies.install_expectation import check_install, lacks_credentials
+from webhooks.apiserver_policies.install_expectation import InstallExpectation, lacks_credentials
 from webhooks.cluster_audit import audit_cluster, exempt_namespaces
 from webhooks.registry import build_policy_set
 
@@ -80,7 +79,7 @@ class ControllerProcess:
             api,
             config,
             self.metrics,
-            functools.partial(check_install, config),
+            InstallExpectation(config).check,
             lambda pod, secrets: lacks_credentials(pod, secrets, config),
             self.controller.api,
         )

@@ -227,6 +227,28 @@ def object_difference(expected: Mapping[str, Any], live: Mapping[str, Any]) -> s
 # -- what is kept of the live objects ---------------------------------------------------------
 
 
+# Every policy and binding the project names starts so: the only ones the check keeps, and one
+# the configuration no longer implies is a leftover that still acts.
+OWN_PREFIX = "gpu-admission-"
+
+
+def is_own(kind: AdmissionKind, name: str, webhook_configuration: str) -> bool:
+    """Whether a live admission object is the project's: the webhook configurations by their
+    configured name, the policies and bindings by OWN_PREFIX. The cluster's other policies are
+    listed with ours (no selector picks by name) but never kept."""
+    return name.startswith(OWN_PREFIX) if kind.policy else name == webhook_configuration
+
+
+def own_record(kind: AdmissionKind, webhook_configuration: str) -> Any:
+    """A transform keeping `admission_record` of the project's objects of `kind`, None else."""
+
+    def kept(obj: dict[str, Any]) -> dict[str, Any] | None:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        return admission_record(obj) if is_own(kind, name, webhook_configuration) else None
+
+    return kept
+
+
 def admission_record(obj: dict[str, Any]) -> dict[str, Any]:
     """What is kept of a live admission object: its name and what it says (no managedFields,
     no annotations: kubectl's last-applied copy alone would double it)."""

@@ -7,10 +7,10 @@ must not take the webhooks down too (docs/operations.md).
 
 While this replica leads: the caches of `live.py`, and a comparison (`judge`, brought by the
 entry point: webhooks/apiserver_policies/install_expectation.py) at start and after every change
-they see, coalesced. The running pods of a ServiceAccount whose credentials are not routed are
-counted by one list per such ServiceAccount (its namespace, by field selector), after each
-comparison and every RECOUNT_SECONDS while any is found: pods come and go without the watched
-objects changing.
+they see, coalesced. The running pods of the ServiceAccounts whose credentials are not routed are
+counted (`with_running_counts`: a list per namespace, or one of the cluster when they are many),
+after each comparison and every RECOUNT_SECONDS while any is found: pods come and go without the
+watched objects changing.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from controllers.install_check.live import LiveInstall
 from controllers.install_check.report import InstallMetrics, InstallReporter
 from controllers.writes.dataset import ApiWriter
 from gpu_admission.cluster.informer import describe_error
-from gpu_admission.cluster.installed_objects import Lacks, count_running_without
+from gpu_admission.cluster.installed_objects import Lacks, with_running_counts
 from gpu_admission.config import Config
-from gpu_admission.installed_admission import CredentialsFinding, InstallReport, LiveAdmission
+from gpu_admission.installed_admission import InstallReport, LiveAdmission
 from gpu_admission.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -123,24 +123,18 @@ class InstallChecker:
         report = self._judge(live.snapshot())
         if not report.credentials:
             return report
-        counted = []
-        for finding in report.credentials:
-            count = await asyncio.to_thread(self._count_without, finding)
-            counted.append(dataclasses.replace(finding, running_without=count))
-        return dataclasses.replace(report, credentials=tuple(counted))
-
-    def _count_without(self, finding: CredentialsFinding) -> int | None:
-        """None when the pods cannot be listed, said in the log."""
         try:
-            return count_running_without(self._api, finding, self._lacks)
+            counted = await asyncio.to_thread(
+                with_running_counts, self._api, report.credentials, self._lacks
+            )
         except (ApiException, OSError, ValueError) as error:
             log.warning(
-                "install check: cannot count the pods of %s/%s: %s",
-                finding.namespace,
-                finding.service_account,
+                "install check: cannot count the running pods of the ServiceAccounts whose "
+                "credentials are not routed: %s",
                 describe_error(error),
             )
-            return None
+            return report
+        return dataclasses.replace(report, credentials=tuple(counted))
 
     # -- Events on the service's Deployment ---------------------------------------------------
 

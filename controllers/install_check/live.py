@@ -10,7 +10,7 @@ caches as they are, on any thread.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from kubernetes.client import ApiClient, CoreV1Api
 
@@ -22,11 +22,26 @@ from gpu_admission.installed_admission import (
     AccountRecord,
     LiveAdmission,
     account_record,
-    admission_record,
     namespace_labels,
+    own_record,
 )
 
 ON_CHANGE = Callable[[], None]
+ADMISSION_PAGE_SIZE = 50
+
+
+class _Metadata(TypedDict, total=False):
+    name: Any
+    namespace: Any
+    resourceVersion: Any
+    labels: Any
+    annotations: Any
+
+
+class _MetadataOnly(TypedDict, total=False):
+    """What a Namespace or a ServiceAccount is read for: the rest is never decoded."""
+
+    metadata: _Metadata
 
 
 class LiveInstall:
@@ -42,9 +57,12 @@ class LiveInstall:
             kind.kind: Informer(
                 f"install-{kind.plural}",
                 admission_list_call(api, kind),
-                transform=admission_record,
+                transform=own_record(kind, config.certs.webhook_configuration_name),
                 handlers=[changed],
                 optional=kind.policy,
+                # The cluster's other policies come in the same lists and are dropped: small
+                # pages keep the decoded ones few at a time (a policy's CEL can be 30 KB).
+                page_size=ADMISSION_PAGE_SIZE,
             )
             for kind in ADMISSION_KINDS
         }
@@ -53,12 +71,14 @@ class LiveInstall:
             core.list_namespace,
             transform=namespace_labels(routing_labels(config)),
             handlers=[changed],
+            shape=_MetadataOnly,
         )
         self.accounts: Informer[AccountRecord] = Informer(
             "install-serviceaccounts",
             core.list_service_account_for_all_namespaces,
             transform=account_record(config.names.cloud_credentials),
             handlers=[changed],
+            shape=_MetadataOnly,
         )
 
     @property

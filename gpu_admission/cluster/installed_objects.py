@@ -8,7 +8,8 @@ shows (no MutatingAdmissionPolicy before 1.36, no admission policy at all before
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kubernetes.client import AdmissionregistrationV1Api, ApiClient, CoreV1Api
@@ -22,8 +23,8 @@ from gpu_admission.installed_admission import (
     CredentialsFinding,
     LiveAdmission,
     account_record,
-    admission_record,
     namespace_labels,
+    own_record,
 )
 
 _SINGULAR = {
@@ -53,9 +54,11 @@ def read_installed(api: ApiClient, config: Config, pages: Pages) -> LiveAdmissio
     served = set()
     for kind in ADMISSION_KINDS:
         try:
+            kept = own_record(kind, config.certs.webhook_configuration_name)
             for obj in pages.items(admission_list_call(api, kind)):
-                record = admission_record(obj)
-                objects[(kind.kind, record["metadata"]["name"])] = record
+                record = kept(obj)
+                if record is not None:
+                    objects[(kind.kind, record["metadata"]["name"])] = record
         except ApiException as error:
             if error.status != 404 or not kind.policy:
                 raise
@@ -77,16 +80,44 @@ def read_installed(api: ApiClient, config: Config, pages: Pages) -> LiveAdmissio
 
 # Whether a pod (a plain dict) of a bound ServiceAccount started without these Secrets.
 Lacks = Callable[[dict[str, Any], tuple[str, ...]], bool]
+# Up to this many namespaces, one list each; beyond, one list of every running pod.
+NAMESPACED_LISTS = 20
 
 
-def count_running_without(
-    api: ApiClient, finding: CredentialsFinding, lacks: Lacks, pages: Pages | None = None
-) -> int:
-    """The running pods of the finding's ServiceAccount that lack its credentials: one list of
-    its namespace, by field selector (the API server filters). Blocking; raises ApiException."""
-    selector = f"spec.serviceAccountName={finding.service_account},status.phase=Running"
+def with_running_counts(
+    api: ApiClient,
+    findings: Sequence[CredentialsFinding],
+    lacks: Lacks,
+    pages: Pages | None = None,
+) -> list[CredentialsFinding]:
+    """Each finding with its ServiceAccount's running pods that lack its credentials counted.
+    Running pods only (the API server filters by field selector), one paginated list per
+    namespace with findings, or one of the whole cluster when they are many: the requests stay
+    few however many ServiceAccounts are found. Blocking; raises ApiException."""
+    if not findings:
+        return []
     reader = pages or Pages()
-    listed = reader.items(
-        CoreV1Api(api).list_namespaced_pod, namespace=finding.namespace, field_selector=selector
-    )
-    return sum(1 for pod in listed if lacks(pod, finding.secrets))
+    core = CoreV1Api(api)
+    running = "status.phase=Running"
+    wanted = {(f.namespace, f.service_account): f for f in findings}
+    spaces = sorted({f.namespace for f in findings})
+    if len(spaces) <= NAMESPACED_LISTS:
+        listed = (
+            pod
+            for space in spaces
+            for pod in reader.items(
+                core.list_namespaced_pod, namespace=space, field_selector=running
+            )
+        )
+    else:
+        listed = reader.items(core.list_pod_for_all_namespaces, field_selector=running)
+    counts = dict.fromkeys(wanted, 0)
+    for pod in listed:
+        key = (
+            str((pod.get("metadata") or {}).get("namespace", "")),
+            str((pod.get("spec") or {}).get("serviceAccountName") or "default"),
+        )
+        finding = wanted.get(key)
+        if finding is not None and lacks(pod, finding.secrets):
+            counts[key] += 1
+    return [dataclasses.replace(f, running_without=counts[k]) for k, f in wanted.items()]

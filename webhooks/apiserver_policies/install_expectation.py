@@ -14,6 +14,7 @@ an older server (its pods webhook routed for a policy that cannot exist there) i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from gpu_admission.installed_admission import (
     MUTATING_POLICY,
     MUTATING_POLICY_BINDING,
     MUTATING_WEBHOOKS,
+    OWN_PREFIX,
     VALIDATING_POLICY,
     VALIDATING_POLICY_BINDING,
     VALIDATING_WEBHOOKS,
@@ -45,9 +47,6 @@ from webhooks.apiserver_policies.webhook_configurations import (
 from webhooks.apiserver_policies.workload_templates import WORKLOAD_POLICY_NAME
 from webhooks.policies.credential_injection import parse_names
 
-# Every policy and binding the project names starts so; one of these the configuration no longer
-# implies is a leftover that still acts.
-OWN_PREFIX = "gpu-admission-"
 CREDENTIAL_GUARDS = frozenset({BINDING_POLICY, LABEL_POLICY})
 
 
@@ -133,12 +132,20 @@ def expected_objects(config: Config, layout: Layout) -> list[Expected]:
     return [Expected(o, *_impact(o, config, layout)) for o in objects]
 
 
-def fix_command(config: Config, expected: Expected, layout: Layout) -> str:
-    """What puts `expected` in place: the kustomization, where the configuration is the
-    default one; else the printed objects of this configuration."""
-    if [e.obj for e in expected_objects(Config(), layout)] == [
-        e.obj for e in expected_objects(config, layout)
-    ]:
+@functools.cache
+def _default_objects(layout: Layout) -> list[dict[str, Any]]:
+    return [e.obj for e in expected_objects(Config(), layout)]
+
+
+def is_default(expected: list[Expected], layout: Layout) -> bool:
+    """Whether `expected` is what the shipped kustomization of `layout` holds."""
+    return [e.obj for e in expected] == _default_objects(layout)
+
+
+def fix_command(expected: Expected, layout: Layout, default: bool) -> str:
+    """What puts `expected` in place: the kustomization, where the configuration's objects are
+    the default ones (`default`); else the printed objects of this configuration."""
+    if default:
         return f"kubectl apply -k {layout}"
     flags = "" if layout is Layout.BASE else f" --layout {_layout_name(layout)}"
     if expected.obj["kind"] in (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS):
@@ -168,10 +175,10 @@ def _base_on_older_server(live: Mapping[str, Any], layout: Layout) -> bool:
 
 
 def _judged(
-    config: Config, expected: Expected, live: Mapping[str, Any] | None, layout: Layout
+    expected: Expected, live: Mapping[str, Any] | None, layout: Layout, default: bool
 ) -> ObjectFinding:
     kind, name = expected.key
-    fix = fix_command(config, expected, layout)
+    fix = fix_command(expected, layout, default)
     found = ObjectFinding(kind, name, ObjectState.OK, isolation=expected.isolation)
     if live is None:
         return ObjectFinding(
@@ -233,15 +240,35 @@ def credentials_findings(config: Config, live: LiveAdmission) -> list[Credential
     return found
 
 
+class InstallExpectation:
+    """What `config` implies, generated once per layout (a configuration does not change while
+    a process runs; generating every policy's CEL is most of a comparison's cost)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._by_layout: dict[Layout, tuple[list[Expected], bool]] = {}
+
+    def _expected(self, layout: Layout) -> tuple[list[Expected], bool]:
+        if layout not in self._by_layout:
+            expected = expected_objects(self.config, layout)
+            self._by_layout[layout] = (expected, is_default(expected, layout))
+        return self._by_layout[layout]
+
+    def check(self, live: LiveAdmission) -> InstallReport:
+        """Each object the configuration implies for the server's layout, judged against the
+        live one, the leftovers of ours that still act, and the ServiceAccounts whose
+        credentials are not routed."""
+        layout = layout_of(live.served)
+        expected, default = self._expected(layout)
+        objects = [_judged(e, live.objects.get(e.key), layout, default) for e in expected]
+        objects += _leftovers(live, {e.key for e in expected}, layout)
+        credentials = credentials_findings(self.config, live) if layout is Layout.BASE else []
+        return InstallReport(str(layout), tuple(objects), tuple(credentials))
+
+
 def check_install(config: Config, live: LiveAdmission) -> InstallReport:
-    """Each object `config` implies for the server's layout, judged against the live one, the
-    leftovers of ours that still act, and the ServiceAccounts whose credentials are not routed."""
-    layout = layout_of(live.served)
-    expected = expected_objects(config, layout)
-    objects = [_judged(config, e, live.objects.get(e.key), layout) for e in expected]
-    objects += _leftovers(live, {e.key for e in expected}, layout)
-    credentials = credentials_findings(config, live) if layout is Layout.BASE else []
-    return InstallReport(str(layout), tuple(objects), tuple(credentials))
+    """`InstallExpectation(config).check(live)`, for one comparison."""
+    return InstallExpectation(config).check(live)
 
 
 def lacks_credentials(pod: Mapping[str, Any], secrets: tuple[str, ...], config: Config) -> bool:
