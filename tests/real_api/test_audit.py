@@ -16,7 +16,7 @@ from kubernetes import client
 
 from commands.audit import EXIT_CLEAN, EXIT_FINDINGS, audit_command
 from gpu_admission.dataset_load import DatasetContent
-from tests.real_api.conftest import namespace_ready
+from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from tests.real_api.nodes import renamed_shared_node
 from tests.world.control_plane import ControlPlane
 
@@ -290,7 +290,10 @@ def test_the_table_and_yaml_say_the_same(seeded: ControlPlane) -> None:
     assert {f["name"] for f in yaml.safe_load(text)["findings"]} >= {"s3-typo", "over-ask"}
 
 
-def test_a_clean_namespace_exits_zero(seeded: ControlPlane, api: client.ApiClient) -> None:
+def test_a_clean_namespace_exits_zero(
+    seeded: ControlPlane, api: client.ApiClient, kubectl: Kubectl
+) -> None:
+    apply_base(kubectl)  # exit 0 needs GPU isolation enforced: the base's visibility policy
     namespace_ready(api, "audit-clean")
     client.CoreV1Api(api).create_namespaced_pod("audit-clean", pod("ok", container(**HIDDEN)))
     status, out, _ = run(seeded, "json", namespace="audit-clean")
@@ -303,7 +306,7 @@ def test_a_clean_namespace_exits_zero(seeded: ControlPlane, api: client.ApiClien
 
 
 def test_a_binding_its_namespace_does_not_route_is_found(
-    real_cluster: ControlPlane, api: client.ApiClient
+    real_cluster: ControlPlane, api: client.ApiClient, kubectl: Kubectl
 ) -> None:
     """Where the pods webhook routes ServiceAccount-bound credentials by namespace label (the
     base's entry for labelled namespaces), a ServiceAccount bound where the label is not "true"
@@ -320,6 +323,7 @@ def test_a_binding_its_namespace_does_not_route_is_found(
     }
     core.create_namespaced_service_account("audit-bindings", account)
     core.patch_namespace("audit-bindings", {"metadata": {"labels": {label: "false"}}})
+    apply_base(kubectl)  # GPU isolation enforced: else the audit exits 1 whatever it finds
     registration = client.AdmissionregistrationV1Api(api)
     entry = {
         "name": "serviceaccount-pods.mutate.gpu-admission.io",
