@@ -49,6 +49,7 @@ import yaml
 
 from bench.admission import _free_port, _start
 from bench.admission_tail import build_go_peer
+from bench.server_side import Snapshot, figures, http_text, https_json, read_all
 from certs.issue import ServingSpec, issue_bundle
 from gpu_admission.config import Config
 from webhooks.apiserver_policies.bindings import admission_policy_objects
@@ -87,6 +88,12 @@ class Api:
         answer = self._connection.getresponse()
         text = answer.read()
         return answer.status, json.loads(text) if text else None
+
+    def text(self, path: str) -> str:
+        """A GET answered in text: the server's /metrics."""
+        self._connection.request("GET", path, headers=self._headers)
+        answer = self._connection.getresponse()
+        return answer.read().decode()
 
     def create_pod(self, body: dict[str, Any], dry_run: bool) -> tuple[int, Any]:
         path = f"/api/v1/namespaces/{NAMESPACE}/pods" + ("?dryRun=All" if dry_run else "")
@@ -204,6 +211,8 @@ class Sample:
     kind: str  # cpu | gpu
     round: int
     latencies_ms: list[float] = field(repr=False)
+    # Where the servers measure, over the same creates (bench.server_side.figures).
+    server: dict[str, float] = field(default_factory=dict)
 
     @property
     def median(self) -> float:
@@ -225,22 +234,43 @@ def timed_creates(api: Api, kind: str, count: int, dry_run: bool) -> list[float]
     return latencies
 
 
+@dataclass
+class Servers:
+    project_port: int
+    go_port: int
+    ca: str  # base64, as caBundle takes it
+    ca_file: str
+    project_stats: str  # the project's plain-HTTP /metrics and /connections
+
+    @property
+    def go_url(self) -> str:
+        return f"https://127.0.0.1:{self.go_port}"
+
+
 @contextmanager
-def servers(tmp: Path) -> Iterator[tuple[int, int, str]]:
-    """The Go peer and the project's service, each in a process of its own; their ports and
-    the CA both are signed by (base64, as caBundle takes it)."""
+def servers(tmp: Path) -> Iterator[Servers]:
+    """The Go peer and the project's service, each in a process of its own, with the CA both
+    are signed by."""
     bundle = issue_bundle(ServingSpec("bench", "bench", dns=["localhost"], ips=["127.0.0.1"]))
     (tmp / "tls.crt").write_bytes(bundle.cert_pem)
     (tmp / "tls.key").write_bytes(bundle.key_pem)
     peer = build_go_peer(tmp)
-    project_port, go_port = _free_port(), _free_port()
+    project_port, go_port, stats_port = _free_port(), _free_port(), _free_port()
     project = [sys.executable, "-m", "bench.project_server"]
     project += ["--port", str(project_port), "--cert-dir", str(tmp)]
+    project += ["--stats-port", str(stats_port)]
+    (tmp / "ca.crt").write_bytes(bundle.ca_bundle_pem)
     go = [str(peer), "-addr", f"127.0.0.1:{go_port}"]
     go += ["-cert", str(tmp / "tls.crt"), "-key", str(tmp / "tls.key")]
     started = [_start("project", project, project_port), _start("go", go, go_port)]
     try:
-        yield project_port, go_port, base64.b64encode(bundle.ca_bundle_pem).decode()
+        yield Servers(
+            project_port,
+            go_port,
+            base64.b64encode(bundle.ca_bundle_pem).decode(),
+            str(tmp / "ca.crt"),
+            f"http://127.0.0.1:{stats_port}",
+        )
     finally:
         for server in started:
             server.process.terminate()
@@ -254,9 +284,18 @@ def measure(args: argparse.Namespace) -> list[Sample]:
     plane = control_plane.start(controller_manager=True)  # it makes the default ServiceAccount
     samples: list[Sample] = []
     try:
-        with tempfile.TemporaryDirectory() as tmpdir, servers(Path(tmpdir)) as ports:
-            project_port, go_port, ca = ports
+        with tempfile.TemporaryDirectory() as tmpdir, servers(Path(tmpdir)) as running:
             api = Api(plane.url, control_plane.ADMIN_TOKEN, plane.ca_path)
+            wait_until(lambda: _answers(running), "the webhook servers")
+
+            def snapshot() -> Snapshot:
+                return read_all(
+                    lambda: api.text("/metrics"),
+                    running.project_stats,
+                    running.go_url,
+                    running.ca_file,
+                )
+
             status, answer = api.call(
                 "POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}
             )
@@ -264,8 +303,8 @@ def measure(args: argparse.Namespace) -> list[Sample]:
             wait_until(lambda: api.create_pod(pod("cpu"), dry_run=True)[0] == 201, "the namespace")
             made = {
                 "none": [],
-                "go": go_objects(go_port, ca),
-                "project": project_objects(project_port, ca),
+                "go": go_objects(running.go_port, running.ca),
+                "project": project_objects(running.project_port, running.ca),
             }
             for index in range(args.rounds):
                 order = SETUPS[index % 3 :] + SETUPS[: index % 3]
@@ -275,13 +314,24 @@ def measure(args: argparse.Namespace) -> list[Sample]:
                     timed_creates(api, "cpu", args.warm_up, args.dry_run)
                     timed_creates(api, "gpu", args.warm_up, args.dry_run)
                     for kind in ("cpu", "gpu"):
+                        before = snapshot()
                         latencies = timed_creates(api, kind, args.pods, args.dry_run)
-                        samples.append(Sample(setup, kind, index, latencies))
+                        measured = figures(before, snapshot(), args.pods)
+                        samples.append(Sample(setup, kind, index, latencies, measured))
                     remove(api, made[setup])
                 print(f"round {index + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     finally:
         plane.stop()
     return samples
+
+
+def _answers(running: Servers) -> bool:
+    try:
+        http_text(f"{running.project_stats}/connections")
+        https_json(f"{running.go_url}/connections", running.ca_file)
+    except OSError:
+        return False
+    return True
 
 
 def _spread(values: list[float]) -> str:
@@ -308,7 +358,30 @@ def report(samples: list[Sample]) -> str:
                 f"{kind} project/{other:4s}  median ratio {_spread(medians)}  "
                 f"p99 ratio {_spread(p99s)}"
             )
-    return "\n".join(lines)
+    return "\n".join(lines + server_report(samples))
+
+
+# What the report shows of the servers' figures, by the start of their keys: the API server's
+# per webhook and per admission plugin, the project's own time per review, the connections each
+# webhook server accepted and the HTTP versions, the project's event-loop lag (mean ms a tick)
+# and its ticks over 1 ms late.
+SHOWN = ("webhook ", "plugin ", "service ", "project ", "go ", "lag ms", "late")
+
+
+def server_report(samples: list[Sample]) -> list[str]:
+    """Where the API server (and each webhook server) measured the same creates: each figure's
+    median (min - max) over rounds, by set-up and kind."""
+    rounds = sorted({s.round for s in samples})
+    by = {(s.setup, s.kind, s.round): s for s in samples}
+    lines = ["", "where the servers measure, per timed block: median (min - max) over rounds"]
+    for kind in ("cpu", "gpu"):
+        for setup in SETUPS:
+            chosen = [by[(setup, kind, r)] for r in rounds if (setup, kind, r) in by]
+            for key in sorted({k for s in chosen for k in s.server if k.startswith(SHOWN)}):
+                values = [s.server.get(key, 0.0) for s in chosen]
+                if any(values):
+                    lines.append(f"{kind} {setup:8s} {key:58s} {_spread(values)}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

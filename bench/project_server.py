@@ -1,12 +1,19 @@
 """The project's webhook service for the benchmark: every policy on, cluster state from
 examples/cluster-state.yaml, served over TLS from the certificates in --cert-dir, with the same
-runner settings and the same frozen start-up heap as production."""
+runner settings, the same event-loop lag monitor and the same frozen start-up heap as production.
+
+With `--stats-port`, plain HTTP on that port: `/metrics` (the process's registry: admission
+metrics and `gpu_admission_event_loop_lag_seconds`) and `/connections` (the connections the
+clients opened, each a TLS handshake, and the reviews by HTTP version), which the pod-create
+benchmark reads before and after each timed block."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import ssl
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -14,22 +21,57 @@ from aiohttp import web
 from commands.review_inputs import load_cluster_state
 from gpu_admission.config import load_config
 from gpu_admission.heap import freeze_long_lived
+from gpu_admission.http_probes import create_metrics_app
+from gpu_admission.loop_lag import LoopLag
+from gpu_admission.metrics import Metrics
 from webhooks.registry import build_policy_set
 from webhooks.server import create_app, make_runner
 
 ROOT = Path(__file__).resolve().parent.parent
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-async def serve(port: int, cert_dir: Path, cluster_state: Path) -> None:
+class ConnectionCount:
+    """The distinct client addresses seen (a connection each: a new one takes a new port) and
+    the requests by HTTP version; a set insert per request."""
+
+    def __init__(self) -> None:
+        self.peers: set[object] = set()
+        self.versions: Counter[str] = Counter()
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        if transport is not None:
+            self.peers.add(transport.get_extra_info("peername"))
+        self.versions[f"HTTP/{request.version.major}.{request.version.minor}"] += 1
+        return await handler(request)
+
+    async def answer(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response({"accepted": len(self.peers), "requests": dict(self.versions)})
+
+
+async def serve(port: int, cert_dir: Path, cluster_state: Path, stats_port: int | None) -> None:
     config = load_config(environ={})
     state = load_cluster_state(cluster_state, config)
-    app = create_app(config, build_policy_set(config), state.view, None, lambda: [])
+    metrics = Metrics()
+    app = create_app(config, build_policy_set(config), state.view, None, lambda: [], metrics)
+    count = ConnectionCount()
+    if stats_port is not None:
+        app.middlewares.append(count.middleware)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert_dir / "tls.crt", cert_dir / "tls.key")
     runner = make_runner(app, config.server.shutdown_grace_seconds)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
+    if stats_port is not None:
+        stats = create_metrics_app(metrics)
+        stats.router.add_get("/connections", count.answer)
+        stats_runner = web.AppRunner(stats, access_log=None)
+        await stats_runner.setup()
+        await web.TCPSite(stats_runner, "127.0.0.1", stats_port).start()
+    await LoopLag(metrics).start()
     freeze_long_lived("started")  # as `serve` does once started and its caches are full
     await asyncio.Event().wait()  # until the benchmark terminates the process
 
@@ -39,8 +81,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--cert-dir", type=Path, required=True)
     parser.add_argument("--cluster-state", type=Path, default=ROOT / "examples/cluster-state.yaml")
+    parser.add_argument("--stats-port", type=int, help="plain HTTP: /metrics and /connections")
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.cert_dir, args.cluster_state))
+    asyncio.run(serve(args.port, args.cert_dir, args.cluster_state, args.stats_port))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from gpu_admission.cluster.view import ClusterView, MissResolver, StaticClusterV
 from gpu_admission.config import Config
 from gpu_admission.heap import freeze_long_lived
 from gpu_admission.http_probes import create_metrics_app
+from gpu_admission.loop_lag import LoopLag
 from gpu_admission.metrics import NOT_KNOWN, Metrics
 from gpu_admission.stop_signals import stop_signals
 from webhooks.draining import DRAIN, Drain, close_gracefully
@@ -112,6 +113,7 @@ class AdmissionServer:
         self._webhook_runner: web.AppRunner | None = None
         self._drain: Drain | None = None
         self._metrics_runner: web.AppRunner | None = None
+        self.loop_lag = LoopLag(self.metrics)
         self.metrics.watch_readiness(self.readiness)
         self.metrics.gauge_of(
             "serving_certificate_expiry_timestamp_seconds",
@@ -172,6 +174,7 @@ class AdmissionServer:
                 self._metrics_runner = make_runner(create_metrics_app(self.metrics), 1.0)
                 await self._metrics_runner.setup()
                 await web.TCPSite(self._metrics_runner, server.host, server.metrics_port).start()
+            await self._start_service(self.loop_lag)
             for service in self.extra_services:
                 await self._start_service(service)
         except BaseException:

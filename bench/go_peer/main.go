@@ -13,9 +13,19 @@ import (
 	"flag"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+)
+
+// What the benchmark reads at /connections: the connections accepted (each a TLS handshake)
+// and the reviews answered by protocol (HTTP/2.0 when the client negotiated h2 by ALPN).
+var (
+	statsMu    sync.Mutex
+	accepted   int
+	byProtocol = map[string]int{}
 )
 
 type review struct {
@@ -145,13 +155,34 @@ func handle(w http.ResponseWriter, r *http.Request) {
 		"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
 }
 
+func route(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/connections" {
+		statsMu.Lock()
+		defer statsMu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]interface{}{"accepted": accepted, "requests": byProtocol})
+		return
+	}
+	statsMu.Lock()
+	byProtocol[r.Proto]++
+	statsMu.Unlock()
+	handle(w, r)
+}
+
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8443", "listen address")
 	cert := flag.String("cert", "tls.crt", "certificate file")
 	key := flag.String("key", "tls.key", "key file")
 	flag.Parse()
 	// The benchmark's readiness probes close connections mid-handshake: not worth a log line.
-	server := &http.Server{Addr: *addr, Handler: http.HandlerFunc(handle),
-		ErrorLog: log.New(io.Discard, "", 0)}
+	server := &http.Server{Addr: *addr, Handler: http.HandlerFunc(route),
+		ErrorLog: log.New(io.Discard, "", 0),
+		ConnState: func(_ net.Conn, state http.ConnState) {
+			if state == http.StateNew {
+				statsMu.Lock()
+				accepted++
+				statsMu.Unlock()
+			}
+		}}
 	log.Fatal(server.ListenAndServeTLS(*cert, *key))
 }

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 
 from kubernetes.client import ApiClient, AppsV1Api
@@ -168,5 +169,6 @@ class InstallChecker:
 
 
 def _synced_within(live: LiveInstall, seconds: float) -> bool:
-    deadline = seconds
-    return all(informer.wait_synced(deadline) for informer in live.informers)
+    """Whether every cache has listed, waiting at most `seconds` in all (a thread's wait)."""
+    deadline = time.monotonic() + seconds
+    return all(i.wait_synced(max(0.0, deadline - time.monotonic())) for i in live.informers)
