@@ -49,7 +49,7 @@ import yaml
 
 from bench.admission import _free_port, _start
 from bench.admission_tail import build_go_peer
-from bench.server_side import Snapshot, figures, http_text, https_json, read_all
+from bench.server_side import GoPeerConnections, Snapshot, figures, http_text, read_all
 from certs.issue import ServingSpec, issue_bundle
 from gpu_admission.config import Config
 from webhooks.apiserver_policies.bindings import admission_policy_objects
@@ -194,7 +194,7 @@ def answered_as(api: Api, setup: str) -> bool:
     go, project = "GPU_REPLICAS" in names, "GPU_SHARED_REPLICAS" in names
     if setup == "go":
         return len(cpu_env) == 1 and go and not project
-    return len(cpu_env) == 1 and project and not go
+    return len(cpu_env) == 1 and project and not go  # the project, or a variant of it
 
 
 def wait_until(check: Callable[[], bool], what: str) -> None:
@@ -234,13 +234,23 @@ def timed_creates(api: Api, kind: str, count: int, dry_run: bool) -> list[float]
     return latencies
 
 
+# The project's service as a set-up of its own, run otherwise than `serve` runs it, to pair
+# with `project` round by round: name -> bench.project_server's extra arguments.
+VARIANTS: dict[str, list[str]] = {"project-uvloop": ["--loop", "uvloop"]}
+
+
+@dataclass
+class ProjectServer:
+    port: int
+    stats: str  # its plain-HTTP /metrics and /connections
+
+
 @dataclass
 class Servers:
-    project_port: int
+    projects: dict[str, ProjectServer]  # "project", and each variant asked for
     go_port: int
     ca: str  # base64, as caBundle takes it
     ca_file: str
-    project_stats: str  # the project's plain-HTTP /metrics and /connections
 
     @property
     def go_url(self) -> str:
@@ -248,28 +258,32 @@ class Servers:
 
 
 @contextmanager
-def servers(tmp: Path) -> Iterator[Servers]:
-    """The Go peer and the project's service, each in a process of its own, with the CA both
-    are signed by."""
+def servers(tmp: Path, variants: list[str]) -> Iterator[Servers]:
+    """The Go peer and the project's service (and each variant of it), each in a process of its
+    own, with the CA all are signed by."""
     bundle = issue_bundle(ServingSpec("bench", "bench", dns=["localhost"], ips=["127.0.0.1"]))
     (tmp / "tls.crt").write_bytes(bundle.cert_pem)
     (tmp / "tls.key").write_bytes(bundle.key_pem)
     peer = build_go_peer(tmp)
-    project_port, go_port, stats_port = _free_port(), _free_port(), _free_port()
-    project = [sys.executable, "-m", "bench.project_server"]
-    project += ["--port", str(project_port), "--cert-dir", str(tmp)]
-    project += ["--stats-port", str(stats_port)]
     (tmp / "ca.crt").write_bytes(bundle.ca_bundle_pem)
+    go_port = _free_port()
     go = [str(peer), "-addr", f"127.0.0.1:{go_port}"]
     go += ["-cert", str(tmp / "tls.crt"), "-key", str(tmp / "tls.key")]
-    started = [_start("project", project, project_port), _start("go", go, go_port)]
+    started = [_start("go", go, go_port)]
+    projects = {}
+    for name in ["project", *variants]:
+        port, stats_port = _free_port(), _free_port()
+        command = [sys.executable, "-m", "bench.project_server", *VARIANTS.get(name, [])]
+        command += ["--port", str(port), "--cert-dir", str(tmp)]
+        command += ["--stats-port", str(stats_port)]
+        started.append(_start(name, command, port))
+        projects[name] = ProjectServer(port, f"http://127.0.0.1:{stats_port}")
     try:
         yield Servers(
-            project_port,
+            projects,
             go_port,
             base64.b64encode(bundle.ca_bundle_pem).decode(),
             str(tmp / "ca.crt"),
-            f"http://127.0.0.1:{stats_port}",
         )
     finally:
         for server in started:
@@ -284,39 +298,40 @@ def measure(args: argparse.Namespace) -> list[Sample]:
     plane = control_plane.start(controller_manager=True)  # it makes the default ServiceAccount
     samples: list[Sample] = []
     try:
-        with tempfile.TemporaryDirectory() as tmpdir, servers(Path(tmpdir)) as running:
+        variants = args.variant or []
+        with (
+            tempfile.TemporaryDirectory() as tmpdir,
+            servers(Path(tmpdir), variants) as running,
+        ):
             api = Api(plane.url, control_plane.ADMIN_TOKEN, plane.ca_path)
-            wait_until(lambda: _answers(running), "the webhook servers")
+            go_peer = GoPeerConnections(running.go_url, running.ca_file)
+            wait_until(lambda: _answers(running, go_peer), "the webhook servers")
 
-            def snapshot() -> Snapshot:
-                return read_all(
-                    lambda: api.text("/metrics"),
-                    running.project_stats,
-                    running.go_url,
-                    running.ca_file,
-                )
+            def snapshot(setup: str) -> Snapshot:
+                project = running.projects.get(setup, running.projects["project"])
+                return read_all(lambda: api.text("/metrics"), project.stats, go_peer)
 
             status, answer = api.call(
                 "POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}
             )
             assert status == 201, answer
             wait_until(lambda: api.create_pod(pod("cpu"), dry_run=True)[0] == 201, "the namespace")
-            made = {
-                "none": [],
-                "go": go_objects(running.go_port, running.ca),
-                "project": project_objects(running.project_port, running.ca),
-            }
+            made = {"none": [], "go": go_objects(running.go_port, running.ca)}
+            for name, project in running.projects.items():
+                made[name] = project_objects(project.port, running.ca)
+            setups = [*SETUPS, *variants]
             for index in range(args.rounds):
-                order = SETUPS[index % 3 :] + SETUPS[: index % 3]
+                turn = index % len(setups)
+                order = setups[turn:] + setups[:turn]
                 for setup in order:
                     apply(api, made[setup])
                     wait_until(lambda s=setup: answered_as(api, s), f"{setup} to be applied")
                     timed_creates(api, "cpu", args.warm_up, args.dry_run)
                     timed_creates(api, "gpu", args.warm_up, args.dry_run)
                     for kind in ("cpu", "gpu"):
-                        before = snapshot()
+                        before = snapshot(setup)
                         latencies = timed_creates(api, kind, args.pods, args.dry_run)
-                        measured = figures(before, snapshot(), args.pods)
+                        measured = figures(before, snapshot(setup), args.pods)
                         samples.append(Sample(setup, kind, index, latencies, measured))
                     remove(api, made[setup])
                 print(f"round {index + 1}/{args.rounds} done", file=sys.stderr, flush=True)
@@ -325,10 +340,11 @@ def measure(args: argparse.Namespace) -> list[Sample]:
     return samples
 
 
-def _answers(running: Servers) -> bool:
+def _answers(running: Servers, go_peer: GoPeerConnections) -> bool:
     try:
-        http_text(f"{running.project_stats}/connections")
-        https_json(f"{running.go_url}/connections", running.ca_file)
+        for project in running.projects.values():
+            http_text(f"{project.stats}/connections")
+        go_peer.snapshot()
     except OSError:
         return False
     return True
@@ -338,25 +354,54 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f} - {max(values):.2f})"
 
 
+def _setups(samples: list[Sample]) -> list[str]:
+    present = {s.setup for s in samples}
+    return [*(s for s in SETUPS if s in present), *sorted(present - set(SETUPS))]
+
+
+# The API server's own time for a pod that needs the webhook, per set-up: the webhook calls it
+# makes (each mutating and validating one, as many calls per create as it made).
+def apiserver_webhook_ms(sample: Sample) -> float:
+    """The API server's time in webhooks per create (its own figure, summed over webhooks)."""
+    total = 0.0
+    for key, value in sample.server.items():
+        if key.startswith("webhook ") and key.endswith(" ms"):
+            calls = sample.server.get(key.removesuffix(" ms") + " calls/create", 1.0)
+            total += value * calls
+    return total
+
+
 def report(samples: list[Sample]) -> str:
     rounds = sorted({s.round for s in samples})
     by = {(s.setup, s.kind, s.round): s for s in samples}
+    setups = _setups(samples)
     lines = ["median and p99 per round, ms: median (min - max) over rounds"]
     for kind in ("cpu", "gpu"):
-        for setup in SETUPS:
+        for setup in setups:
             chosen = [by[(setup, kind, r)] for r in rounds]
             lines.append(
                 f"{kind} {setup:8s} median {_spread([s.median for s in chosen])}  "
                 f"p99 {_spread([s.p99 for s in chosen])}"
             )
-        for other in ("none", "go"):
-            medians = [
-                by[("project", kind, r)].median / by[(other, kind, r)].median for r in rounds
-            ]
-            p99s = [by[("project", kind, r)].p99 / by[(other, kind, r)].p99 for r in rounds]
+        pairs = [(p, o) for p in setups if p.startswith("project") for o in ("none", "go")]
+        pairs += [(v, "project") for v in setups if v.startswith("project-")]
+        for mine, other in pairs:
+            medians = [by[(mine, kind, r)].median / by[(other, kind, r)].median for r in rounds]
+            p99s = [by[(mine, kind, r)].p99 / by[(other, kind, r)].p99 for r in rounds]
             lines.append(
-                f"{kind} project/{other:4s}  median ratio {_spread(medians)}  "
+                f"{kind} {mine}/{other:4s}  median ratio {_spread(medians)}  "
                 f"p99 ratio {_spread(p99s)}"
+            )
+        for mine, other in pairs:
+            if other == "none":
+                continue
+            theirs = [apiserver_webhook_ms(by[(other, kind, r)]) for r in rounds]
+            ours = [apiserver_webhook_ms(by[(mine, kind, r)]) for r in rounds]
+            if not all(theirs):
+                continue
+            ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+            lines.append(
+                f"{kind} {mine}/{other:4s}  API server's webhook ms ratio {_spread(ratios)}"
             )
     return "\n".join(lines + server_report(samples))
 
@@ -365,7 +410,18 @@ def report(samples: list[Sample]) -> str:
 # per webhook and per admission plugin, the project's own time per review, the connections each
 # webhook server accepted and the HTTP versions, the project's event-loop lag (mean ms a tick)
 # and its ticks over 1 ms late.
-SHOWN = ("webhook ", "plugin ", "service ", "project ", "go ", "lag ms", "late")
+SHOWN = (
+    "webhook ",
+    "plugin MutatingAdmissionPolicy ms",
+    "plugin ValidatingAdmissionPolicy ms",
+    "plugin MutatingAdmissionWebhook ms",
+    "plugin ValidatingAdmissionWebhook ms",
+    "service ",
+    "project ",
+    "go ",
+    "lag ms",
+    "late",
+)
 
 
 def server_report(samples: list[Sample]) -> list[str]:
@@ -375,11 +431,11 @@ def server_report(samples: list[Sample]) -> list[str]:
     by = {(s.setup, s.kind, s.round): s for s in samples}
     lines = ["", "where the servers measure, per timed block: median (min - max) over rounds"]
     for kind in ("cpu", "gpu"):
-        for setup in SETUPS:
+        for setup in _setups(samples):
             chosen = [by[(setup, kind, r)] for r in rounds if (setup, kind, r) in by]
             for key in sorted({k for s in chosen for k in s.server if k.startswith(SHOWN)}):
                 values = [s.server.get(key, 0.0) for s in chosen]
-                if any(values):
+                if any(values) or key.endswith(" connections"):  # none opened is the news
                     lines.append(f"{kind} {setup:8s} {key:58s} {_spread(values)}")
     return lines
 
@@ -395,6 +451,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--dry-run", action="store_true", help="server-side dry runs")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        choices=sorted(VARIANTS),
+        help="also a set-up of the project's service run so, paired with `project` each round",
+    )
     parser.add_argument("--json", type=Path, help="also write every latency here")
     args = parser.parse_args(argv)
     if not os.environ.get("KUBEBUILDER_ASSETS"):

@@ -82,8 +82,20 @@ def main() -> None:
     parser.add_argument("--cert-dir", type=Path, required=True)
     parser.add_argument("--cluster-state", type=Path, default=ROOT / "examples/cluster-state.yaml")
     parser.add_argument("--stats-port", type=int, help="plain HTTP: /metrics and /connections")
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the event loop: asyncio's own (as `serve` runs) or uvloop's (as the controller)",
+    )
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.cert_dir, args.cluster_state, args.stats_port))
+    main_task = serve(args.port, args.cert_dir, args.cluster_state, args.stats_port)
+    if args.loop == "uvloop":
+        from gpu_admission import event_loop
+
+        event_loop.run(main_task)
+    else:
+        asyncio.run(main_task)
 
 
 if __name__ == "__main__":

@@ -78,10 +78,13 @@ def project_snapshot(text: str) -> Snapshot:
     return snap
 
 
-def connections_snapshot(answer: Mapping[str, object], label: str) -> Snapshot:
-    """A server's /connections: `<label> connections` and `<label> HTTP/x.y` requests."""
+def connections_snapshot(answer: Mapping[str, object], label: str, own: int = 0) -> Snapshot:
+    """A server's /connections: `<label> connections` and `<label> HTTP/x.y` requests. `own`:
+    the connections the reading itself opened, counted by the server (the Go peer answers on
+    its TLS port: each snapshot is a connection of its own)."""
     snap = Snapshot()
-    snap.counters[f"{label} connections"] = float(answer.get("accepted", 0))  # type: ignore[arg-type]
+    accepted = float(answer.get("accepted", 0))  # type: ignore[arg-type]
+    snap.counters[f"{label} connections"] = accepted - own
     for version, count in dict(answer.get("requests") or {}).items():  # type: ignore[call-overload]
         snap.counters[f"{label} {version}"] = float(count)
     return snap
@@ -122,14 +125,28 @@ def http_text(url: str) -> str:
         return answer.read().decode()  # type: ignore[no-any-return]
 
 
+class GoPeerConnections:
+    """The Go peer's /connections, read over its TLS port: each read is a connection of its
+    own, which the peer counts, so the reads so far are taken off its count."""
+
+    def __init__(self, url: str, ca: str) -> None:
+        self.url, self.ca = url, ca
+        self.reads = 0
+
+    def snapshot(self) -> Snapshot:
+        self.reads += 1
+        answer = https_json(f"{self.url}/connections", self.ca)
+        return connections_snapshot(answer, "go", self.reads)
+
+
 def read_all(
-    apiserver_metrics: Callable[[], str], project_stats: str, go_url: str, ca: str
+    apiserver_metrics: Callable[[], str], project_stats: str, go_peer: GoPeerConnections
 ) -> Snapshot:
     """One snapshot of everything: the API server's, the project's (plain HTTP stats port) and
-    the Go peer's (its /connections, over its TLS port)."""
+    the Go peer's."""
     return merged(
         apiserver_snapshot(apiserver_metrics()),
         project_snapshot(http_text(f"{project_stats}/metrics")),
         connections_snapshot(json.loads(http_text(f"{project_stats}/connections")), "project"),
-        connections_snapshot(https_json(f"{go_url}/connections", ca), "go"),
+        go_peer.snapshot(),
     )
