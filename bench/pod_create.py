@@ -49,6 +49,7 @@ import yaml
 
 from bench.admission import _free_port, _start
 from bench.admission_tail import build_go_peer
+from bench.policy_forms import apply_configuration
 from bench.server_side import GoPeerConnections, Snapshot, figures, http_text, read_all
 from certs.issue import ServingSpec, issue_bundle
 from gpu_admission.config import Config
@@ -234,9 +235,21 @@ def timed_creates(api: Api, kind: str, count: int, dry_run: bool) -> list[float]
     return latencies
 
 
-# The project's service as a set-up of its own, run otherwise than `serve` runs it, to pair
-# with `project` round by round: name -> bench.project_server's extra arguments.
-VARIANTS: dict[str, list[str]] = {"project-uvloop": ["--loop", "uvloop"]}
+@dataclass(frozen=True)
+class Variant:
+    """The project as a set-up of its own, otherwise than installed, to pair with `project`
+    round by round: its service run with other arguments, or other admission objects."""
+
+    server_args: tuple[str, ...] = ()
+    objects: Callable[[list[dict[str, Any]], Config], list[dict[str, Any]]] | None = None
+
+
+VARIANTS = {
+    # The service on uvloop's event loop (as the controller runs), not asyncio's own.
+    "project-uvloop": Variant(server_args=("--loop", "uvloop")),
+    # GPU visibility as an ApplyConfiguration (bench/policy_forms.py), not a JSONPatch.
+    "project-applyconfig": Variant(objects=apply_configuration),
+}
 
 
 @dataclass
@@ -273,7 +286,8 @@ def servers(tmp: Path, variants: list[str]) -> Iterator[Servers]:
     projects = {}
     for name in ["project", *variants]:
         port, stats_port = _free_port(), _free_port()
-        command = [sys.executable, "-m", "bench.project_server", *VARIANTS.get(name, [])]
+        extra = VARIANTS[name].server_args if name in VARIANTS else ()
+        command = [sys.executable, "-m", "bench.project_server", *extra]
         command += ["--port", str(port), "--cert-dir", str(tmp)]
         command += ["--stats-port", str(stats_port)]
         started.append(_start(name, command, port))
@@ -319,6 +333,9 @@ def measure(args: argparse.Namespace) -> list[Sample]:
             made = {"none": [], "go": go_objects(running.go_port, running.ca)}
             for name, project in running.projects.items():
                 made[name] = project_objects(project.port, running.ca)
+                form = VARIANTS[name].objects if name in VARIANTS else None
+                if form is not None:
+                    made[name] = form(made[name], Config())
             setups = [*SETUPS, *variants]
             for index in range(args.rounds):
                 turn = index % len(setups)
@@ -455,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         "--variant",
         action="append",
         choices=sorted(VARIANTS),
-        help="also a set-up of the project's service run so, paired with `project` each round",
+        help="also this set-up of the project (see VARIANTS), paired with `project` each round",
     )
     parser.add_argument("--json", type=Path, help="also write every latency here")
     args = parser.parse_args(argv)

@@ -561,6 +561,13 @@ def _visibility_state(cluster: InstallCluster, state: str) -> bool:
     return series in _controller_metrics(cluster)
 
 
+def _hidden(cluster: InstallCluster) -> bool:
+    """Whether a CPU-only pod is admitted with NVIDIA_VISIBLE_DEVICES=none (a dry run)."""
+    made = cluster.apply([pod("unhidden", "true")], "--dry-run=server", "-o", "json")
+    env = json.loads(made.stdout)["spec"]["containers"][0].get("env") or []
+    return {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"} in env
+
+
 def test_a_pruned_visibility_policy_is_told_on_the_service_deployment(
     installed: InstallCluster,
 ) -> None:
@@ -580,14 +587,14 @@ def test_a_pruned_visibility_policy_is_told_on_the_service_deployment(
         ).stdout
         assert "AdmissionObjectMissing" in described, described
         assert "MutatingAdmissionPolicy gpu-admission-gpu-visibility is missing" in described
-        # What the finding is about: a CPU-only pod now goes unhidden, and the service is Ready.
-        made = installed.apply([pod("unhidden", "true")], "--dry-run=server", "-o", "json")
-        env = json.loads(made.stdout)["spec"]["containers"][0].get("env") or []
-        assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"} not in env
+        # What the finding is about: once the API server has dropped the policy from its own
+        # caches, a CPU-only pod goes unhidden; and the service stays Ready.
+        wait_for(lambda: not _hidden(installed), "a CPU-only pod admitted unhidden")
         installed.rolled_out("gpu-admission")
     finally:
         installed.kubectl("apply", "-k", str(ROOT / BASE))
     wait_for(lambda: _visibility_state(installed, "ok"), "the gauge to say ok again")
+    wait_for(lambda: _hidden(installed), "CPU-only pods hidden again")
 
 
 def test_uninstall_leaves_no_webhook_or_policy(installed: InstallCluster) -> None:

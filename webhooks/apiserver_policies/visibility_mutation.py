@@ -127,7 +127,7 @@ def _added(lst: str) -> str:
     )
 
 
-def _hidden(config: Config) -> str:
+def hidden_test(config: Config) -> str:
     """CEL true when the container `c` gets the entry: no GPU resource, no claim."""
     claims = "(has(c.resources) && has(c.resources.claims) && size(c.resources.claims) > 0)"
     return f"!({requests_gpu_test(config.gpu)}) && !{claims}"
@@ -153,12 +153,12 @@ def _operations(lst: str) -> str:
 
 def _list_patch(lst: str, config: Config) -> str:
     return (
-        f"{_added(lst)}.transformList(i, c, {_hidden(config)}, {_operations(lst)}).flatten()"
+        f"{_added(lst)}.transformList(i, c, {hidden_test(config)}, {_operations(lst)}).flatten()"
         if lst != EPHEMERAL
         # Index in the whole list (the patch's path), not in the filtered one.
         else f"(has(object.spec.{lst}) ? object.spec.{lst} : []).transformList(i, c, "
         f"(!has(oldObject.spec.{lst}) || !oldObject.spec.{lst}.exists(o, o.name == c.name)) && "
-        f"{_hidden(config)}, {_operations(lst)}).flatten()"
+        f"{hidden_test(config)}, {_operations(lst)}).flatten()"
     )
 
 
@@ -181,7 +181,8 @@ def needs_change_condition(config: Config) -> str:
         when = (
             "request.operation == 'CREATE'" if lst != EPHEMERAL else "request.operation != 'CREATE'"
         )
-        parts.append(f"({when} && {_added(lst)}.exists(c, {_hidden(config)} && !{_unchanged()}))")
+        hides = f"{hidden_test(config)} && !{_unchanged()}"
+        parts.append(f"({when} && {_added(lst)}.exists(c, {hides}))")
     return " || ".join(parts)
 
 
@@ -257,7 +258,7 @@ def would_change_expression(config: Config) -> str:
     """CEL: the audit words of what the policy would change ("" for nothing)."""
     parts = []
     for lst in (*_CREATED, EPHEMERAL):
-        changed = f"{_added(lst)}.filter(c, {_hidden(config)}).map(c, {_words(lst)})"
+        changed = f"{_added(lst)}.filter(c, {hidden_test(config)}).map(c, {_words(lst)})"
         when = (
             "request.operation == 'CREATE'" if lst != EPHEMERAL else "request.operation != 'CREATE'"
         )

@@ -1,0 +1,52 @@
+"""Other forms of the GPU-visibility MutatingAdmissionPolicy, for `bench.pod_create --variant` to
+price against the shipped one on the same API server, round by round: what a CPU-only pod pays
+is kube-apiserver's own work for the policy it matches.
+
+- `apply-configuration`: the same change as an ApplyConfiguration (a structured merge of
+  `NVIDIA_VISIBLE_DEVICES=none` into each hidden container's env, keyed by name) in place of
+  the JSONPatch list. Pod CREATE only, and not the same result everywhere: a merge keeps the
+  fields it does not name, so an entry the user set `valueFrom` on would end with both `value`
+  and `valueFrom` (which the API server refuses), and duplicate names are not merged away. It is
+  priced here to know whether the form is worth making whole, not shipped.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from gpu_admission.config import Config
+from gpu_admission.names import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
+from webhooks.apiserver_policies.cel import cel_string
+from webhooks.apiserver_policies.visibility_mutation import POLICY_NAME, hidden_test
+
+
+def _merged(lst: str, config: Config) -> str:
+    entry = (
+        f"Object.spec.{lst}.env{{name: {cel_string(NVIDIA_VISIBLE_DEVICES)}, "
+        f"value: {cel_string(VISIBLE_DEVICES_NONE)}}}"
+    )
+    hidden = (
+        f"object.spec.{lst}.filter(c, {hidden_test(config)})"
+        f".map(c, Object.spec.{lst}{{name: c.name, env: [{entry}]}})"
+    )
+    return f"?{lst}: has(object.spec.{lst}) ? optional.of({hidden}) : optional.none()"
+
+
+def apply_configuration_expression(config: Config) -> str:
+    lists = ", ".join(_merged(lst, config) for lst in ("initContainers", "containers"))
+    return f"Object{{spec: Object.spec{{{lists}}}}}"
+
+
+def apply_configuration(objects: list[dict[str, Any]], config: Config) -> list[dict[str, Any]]:
+    """`objects` with the visibility policy's JSONPatch replaced by the ApplyConfiguration."""
+    changed = copy.deepcopy(objects)
+    for obj in changed:
+        if obj["kind"] == "MutatingAdmissionPolicy" and obj["metadata"]["name"] == POLICY_NAME:
+            obj["spec"]["mutations"] = [
+                {
+                    "patchType": "ApplyConfiguration",
+                    "applyConfiguration": {"expression": apply_configuration_expression(config)},
+                }
+            ]
+    return changed
