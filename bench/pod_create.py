@@ -49,7 +49,7 @@ import yaml
 
 from bench.admission import _free_port, _start
 from bench.admission_tail import build_go_peer
-from bench.policy_forms import apply_configuration
+from bench.policy_forms import apply_configuration, routing_without_checks
 from bench.server_side import GoPeerConnections, Snapshot, figures, http_text, read_all
 from certs.issue import ServingSpec, issue_bundle
 from gpu_admission.config import Config
@@ -249,6 +249,8 @@ VARIANTS = {
     "project-uvloop": Variant(server_args=("--loop", "uvloop")),
     # GPU visibility as an ApplyConfiguration (bench/policy_forms.py), not a JSONPatch.
     "project-applyconfig": Variant(objects=apply_configuration),
+    # The webhook's routing without its stateless-checks half (bench/policy_forms.py).
+    "project-routing-without-checks": Variant(objects=routing_without_checks),
 }
 
 

@@ -8,6 +8,10 @@ is kube-apiserver's own work for the policy it matches.
   fields it does not name, so an entry the user set `valueFrom` on would end with both `value`
   and `valueFrom` (which the API server refuses), and duplicate names are not merged away. It is
   priced here to know whether the form is worth making whole, not shipped.
+- `routing-without-checks`: the pods mutating webhook's `needs-cluster-state` condition without
+  its second half (the stateless checks passing, so that a pod the policy refuses is never sent
+  to the service). Not the same routing: priced to know what that half costs the API server for
+  every pod that needs state.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from gpu_admission.config import Config
 from gpu_admission.names import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
 from webhooks.apiserver_policies.cel import cel_string
 from webhooks.apiserver_policies.visibility_mutation import POLICY_NAME, hidden_test
+from webhooks.apiserver_policies.webhook_routing import POD_MUTATIONS, needs_state_condition
 
 
 def _merged(lst: str, config: Config) -> str:
@@ -49,4 +54,19 @@ def apply_configuration(objects: list[dict[str, Any]], config: Config) -> list[d
                     "applyConfiguration": {"expression": apply_configuration_expression(config)},
                 }
             ]
+    return changed
+
+
+def routing_without_checks(objects: list[dict[str, Any]], config: Config) -> list[dict[str, Any]]:
+    """`objects` with the pods mutating webhook routing on `needs_state_condition` alone."""
+    changed = copy.deepcopy(objects)
+    for obj in changed:
+        if obj["kind"] != "MutatingWebhookConfiguration":
+            continue
+        for entry in obj["webhooks"]:
+            if entry["name"] != POD_MUTATIONS:
+                continue
+            for condition in entry["matchConditions"]:
+                if condition["name"] == "needs-cluster-state":
+                    condition["expression"] = needs_state_condition(config)
     return changed
