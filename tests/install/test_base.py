@@ -225,6 +225,10 @@ def test_while_the_service_is_down_only_the_pods_that_need_it_wait(
     def clean_up() -> None:  # pass or fail: nothing of this test holds the node or a load slot
         held_store.release()
         installed.kubectl("-n", NS, "delete", "deployment", "web", "--ignore-not-found")
+        # The dataset read through the proxy, which goes with this test: a later audit of the
+        # sources would wait out its whole timeout on a proxy no longer there.
+        installed.kubectl("-n", NS, "delete", "pod", "reads-loading", "--ignore-not-found")
+        installed.kubectl("-n", NS, "delete", "pvc", "loading", "--ignore-not-found")
         installed.kubectl("delete", "namespace", bound, "--wait=false", "--ignore-not-found")
 
     request.addfinalizer(clean_up)
