@@ -62,7 +62,6 @@ class InstallChecker:
         self._metrics = self.reporter.metrics
         self._live: LiveInstall | None = None
         self._task: asyncio.Task[None] | None = None
-        self._changed = asyncio.Event()
         self._deployment: dict[str, str] | None = None
         self.recount_seconds = RECOUNT_SECONDS
         self.report: InstallReport | None = None  # the last one published
@@ -72,8 +71,7 @@ class InstallChecker:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._changed = asyncio.Event()
-        changed = self._changed
+        changed = asyncio.Event()  # this term's: set by the informers' threads
 
         def on_change() -> None:  # an informer thread
             loop.call_soon_threadsafe(changed.set)

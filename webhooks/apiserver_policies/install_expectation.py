@@ -39,11 +39,8 @@ from gpu_admission.policy_modes import PolicyMode
 from webhooks.apiserver_policies.bindings import GPU_VISIBILITY, admission_policy_objects
 from webhooks.apiserver_policies.credential_namespaces import BINDING_POLICY, LABEL_POLICY
 from webhooks.apiserver_policies.visibility_mutation import POLICY_NAME as VISIBILITY_POLICY
-from webhooks.apiserver_policies.webhook_configurations import (
-    CREDENTIAL_NAMESPACE_POD_MUTATIONS,
-    Layout,
-    webhook_configurations,
-)
+from webhooks.apiserver_policies.webhook_configurations import Layout, webhook_configurations
+from webhooks.apiserver_policies.webhook_routing import CREDENTIAL_NAMESPACE_POD_MUTATIONS
 from webhooks.apiserver_policies.workload_templates import WORKLOAD_POLICY_NAME
 from webhooks.policies.credential_injection import parse_names
 

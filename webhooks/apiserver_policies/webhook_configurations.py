@@ -17,7 +17,6 @@ from gpu_admission.config import Config
 from gpu_admission.names import CREDENTIAL_TYPES
 from webhooks.apiserver_policies.cel import cel_string
 from webhooks.apiserver_policies.webhook_routing import (
-    CREDENTIAL_NAMESPACE_POD_MUTATIONS,
     NOT_A_MIRROR_POD,
     POD_MUTATIONS,
     mutating_pod_webhooks,
@@ -190,6 +189,3 @@ def validating_configuration(config: Config, layout: Layout = Layout.BASE) -> di
 
 def webhook_configurations(config: Config, layout: Layout = Layout.BASE) -> list[dict[str, Any]]:
     return [mutating_configuration(config, layout), validating_configuration(config, layout)]
-
-
-__all__ = ["CREDENTIAL_NAMESPACE_POD_MUTATIONS", "Layout", "webhook_configurations"]
