@@ -48,12 +48,16 @@ class Tail:
         return [p.p99_ms / g.p99_ms for p, g in zip(self.project, self.go, strict=True)]
 
 
-def build_go_peer(out: Path) -> Path:
-    """A module-less single-file build, its cache in `out`."""
-    binary = out / "go_peer"
+def build_go(source: Path, out: Path) -> Path:
+    """A module-less single-file build into `out`, named after its folder, its cache there."""
+    binary = out / source.parent.name
     env = {**os.environ, "GO111MODULE": "off", "GOCACHE": str(out / "go-cache")}
-    subprocess.run(["go", "build", "-o", str(binary), str(GO_PEER)], check=True, env=env)
+    subprocess.run(["go", "build", "-o", str(binary), str(source)], check=True, env=env)
     return binary
+
+
+def build_go_peer(out: Path) -> Path:
+    return build_go(GO_PEER, out)
 
 
 def measure(servers: tuple[Server, Server], ca: Path, args: argparse.Namespace, tmp: Path) -> Tail:

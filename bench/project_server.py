@@ -51,7 +51,9 @@ class ConnectionCount:
         return web.json_response({"accepted": len(self.peers), "requests": dict(self.versions)})
 
 
-async def serve(port: int, cert_dir: Path, cluster_state: Path, stats_port: int | None) -> None:
+async def serve(
+    port: int, cert_dir: Path, cluster_state: Path, stats_port: int | None, reuse_port: bool
+) -> None:
     config = load_config(environ={})
     state = load_cluster_state(cluster_state, config)
     metrics = Metrics()
@@ -64,7 +66,8 @@ async def serve(port: int, cert_dir: Path, cluster_state: Path, stats_port: int 
     context.load_cert_chain(cert_dir / "tls.crt", cert_dir / "tls.key")
     runner = make_runner(app, config.server.shutdown_grace_seconds)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
+    site = web.TCPSite(runner, "127.0.0.1", port, ssl_context=context, reuse_port=reuse_port)
+    await site.start()
     if stats_port is not None:
         stats = create_metrics_app(metrics)
         stats.router.add_get("/connections", count.answer)
@@ -88,8 +91,16 @@ def main() -> None:
         default="asyncio",
         help="the event loop: asyncio's own (as `serve` runs) or uvloop's (as the controller)",
     )
+    parser.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="share --port with other processes started so (SO_REUSEPORT: the kernel spreads new "
+        "connections over them, as kube-proxy spreads them over a Service's replicas)",
+    )
     args = parser.parse_args()
-    main_task = serve(args.port, args.cert_dir, args.cluster_state, args.stats_port)
+    main_task = serve(
+        args.port, args.cert_dir, args.cluster_state, args.stats_port, args.reuse_port
+    )
     if args.loop == "uvloop":
         from gpu_admission import event_loop
 
