@@ -11,6 +11,7 @@ COPY webhooks ./webhooks
 COPY controllers ./controllers
 COPY certs ./certs
 COPY loaders ./loaders
+COPY gpu_usage ./gpu_usage
 COPY commands ./commands
 ARG SITE=/opt/gpu-admission/lib/python3.11/site-packages
 # rclone is the loader's copy engine; its wheel ships the static binary. Then what the runtime

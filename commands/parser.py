@@ -1,5 +1,5 @@
 """The `gpu-admission` sub-commands (`serve`, `controller`, `review`, `audit`, `certs issue`,
-`load`, `admission-policy`) and their parser.
+`load`, `admission-policy`, `gpu-usage`, `usage`) and their parser.
 
 Each sub-command's parser sets `func(args) -> int`, the exit status. Usage and configuration
 errors exit 2 with a message that names the flag or config field; failures to start exit 1.
@@ -18,8 +18,10 @@ from typing import Any
 from certs.cli import add_certs_parser
 from commands.admission_policy import add_admission_policy_parser
 from commands.audit import add_audit_parser
+from commands.gpu_usage import add_gpu_usage_parser
 from commands.load import add_load_parser
 from commands.review import add_review_parser
+from commands.usage import add_usage_parser
 from gpu_admission import __version__
 from gpu_admission.cluster.kube import ClusterConfigError, api_client
 from gpu_admission.config import Config, ConfigError, load_config
@@ -184,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_certs_parser(subparsers)
     add_load_parser(subparsers)
     add_admission_policy_parser(subparsers)
+    add_gpu_usage_parser(subparsers)
+    add_usage_parser(subparsers)
     return parser
 
 

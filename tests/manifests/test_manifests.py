@@ -1,5 +1,5 @@
-"""The kustomize base and its overlays (cert-manager, monitoring, webhook-pod-checks) render, and
-say what the install promises."""
+"""The kustomize base and its overlays (cert-manager, monitoring, webhook-pod-checks, gpu-usage)
+render, and say what the install promises."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ def one(docs: tuple[dict[str, Any], ...], kind: str, name: str = "gpu-admission"
         "manifests/overlays/cert-manager",
         "manifests/overlays/monitoring",
         "manifests/overlays/webhook-pod-checks",
+        "manifests/overlays/gpu-usage",
     ]
 )
 def docs(request):
@@ -271,3 +272,37 @@ def test_the_overlay_for_1_30_to_1_35_calls_the_mutating_webhook_for_every_pod()
         "ValidatingAdmissionPolicyBinding",
     }
     assert _pod_mutations(older) == [pods]
+
+
+def test_the_gpu_usage_agent_sees_every_gpu_and_host_pids_with_the_least_rights():
+    docs = render("manifests/overlays/gpu-usage")
+    agent = one(docs, "DaemonSet", "gpu-admission-gpu-usage")
+    assert agent["metadata"]["namespace"] == "gpu-admission"  # exempt: its env stands
+    assert one(docs, "Namespace")["metadata"]["labels"][EXEMPT] == "true"
+    spec = agent["spec"]["template"]["spec"]
+    assert spec["hostPID"] is True and not spec.get("hostNetwork")
+    assert spec["serviceAccountName"] == "gpu-admission-gpu-usage"
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    (container,) = spec["containers"]
+    assert container["args"][0] == "gpu-usage"
+    assert (
+        container["image"]
+        == one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    )  # one image
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert "utility" in env["NVIDIA_DRIVER_CAPABILITIES"]["value"]
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    # Asks for no GPU: it would take one from the workloads it watches.
+    assert not any("nvidia.com" in r for r in container["resources"].get("limits", {}))
+    context = container["securityContext"]
+    assert context["capabilities"]["drop"] == ["ALL"] and "add" not in context["capabilities"]
+    assert context["allowPrivilegeEscalation"] is False and not context.get("privileged")
+    assert context["readOnlyRootFilesystem"] is True
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    keys = {e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]}
+    assert "nvidia.com/gpu.present" in keys  # GPU nodes only
+    mine = _rules(docs, "gpu-admission-gpu-usage")
+    assert _may(mine, "list", "pods") and _may(mine, "create", "events")
+    assert not _may(mine, "get", "secrets") and not _may(mine, "patch", "pods")
+    assert sum(len(r["verbs"]) * len(r["resources"]) for r in mine) == 2  # nothing else

@@ -26,11 +26,11 @@ def namespace(kubectl: Kubectl, crds: None) -> None:
     kubectl("apply", "-f", str(ROOT / "manifests" / "base" / "namespace.yaml"))
 
 
-def test_there_are_seven_kustomizations() -> None:
+def test_there_are_eight_kustomizations() -> None:
     names = {str(path.relative_to(ROOT)) for path in KUSTOMIZATIONS}
     older = {"manifests/overlays/webhook-pod-mutations", "manifests/overlays/webhook-pod-checks"}
-    assert {"manifests", "manifests/base", *older} <= names
-    assert len(names) == 7, names
+    assert {"manifests", "manifests/base", "manifests/overlays/gpu-usage", *older} <= names
+    assert len(names) == 8, names
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,178 @@
+"""`gpu-admission gpu-usage`: the node agent. What each container really uses of its GPU, from
+NVML per process, mapped through `/proc/<pid>/cgroup` to its container and through the API
+server to its pod; served as metrics on the metrics port, with a Warning Event on a pod whose
+container passes its memory share.
+
+`--once` prints the node's table and exits: `kubectl exec` it in the agent's pod, or run it on
+a node; without access to the API server, processes in pods are named by pod UID and container
+ID, and processes outside any pod by their command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from gpu_admission.cluster.kube import ClusterConfigError, api_client, in_cluster
+from gpu_admission.config import ConfigError, load_config
+from gpu_admission.http_probes import create_metrics_app
+from gpu_admission.logging_setup import LOG_FORMATS, LOG_LEVELS, setup_logging
+from gpu_admission.metrics import Metrics
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEFAULT_INTERVAL = 5.0
+log = logging.getLogger("gpu_admission.gpu_usage")
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{value:g} s is out of range (0.1 to 3600 seconds)")
+    return value
+
+
+def add_gpu_usage_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "gpu-usage",
+        help="the node agent: what each container really uses of its GPU",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", type=Path, metavar="FILE", help="YAML config file")
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="kubeconfig to list this node's pods (default: the pod's in-cluster "
+        "ServiceAccount; with neither, pods are named by UID)",
+    )
+    parser.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="plain-HTTP metrics port (default 9090)"
+    )
+    parser.add_argument(
+        "--interval",
+        type=_interval,
+        default=DEFAULT_INTERVAL,
+        metavar="S",
+        help=f"seconds between sweeps (default {DEFAULT_INTERVAL:g})",
+    )
+    parser.add_argument("--once", action="store_true", help="print the node's table and exit")
+    parser.add_argument(
+        "--proc",
+        type=Path,
+        default=Path("/proc"),
+        metavar="DIR",
+        help="the host's /proc (default /proc, with hostPID; or a hostPath mount of it)",
+    )
+    parser.add_argument(
+        "--node",
+        default=os.environ.get("NODE_NAME") or socket.gethostname(),
+        help="this node's name (default: $NODE_NAME, else the host name)",
+    )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, help="default: info")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, help="default: json")
+    parser.set_defaults(func=gpu_usage_command)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """`gpu-admission gpu-usage ...` without the full parser (commands/cli.py says why)."""
+    parser = argparse.ArgumentParser(prog="gpu-admission")
+    add_gpu_usage_parser(parser.add_subparsers())
+    try:
+        args = parser.parse_args(["gpu-usage", *argv])
+    except SystemExit as exc:  # argparse already printed usage and the error
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    return int(args.func(args))
+
+
+def _node_pods(args: argparse.Namespace) -> Any:
+    """The node's pods through the API server, or None (said on stderr) without access."""
+    from gpu_usage.node_pods import NodePods
+
+    if args.kubeconfig is None and not in_cluster():
+        print(
+            "not in a pod and no --kubeconfig: processes in pods are named by pod UID",
+            file=sys.stderr,
+        )
+        return None
+    return NodePods(api_client(args.kubeconfig), args.node)
+
+
+def gpu_usage_command(args: argparse.Namespace) -> int:
+    from gpu_usage.agent import Agent
+    from gpu_usage.host_processes import ProcessTable
+    from gpu_usage.nvml_reader import NvmlReader, NvmlUnavailable
+    from gpu_usage.table import render
+
+    server: dict[str, Any] = {}
+    for key in ("metrics_port", "log_level", "log_format"):
+        if getattr(args, key) is not None:
+            server[key] = getattr(args, key)
+    try:
+        config = load_config(args.config, {"server": server} if server else {})
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        pods = _node_pods(args)
+    except ClusterConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    agent = Agent(NvmlReader(), ProcessTable(args.proc), pods, instance=args.node)
+    if args.once:
+        try:
+            result = agent.sweep()
+        except NvmlUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        finally:
+            agent.reader.stop()
+        if pods is not None and pods.error:
+            print(f"warning: {pods.error}", file=sys.stderr)
+        print(render(result.rows))
+        return EXIT_OK
+    setup_logging(config.server.log_level, config.server.log_format)
+    try:
+        asyncio.run(_serve(agent, config.server.host, config.server.metrics_port, args.interval))
+    except OSError as exc:  # the metrics port is taken
+        log.error("cannot start: %s", exc)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def _serve(agent: Any, host: str, port: int, interval: float) -> None:
+    from gpu_usage.usage_metrics import AgentMetrics
+
+    metrics = Metrics()
+    agent.metrics = AgentMetrics(metrics)
+    runner = web.AppRunner(create_metrics_app(metrics, agent.readiness), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    log.info(
+        "gpu-usage agent on node %s: metrics on :%d, a sweep every %g s",
+        agent.instance,
+        port,
+        interval,
+    )
+    try:
+        await agent.run(interval, stop)
+    finally:
+        agent.reader.stop()
+        await runner.cleanup()

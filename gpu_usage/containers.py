@@ -1,0 +1,88 @@
+"""Per container and GPU: the sum of its processes' memory and utilization, its share, and its
+peak since it started (pure).
+
+A container's processes come and go (a launcher, its workers); what the container uses of a GPU
+is their sum. Its peak is kept under its runtime ID, so a restarted container (a new ID) starts
+again from nothing, and is forgotten once the container has ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from gpu_usage.attribution import UsageRow
+from gpu_usage.nvml_reader import Gpu
+
+
+@dataclass(frozen=True)
+class ContainerUsage:
+    namespace: str
+    pod: str
+    container: str
+    container_id: str
+    gpu: Gpu
+    used_bytes: int
+    sm_percent: float | None  # None where the GPU gives no per-process utilization
+    share_bytes: int | None
+    preallocated: bool
+    peak_bytes: int = 0
+    pids: tuple[int, ...] = ()
+    workload_kind: str = ""
+    workload: str = ""
+
+
+def by_container(rows: Iterable[UsageRow]) -> list[ContainerUsage]:
+    """The rows of processes in pods, summed per container and GPU."""
+    sums: dict[tuple[str, str], ContainerUsage] = {}
+    for row in rows:
+        if not row.in_pod or not row.container_id:
+            continue
+        key = (row.container_id, row.gpu.uuid)
+        seen = sums.get(key)
+        used = row.used_bytes or 0
+        if seen is None:
+            sums[key] = ContainerUsage(
+                row.namespace,
+                row.pod,
+                row.container,
+                row.container_id,
+                row.gpu,
+                used,
+                row.sm_percent,
+                row.share_bytes,
+                row.preallocated,
+                pids=(row.pid,),
+                workload_kind=row.workload_kind,
+                workload=row.workload,
+            )
+            continue
+        sm = seen.sm_percent
+        if row.sm_percent is not None:
+            sm = min(100.0, (sm or 0.0) + row.sm_percent)
+        sums[key] = replace(
+            seen, used_bytes=seen.used_bytes + used, sm_percent=sm, pids=(*seen.pids, row.pid)
+        )
+    return list(sums.values())
+
+
+class Peaks:
+    """The most each container has used of each GPU since it started."""
+
+    def __init__(self) -> None:
+        self._peak: dict[tuple[str, str], int] = {}
+
+    def update(self, usage: list[ContainerUsage], running: set[str] | None) -> list[ContainerUsage]:
+        """`usage` with each peak filled in. `running`: the IDs of the node's running
+        containers (None when the agent cannot list pods): a peak is forgotten once its
+        container is neither using a GPU now nor running."""
+        now = {(u.container_id, u.gpu.uuid) for u in usage}
+        for key in list(self._peak):
+            if key not in now and (running is None or key[0] not in running):
+                del self._peak[key]
+        filled = []
+        for u in usage:
+            key = (u.container_id, u.gpu.uuid)
+            self._peak[key] = max(self._peak.get(key, 0), u.used_bytes)
+            filled.append(replace(u, peak_bytes=self._peak[key]))
+        return filled

@@ -1,0 +1,56 @@
+"""A pod's workload from what the pod tells (its controller, its labels), and the GPUs each
+container holds as GPU-hours count them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpu_admission.config import GpuConfig
+from gpu_usage.workloads import gpus_held, workload_of
+
+
+def _pod(owner: tuple[str, str] | None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p-0", "labels": labels or {}}
+    if owner:
+        meta["ownerReferences"] = [
+            {"kind": "Node", "name": "not-the-controller"},
+            {"kind": owner[0], "name": owner[1], "controller": True},
+        ]
+    return {"metadata": meta}
+
+
+@pytest.mark.parametrize(
+    ("pod", "workload"),
+    [
+        (_pod(("ReplicaSet", "web-5d8c7"), {"pod-template-hash": "5d8c7"}), ("Deployment", "web")),
+        (_pod(("ReplicaSet", "hand-made")), ("ReplicaSet", "hand-made")),  # not a Deployment's
+        (
+            _pod(("Job", "train-workers-0"), {"jobset.sigs.k8s.io/jobset-name": "train"}),
+            ("JobSet", "train"),
+        ),
+        (_pod(("Job", "nightly-28391040")), ("Job", "nightly-28391040")),
+        (_pod(("StatefulSet", "db")), ("StatefulSet", "db")),
+        (_pod(("RayCluster", "ray")), ("RayCluster", "ray")),
+        (_pod(None), ("Pod", "p-0")),
+    ],
+)
+def test_the_workload_is_followed_as_far_as_the_pod_tells(pod: dict, workload: tuple) -> None:
+    assert workload_of(pod) == workload
+
+
+@pytest.mark.parametrize(
+    ("limits", "env", "held"),
+    [
+        ({"nvidia.com/gpu": "2"}, {}, 2.0),
+        ({"nvidia.com/gpu.shared": "1"}, {"GPU_SHARED_REPLICAS": "4"}, 0.25),
+        ({"nvidia.com/gpu.shared": "1"}, {}, 1.0),  # replicas unknown: what it may use
+        ({"nvidia.com/mig-1g.10gb": "1"}, {}, 1 / 7),
+        ({"nvidia.com/mig-3g.40gb": "2"}, {}, 6 / 7),
+        ({"cpu": "4", "memory": "1Gi"}, {}, 0.0),
+    ],
+)
+def test_gpus_held(limits: dict, env: dict, held: float) -> None:
+    container = {"name": "main", "resources": {"limits": limits}}
+    assert gpus_held(container, env, GpuConfig()) == pytest.approx(held)
