@@ -48,12 +48,22 @@ def dashboard_queries() -> list[str]:
     return [t["expr"] for p in dashboard()["panels"] for t in p.get("targets", [])]
 
 
-def named_series() -> dict[str, set[str]]:
-    """Every gpu_admission_* series a rule or a dashboard query reads, with where it is read."""
+# The node agent's series (manifests/overlays/gpu-usage): the kubelet's old names and its own.
+# `serve` and `controller` expose none of them; the agent's own journey checks those
+# (tests/gpu_usage).
+AGENT_SERIES = re.compile(r"\bcontainer_accelerator_[a-z_]+|\bgpu_admission_(?:container|gpu)_\w+")
+
+
+def named_series(agent: bool = False) -> dict[str, set[str]]:
+    """Every series a rule or a dashboard query reads, with where it is read: the service's
+    and the controller's (gpu_admission_*), or with `agent` the node agent's."""
     where: dict[str, set[str]] = {}
     sources = [(r.get("alert") or r["record"], r["expr"]) for r in rules()]
     sources += [("dashboard", expr) for expr in dashboard_queries()]
     for source, expr in sources:
-        for name in SERIES.findall(expr):
+        names = set(AGENT_SERIES.findall(expr))
+        if not agent:
+            names = set(SERIES.findall(expr)) - names
+        for name in names:
             where.setdefault(name, set()).add(source)
     return where

@@ -4,7 +4,6 @@ proven with promtool's own rule tests."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ from tests.manifests.monitoring_queries import (
     of_kind,
     rule_spec,
 )
+from tests.support.prometheus_tools import prometheus_binary
 
 RULE_TESTS = Path(__file__).parent / "monitoring" / "rules_test.yaml"
 RUNBOOK = ROOT / "docs" / "runbook.md"
@@ -45,8 +45,12 @@ def test_the_service_monitor_selects_the_webhook_service_and_its_metrics_port() 
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
 
 
+def _pod_monitor(name: str) -> dict:
+    return next(m for m in of_kind("PodMonitor") if m["metadata"]["name"] == name)
+
+
 def test_the_pod_monitor_selects_the_controller_pods_and_keeps_pvc_namespaces() -> None:
-    [monitor] = of_kind("PodMonitor")
+    monitor = _pod_monitor("gpu-admission-controller")
     deployments = {d["metadata"]["name"]: d for d in of_kind("Deployment")}
     template = deployments["gpu-admission-controller"]["spec"]["template"]
     selector = monitor["spec"]["selector"]["matchLabels"]
@@ -57,6 +61,21 @@ def test_the_pod_monitor_selects_the_controller_pods_and_keeps_pvc_namespaces() 
     [endpoint] = monitor["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] in ports
     assert endpoint["honorLabels"] is True  # the per-PVC series carry the PVC's namespace
+
+
+def test_the_agents_pod_monitor_selects_its_pods_and_keeps_the_workloads_labels() -> None:
+    from tests.world.harness import render
+
+    monitor = _pod_monitor("gpu-admission-gpu-usage")
+    agent = next(d for d in render("manifests/overlays/gpu-usage") if d["kind"] == "DaemonSet")
+    template = agent["spec"]["template"]
+    assert labels_match(monitor["spec"]["selector"]["matchLabels"], template["metadata"]["labels"])
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [agent["metadata"]["namespace"]]
+    ports = {p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])}
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] in ports
+    # container_accelerator_* keep the workload's namespace/pod/container, not the agent's.
+    assert endpoint["honorLabels"] is True
 
 
 def test_every_alert_has_a_severity_a_summary_naming_its_object_and_a_runbook() -> None:
@@ -99,12 +118,7 @@ def test_the_dashboard_is_labelled_for_the_grafana_sidecar_and_every_panel_queri
 
 @pytest.fixture
 def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is missing: .ci/run installs Debian's prometheus package")
-        pytest.skip("promtool is not installed (apt-get install prometheus); CI runs this")
-    return found
+    return prometheus_binary("promtool")
 
 
 def test_alert_rules_pass_promtool_rule_tests(promtool: str, tmp_path: Path) -> None:
