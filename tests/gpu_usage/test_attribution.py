@@ -131,3 +131,22 @@ def test_the_table_shows_every_row_with_its_share(tmp_path: Path) -> None:
     assert "(host) Xorg" in host
     assert UNLISTED in rest and "512 MiB" in rest
     assert render([]) == "no GPU process on this node"
+
+
+def test_hundreds_of_processes_each_read_once(tmp_path: Path) -> None:
+    """500 processes on 8 GPUs, a container each: every one is named, and a second sweep reads
+    no /proc file again."""
+    gpus = [FakeGpu(f"GPU-{g}") for g in range(8)]
+    pods = []
+    for index in range(500):
+        uid, cid = f"00000000-0000-0000-0000-{index:012d}", f"{index:064x}"
+        _proc(tmp_path, 10_000 + index, "python", f"0::/kubepods/besteffort/pod{uid}/{cid}\n")
+        gpus[index % 8].processes[10_000 + index] = MIB * (index + 1)
+        pods.append(_pod(f"p-{index}", uid, cid, []))
+    reader, table, index = NvmlReader(FakeNvml(gpus)), ProcessTable(tmp_path), PodIndex(pods)
+    for _ in range(2):
+        sweep = reader.sweep()
+        rows = attribute(sweep, {p.pid: table.lookup(p.pid) for p in sweep.processes}, index)
+    named = {row.pod for row in rows if row.pid}
+    assert named == {f"p-{i}" for i in range(500)}
+    assert table.reads == 500
