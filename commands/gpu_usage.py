@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from gpu_admission.cluster.kube import ClusterConfigError, api_client, in_cluster
-from gpu_admission.config import ConfigError, load_config
+from gpu_admission.config import ConfigError, GpuConfig, load_config
 from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.logging_setup import LOG_FORMATS, LOG_LEVELS, setup_logging
 from gpu_admission.metrics import Metrics
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
     return int(args.func(args))
 
 
-def _node_pods(args: argparse.Namespace) -> Any:
+def _node_pods(args: argparse.Namespace, gpu: GpuConfig) -> Any:
     """The node's pods through the API server, or None (said on stderr) without access."""
     from gpu_usage.node_pods import NodePods
 
@@ -108,7 +108,7 @@ def _node_pods(args: argparse.Namespace) -> Any:
             file=sys.stderr,
         )
         return None
-    return NodePods(api_client(args.kubeconfig), args.node)
+    return NodePods(api_client(args.kubeconfig), args.node, gpu)
 
 
 def gpu_usage_command(args: argparse.Namespace) -> int:
@@ -127,7 +127,7 @@ def gpu_usage_command(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        pods = _node_pods(args)
+        pods = _node_pods(args, config.gpu)
     except ClusterConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

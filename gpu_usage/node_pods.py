@@ -22,6 +22,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpu_admission.config import GpuConfig
 from gpu_usage.pod_index import PodIndex
 
 log = logging.getLogger("gpu_admission.gpu_usage")
@@ -34,10 +35,15 @@ TIMEOUT_SECONDS = 30.0
 
 class NodePods:
     def __init__(
-        self, api: client.ApiClient, node: str, clock: Callable[[], float] = time.monotonic
+        self,
+        api: client.ApiClient,
+        node: str,
+        gpu: GpuConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = api
         self._node = node
+        self._gpu = gpu or GpuConfig()  # the GPU resource names, as the policies read them
         self._clock = clock
         self._listed_at: float | None = None
         self.index = PodIndex([])
@@ -61,7 +67,7 @@ class NodePods:
             log.warning("%s", self.error)
             return
         pods = json.loads(answer).get("items") or []
-        self.index = PodIndex(pods)
+        self.index = PodIndex(pods, self._gpu)
         self.running = self.index.container_ids()
         self.error = ""
 

@@ -54,3 +54,16 @@ def test_the_workload_is_followed_as_far_as_the_pod_tells(pod: dict, workload: t
 def test_gpus_held(limits: dict, env: dict, held: float) -> None:
     container = {"name": "main", "resources": {"limits": limits}}
     assert gpus_held(container, env, GpuConfig()) == pytest.approx(held)
+
+
+def test_the_configured_gpu_resource_names_count() -> None:
+    from gpu_usage.pod_index import PodIndex
+
+    pod = {
+        "metadata": {"namespace": "team-a", "name": "p", "uid": "u"},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": {"amd.com/gpu": "1"}}}]},
+        "status": {"phase": "Running"},
+    }
+    assert PodIndex([pod]).holdings == []  # not a GPU by the default names
+    [held] = PodIndex([pod], GpuConfig(resource_patterns=["amd.com/gpu"])).holdings
+    assert (held.pod, held.gpus) == ("p", 1.0)
