@@ -16,12 +16,12 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpu_admission.cluster.events import event_body
 from gpu_admission.config import GpuConfig
 from gpu_usage.pod_index import PodIndex
 
@@ -74,28 +74,16 @@ class NodePods:
     def event(self, pod: tuple[str, str], reason: str, message: str, instance: str) -> bool:
         """A Warning Event on the pod (namespace, name); False when it could not be written."""
         namespace, name = pod
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body: dict[str, Any] = {
+        involved = {
             "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": namespace,
-                "name": name,
-                "uid": self.index.uid_of(namespace, name),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": "Warning",
-            "source": {"component": COMPONENT, "host": self._node},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": instance,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
+            "kind": "Pod",
+            "namespace": namespace,
+            "name": name,
+            "uid": self.index.uid_of(namespace, name),
         }
+        body = event_body(
+            involved, "Warning", reason, message, COMPONENT, instance, host=self._node
+        )
         try:
             self._call("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
         except (ApiException, OSError) as error:

@@ -14,7 +14,8 @@ from controllers.dataset.records import JOB_NAME_LABEL, JobRecord, LoaderPod, Pv
 from controllers.dataset.snapshot_keeper import SnapshotKeeper
 from controllers.dataset.status import status_patch
 from controllers.dataset.summary import failure_message, success_message, summary_from_pods
-from controllers.writes.dataset import ApiWriter, now_rfc3339
+from controllers.writes.dataset import ApiWriter
+from gpu_admission.cluster.events import now_rfc3339
 from gpu_admission.cluster.informer import Informer
 from gpu_admission.names import PHASE_FAILED, PHASE_SUCCEEDED, Names
 

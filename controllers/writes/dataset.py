@@ -29,21 +29,10 @@ from controllers.writes.background import BackgroundWrites
 from controllers.writes.raw import JSON, JSON_PATCH, STRATEGIC_MERGE, RawWriter, write
 from gpu_admission.cluster.api_errors import namespace_terminating
 from gpu_admission.cluster.dataset_snapshots import SNAPSHOT_GROUP, SNAPSHOT_VERSION
+from gpu_admission.cluster.events import event_body
 from gpu_admission.cluster.informer import describe_error
 
 log = logging.getLogger(__name__)
-
-_STAMP_CACHE: tuple[int, str] = (-1, "")
-
-
-def now_rfc3339() -> str:
-    """The time in whole seconds, as the API server writes it; formatted once a second (a
-    burst of loads asks for it several times per PVC)."""
-    global _STAMP_CACHE
-    second = int(time.time())
-    if _STAMP_CACHE[0] != second:
-        _STAMP_CACHE = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
-    return _STAMP_CACHE[1]
 
 
 COMPONENT = "gpu-admission"
@@ -272,25 +261,8 @@ class ApiWriter:
         """A core/v1 Event, sent in the background, at most EVENT_CONCURRENCY at once: the
         reconcile does not wait for it, and a burst of Events never queues ahead of Job creates.
         Failing to record one never fails the reconcile."""
-        now = now_rfc3339()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{ref['name']}.{self._event_stamp():x}",
-                "namespace": ref["namespace"],
-            },
-            "involvedObject": ref,
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": self.identity,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        name = f"{ref['name']}.{self._event_stamp():x}"
+        body = event_body(ref, kind, reason, message, COMPONENT, self.identity, name=name)
         path = f"/api/v1/namespaces/{ref['namespace']}/events"
         self._events.start(functools.partial(self._post_event, path, body))
 
