@@ -62,18 +62,19 @@ class Agent:
         hosts = {p.pid: self.processes.lookup(p.pid) for p in reading.processes}
         self.processes.keep_only(set(hosts))
         proc_seconds = time.perf_counter() - proc_started
-        index = None
+        index = running = None
         if self.pods is not None:
             # A container the last listing does not name: started since, or its status lagged.
-            known = self.pods.index.container_ids()
             unknown = any(
-                h.container is not None and h.container.container_id not in known
+                h.container is not None
+                and h.container.container_id not in self.pods.index.container_ids
                 for h in hosts.values()
             )
             self.pods.refresh(unknown)
             index = self.pods.index
+            if not self.pods.error:
+                running = index.container_ids
         rows = attribute(reading, hosts, index)
-        running = self.pods.running if self.pods is not None and not self.pods.error else None
         containers = self.peaks.update(by_container(rows), running)
         over = self.watch.update(containers)
         total = time.perf_counter() - started

@@ -8,7 +8,7 @@ again from nothing, and is forgotten once the container has ended.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from dataclasses import dataclass, replace
 
 from gpu_usage.attribution import UsageRow
@@ -72,7 +72,7 @@ class Peaks:
     def __init__(self) -> None:
         self._peak: dict[tuple[str, str], int] = {}
 
-    def update(self, usage: list[ContainerUsage], running: set[str] | None) -> list[ContainerUsage]:
+    def update(self, usage: list[ContainerUsage], running: Set[str] | None) -> list[ContainerUsage]:
         """`usage` with each peak filled in. `running`: the IDs of the node's running
         containers (None when the agent cannot list pods): a peak is forgotten once its
         container is neither using a GPU now nor running."""

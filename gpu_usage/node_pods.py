@@ -47,7 +47,6 @@ class NodePods:
         self._clock = clock
         self._listed_at: float | None = None
         self.index = PodIndex([])
-        self.running: set[str] = set()  # runtime IDs of the node's running containers
         self.error = ""  # the last listing's failure, "" once one succeeds
 
     def refresh(self, unknown: bool) -> None:
@@ -68,7 +67,6 @@ class NodePods:
             return
         pods = json.loads(answer).get("items") or []
         self.index = PodIndex(pods, self._gpu)
-        self.running = self.index.container_ids()
         self.error = ""
 
     def event(self, pod: tuple[str, str], reason: str, message: str, instance: str) -> bool:

@@ -8,7 +8,7 @@ turned off) holds its whole pool from the start, whatever it uses of it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,8 +119,10 @@ class PodIndex:
         # The pod is known but not yet this container's ID (its status lags the start).
         return PodContainer(pod[0], pod[1], "", None, False, pod[2], pod[3])
 
-    def container_ids(self) -> set[str]:
-        return set(self._by_id)
+    @property
+    def container_ids(self) -> Set[str]:
+        """The runtime IDs of the node's containers that have started (a view, not a copy)."""
+        return self._by_id.keys()
 
     def uid_of(self, namespace: str, pod: str) -> str:
         """The pod's UID ("" when unknown), for an Event that `kubectl describe` finds."""

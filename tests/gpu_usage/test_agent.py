@@ -31,7 +31,6 @@ class StaticPods:
         from gpu_usage.pod_index import PodIndex
 
         self.index = PodIndex(pods)
-        self.running = self.index.container_ids()
         self.error = ""
         self.events: list[tuple[tuple[str, str], str, str]] = []
 
