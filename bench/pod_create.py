@@ -51,7 +51,7 @@ from bench.admission import _free_port, _start
 from bench.admission_tail import build_go_peer
 from bench.policy_forms import apply_configuration, routing_without_checks
 from bench.server_side import GoPeerConnections, Snapshot, figures, http_text, read_all
-from certs.issue import ServingSpec, issue_bundle
+from certs.issue import CertBundle, ServingSpec, issue_bundle
 from gpu_admission.config import Config
 from webhooks.apiserver_policies.bindings import admission_policy_objects
 
@@ -272,19 +272,29 @@ class Servers:
         return f"https://127.0.0.1:{self.go_port}"
 
 
+def serving_certificates(tmp: Path) -> CertBundle:
+    """A CA and a serving certificate for 127.0.0.1, written to `tmp` (tls.crt, tls.key, ca.crt)
+    for the webhook servers, which all serve with it."""
+    bundle = issue_bundle(ServingSpec("bench", "bench", dns=["localhost"], ips=["127.0.0.1"]))
+    (tmp / "tls.crt").write_bytes(bundle.cert_pem)
+    (tmp / "tls.key").write_bytes(bundle.key_pem)
+    (tmp / "ca.crt").write_bytes(bundle.ca_bundle_pem)
+    return bundle
+
+
+def go_peer_command(tmp: Path, port: int) -> list[str]:
+    """The Go webhook pair, built into `tmp`, serving on `port` with `serving_certificates`."""
+    command = [str(build_go_peer(tmp)), "-addr", f"127.0.0.1:{port}"]
+    return [*command, "-cert", str(tmp / "tls.crt"), "-key", str(tmp / "tls.key")]
+
+
 @contextmanager
 def servers(tmp: Path, variants: list[str]) -> Iterator[Servers]:
     """The Go peer and the project's service (and each variant of it), each in a process of its
     own, with the CA all are signed by."""
-    bundle = issue_bundle(ServingSpec("bench", "bench", dns=["localhost"], ips=["127.0.0.1"]))
-    (tmp / "tls.crt").write_bytes(bundle.cert_pem)
-    (tmp / "tls.key").write_bytes(bundle.key_pem)
-    peer = build_go_peer(tmp)
-    (tmp / "ca.crt").write_bytes(bundle.ca_bundle_pem)
+    bundle = serving_certificates(tmp)
     go_port = _free_port()
-    go = [str(peer), "-addr", f"127.0.0.1:{go_port}"]
-    go += ["-cert", str(tmp / "tls.crt"), "-key", str(tmp / "tls.key")]
-    started = [_start("go", go, go_port)]
+    started = [_start("go", go_peer_command(tmp, go_port), go_port)]
     projects = {}
     for name in ["project", *variants]:
         port, stats_port = _free_port(), _free_port()
@@ -369,8 +379,12 @@ def _answers(running: Servers, go_peer: GoPeerConnections) -> bool:
     return True
 
 
-def _spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} ({min(values):.2f} - {max(values):.2f})"
+def spread(values: list[float], digits: int = 2) -> str:
+    """Median (min - max)."""
+    return (
+        f"{statistics.median(values):.{digits}f} "
+        f"({min(values):.{digits}f} - {max(values):.{digits}f})"
+    )
 
 
 def _setups(samples: list[Sample]) -> list[str]:
@@ -380,12 +394,13 @@ def _setups(samples: list[Sample]) -> list[str]:
 
 # The API server's own time for a pod that needs the webhook, per set-up: the webhook calls it
 # makes (each mutating and validating one, as many calls per create as it made).
-def apiserver_webhook_ms(sample: Sample) -> float:
-    """The API server's time in webhooks per create (its own figure, summed over webhooks)."""
+def apiserver_webhook_ms(server: dict[str, float]) -> float:
+    """The API server's time in webhooks per create (its own figure, summed over webhooks):
+    `server` is a timed block's figures (bench.server_side.figures)."""
     total = 0.0
-    for key, value in sample.server.items():
+    for key, value in server.items():
         if key.startswith("webhook ") and key.endswith(" ms"):
-            calls = sample.server.get(key.removesuffix(" ms") + " calls/create", 1.0)
+            calls = server.get(key.removesuffix(" ms") + " calls/create", 1.0)
             total += value * calls
     return total
 
@@ -399,8 +414,8 @@ def report(samples: list[Sample]) -> str:
         for setup in setups:
             chosen = [by[(setup, kind, r)] for r in rounds]
             lines.append(
-                f"{kind} {setup:8s} median {_spread([s.median for s in chosen])}  "
-                f"p99 {_spread([s.p99 for s in chosen])}"
+                f"{kind} {setup:8s} median {spread([s.median for s in chosen])}  "
+                f"p99 {spread([s.p99 for s in chosen])}"
             )
         pairs = [(p, o) for p in setups if p.startswith("project") for o in ("none", "go")]
         pairs += [(v, "project") for v in setups if v.startswith("project-")]
@@ -408,19 +423,19 @@ def report(samples: list[Sample]) -> str:
             medians = [by[(mine, kind, r)].median / by[(other, kind, r)].median for r in rounds]
             p99s = [by[(mine, kind, r)].p99 / by[(other, kind, r)].p99 for r in rounds]
             lines.append(
-                f"{kind} {mine}/{other:4s}  median ratio {_spread(medians)}  "
-                f"p99 ratio {_spread(p99s)}"
+                f"{kind} {mine}/{other:4s}  median ratio {spread(medians)}  "
+                f"p99 ratio {spread(p99s)}"
             )
         for mine, other in pairs:
             if other == "none":
                 continue
-            theirs = [apiserver_webhook_ms(by[(other, kind, r)]) for r in rounds]
-            ours = [apiserver_webhook_ms(by[(mine, kind, r)]) for r in rounds]
+            theirs = [apiserver_webhook_ms(by[(other, kind, r)].server) for r in rounds]
+            ours = [apiserver_webhook_ms(by[(mine, kind, r)].server) for r in rounds]
             if not all(theirs):
                 continue
             ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
             lines.append(
-                f"{kind} {mine}/{other:4s}  API server's webhook ms ratio {_spread(ratios)}"
+                f"{kind} {mine}/{other:4s}  API server's webhook ms ratio {spread(ratios)}"
             )
     return "\n".join(lines + server_report(samples))
 
@@ -455,8 +470,17 @@ def server_report(samples: list[Sample]) -> list[str]:
             for key in sorted({k for s in chosen for k in s.server if k.startswith(SHOWN)}):
                 values = [s.server.get(key, 0.0) for s in chosen]
                 if any(values) or key.endswith(" connections"):  # none opened is the news
-                    lines.append(f"{kind} {setup:8s} {key:58s} {_spread(values)}")
+                    lines.append(f"{kind} {setup:8s} {key:58s} {spread(values)}")
     return lines
+
+
+def missing_prerequisite() -> str:
+    """What the pod benchmarks need and this machine lacks, said; "" when nothing is missing."""
+    if not os.environ.get("KUBEBUILDER_ASSETS"):
+        return "KUBEBUILDER_ASSETS is not set (../shared/kube/unpack.sh)"
+    if subprocess.run(["sh", "-c", "command -v go"], capture_output=True).returncode != 0:
+        return "go is not installed: apt-get install golang-go"
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -478,11 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write every latency here")
     args = parser.parse_args(argv)
-    if not os.environ.get("KUBEBUILDER_ASSETS"):
-        print("KUBEBUILDER_ASSETS is not set (../shared/kube/unpack.sh)", file=sys.stderr)
-        return 2
-    if subprocess.run(["sh", "-c", "command -v go"], capture_output=True).returncode != 0:
-        print("go is not installed: apt-get install golang-go", file=sys.stderr)
+    missing = missing_prerequisite()
+    if missing:
+        print(missing, file=sys.stderr)
         return 2
     samples = measure(args)
     print(report(samples))

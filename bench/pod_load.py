@@ -39,7 +39,6 @@ import http.client
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,20 +50,24 @@ from pathlib import Path
 from typing import Any
 
 from bench.admission import Server, _cpu_seconds, _free_port
-from bench.admission_tail import build_go, build_go_peer
+from bench.admission_tail import build_go
 from bench.pod_create import (
     NAMESPACE,
     Api,
     answered_as,
+    apiserver_webhook_ms,
     apply,
     go_objects,
+    go_peer_command,
+    missing_prerequisite,
     pod,
     project_objects,
     remove,
+    serving_certificates,
+    spread,
     wait_until,
 )
 from bench.server_side import apiserver_snapshot, figures
-from certs.issue import ServingSpec, issue_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
 GO_LOAD = Path(__file__).resolve().parent / "go_load" / "main.go"
@@ -111,14 +114,10 @@ class Running:
 def servers(tmp: Path) -> Iterator[Running]:
     """The Go pair, one project replica on a port of its own and two sharing another; none
     pinned to a core (two replicas are there to use two)."""
-    bundle = issue_bundle(ServingSpec("bench", "bench", dns=["localhost"], ips=["127.0.0.1"]))
-    (tmp / "tls.crt").write_bytes(bundle.cert_pem)
-    (tmp / "tls.key").write_bytes(bundle.key_pem)
+    bundle = serving_certificates(tmp)
     load_client = build_go(GO_LOAD, tmp)
     go_port, one, two = _free_port(), _free_port(), _free_port()
-    peer = [str(build_go_peer(tmp)), "-addr", f"127.0.0.1:{go_port}"]
-    peer += ["-cert", str(tmp / "tls.crt"), "-key", str(tmp / "tls.key")]
-    started = [_start("go", peer, go_port)]
+    started = [_start("go", go_peer_command(tmp, go_port), go_port)]
     project = [sys.executable, "-m", "bench.project_server", "--cert-dir", str(tmp)]
     started.append(_start("project", [*project, "--port", str(one)], one))
     for _ in range(2):
@@ -271,22 +270,6 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _spread(values: list[float], digits: int = 2) -> str:
-    return (
-        f"{statistics.median(values):.{digits}f} "
-        f"({min(values):.{digits}f} - {max(values):.{digits}f})"
-    )
-
-
-def _webhook_ms(load: Load) -> float:
-    """The API server's time in webhooks per create, summed over the webhooks it called."""
-    total = 0.0
-    for key, value in load.server.items():
-        if key.startswith("webhook ") and key.endswith(" ms"):
-            total += value * load.server.get(key.removesuffix(" ms") + " calls/create", 1.0)
-    return total
-
-
 def report(loads: list[Load]) -> list[str]:
     """Each set-up's figures, median (min - max) over rounds, and the ratios taken within each
     round: project/go and project-2/project."""
@@ -302,17 +285,18 @@ def report(loads: list[Load]) -> list[str]:
             if not runs:
                 continue
             line = (
-                f"{kind} {setup:9s} creates/s {_spread([x.per_second for x in runs], 0)}  "
-                f"p50 {_spread([x.latency_ms['p50'] for x in runs], 1)} ms  "
-                f"p99 {_spread([x.p99 for x in runs], 1)} ms  "
-                f"CPU ms/pod: API server {_spread([x.cpu_ms['apiserver'] for x in runs])}  "
-                f"etcd {_spread([x.cpu_ms.get('etcd', 0.0) for x in runs])}  "
-                f"client {_spread([x.cpu_ms.get('client', 0.0) for x in runs])}"
+                f"{kind} {setup:9s} creates/s {spread([x.per_second for x in runs], 0)}  "
+                f"p50 {spread([x.latency_ms['p50'] for x in runs], 1)} ms  "
+                f"p99 {spread([x.p99 for x in runs], 1)} ms  "
+                f"CPU ms/pod: API server {spread([x.cpu_ms['apiserver'] for x in runs])}  "
+                f"etcd {spread([x.cpu_ms.get('etcd', 0.0) for x in runs])}  "
+                f"client {spread([x.cpu_ms.get('client', 0.0) for x in runs])}"
             )
             if setup != "none":
+                webhook_ms = [apiserver_webhook_ms(x.server) for x in runs]
                 line += (
-                    f"  webhook server(s) {_spread([x.cpu_ms['webhook'] for x in runs])}"
-                    f"  API server's webhook time {_spread([_webhook_ms(x) for x in runs])} ms"
+                    f"  webhook server(s) {spread([x.cpu_ms['webhook'] for x in runs])}"
+                    f"  API server's webhook time {spread(webhook_ms)} ms"
                 )
             failed = sum(x.failed for x in runs)
             if failed:
@@ -325,9 +309,9 @@ def report(loads: list[Load]) -> list[str]:
                 continue
             lines.append(
                 f"{kind} {mine}/{other}  creates/s ratio "
-                f"{_spread([a.per_second / b.per_second for a, b in present])}  p99 ratio "
-                f"{_spread([a.p99 / b.p99 for a, b in present])}  API server CPU/pod ratio "
-                f"{_spread([a.cpu_ms['apiserver'] / b.cpu_ms['apiserver'] for a, b in present])}"
+                f"{spread([a.per_second / b.per_second for a, b in present])}  p99 ratio "
+                f"{spread([a.p99 / b.p99 for a, b in present])}  API server CPU/pod ratio "
+                f"{spread([a.cpu_ms['apiserver'] / b.cpu_ms['apiserver'] for a, b in present])}"
             )
     return lines
 
@@ -380,11 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write every run here")
     args = parser.parse_args(argv)
     args.kind = args.kind or ["gpu"]
-    if not os.environ.get("KUBEBUILDER_ASSETS"):
-        print("KUBEBUILDER_ASSETS is not set (../shared/kube/unpack.sh)", file=sys.stderr)
-        return 2
-    if subprocess.run(["sh", "-c", "command -v go"], capture_output=True).returncode != 0:
-        print("go is not installed: apt-get install golang-go", file=sys.stderr)
+    missing = missing_prerequisite()
+    if missing:
+        print(missing, file=sys.stderr)
         return 2
     started = time.monotonic()
     loads, sweep = measure(args)
