@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from commands.flags import config_overrides, port
 from gpu_admission.cluster.kube import ClusterConfigError, api_client, in_cluster
 from gpu_admission.config import ConfigError, GpuConfig, load_config
 from gpu_admission.http_probes import create_metrics_app
@@ -59,7 +60,7 @@ def add_gpu_usage_parser(subparsers: Any) -> argparse.ArgumentParser:
         "ServiceAccount; with neither, pods are named by UID)",
     )
     parser.add_argument(
-        "--metrics-port", type=int, metavar="PORT", help="plain-HTTP metrics port (default 9090)"
+        "--metrics-port", type=port, metavar="PORT", help="plain-HTTP metrics port (default 9090)"
     )
     parser.add_argument(
         "--interval",
@@ -117,12 +118,8 @@ def gpu_usage_command(args: argparse.Namespace) -> int:
     from gpu_usage.nvml_reader import NvmlReader, NvmlUnavailable
     from gpu_usage.table import render
 
-    server: dict[str, Any] = {}
-    for key in ("metrics_port", "log_level", "log_format"):
-        if getattr(args, key) is not None:
-            server[key] = getattr(args, key)
     try:
-        config = load_config(args.config, {"server": server} if server else {})
+        config = load_config(args.config, config_overrides(args))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -18,6 +18,7 @@ from typing import Any
 from certs.cli import add_certs_parser
 from commands.admission_policy import add_admission_policy_parser
 from commands.audit import add_audit_parser
+from commands.flags import config_overrides, port
 from commands.gpu_usage import add_gpu_usage_parser
 from commands.load import add_load_parser
 from commands.review import add_review_parser
@@ -32,16 +33,6 @@ log = logging.getLogger("gpu_admission")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port number (0-65535)")
-    return value
-
-
 def _common_flags(parser: argparse.ArgumentParser, offline: str) -> None:
     parser.add_argument("--config", type=Path, metavar="FILE", help="YAML config file")
     parser.add_argument(
@@ -54,7 +45,7 @@ def _common_flags(parser: argparse.ArgumentParser, offline: str) -> None:
     parser.add_argument("--host", metavar="H", help="address to listen on (default 0.0.0.0)")
     parser.add_argument(
         "--metrics-port",
-        type=_port,
+        type=port,
         metavar="PORT",
         help="plain-HTTP metrics port (default 9090; 0 turns the metrics listener off)",
     )
@@ -72,7 +63,7 @@ def add_serve_parser(subparsers: Any) -> None:
         "`gpu-admission controller`.",
     )
     _common_flags(parser, "with neither, run offline without cluster caches")
-    parser.add_argument("--port", type=_port, metavar="PORT", help="HTTPS port (default 8443)")
+    parser.add_argument("--port", type=port, metavar="PORT", help="HTTPS port (default 8443)")
     parser.add_argument(
         "--cert-dir", type=Path, metavar="DIR", help="directory of ca.crt, tls.crt and tls.key"
     )
@@ -91,33 +82,10 @@ def add_controller_parser(subparsers: Any) -> None:
     parser.set_defaults(func=controller_command)
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """Only the flags given: an absent flag must not override the config file."""
-    server = {
-        key: value
-        for key, value in (
-            ("host", args.host),
-            ("port", getattr(args, "port", None)),
-            ("metrics_port", args.metrics_port),
-            ("log_level", args.log_level),
-            ("log_format", args.log_format),
-        )
-        if value is not None
-    }
-    overrides: dict[str, Any] = {}
-    if server:
-        overrides["server"] = server
-    if getattr(args, "cert_dir", None) is not None:
-        overrides["certs"] = {"cert_dir": str(args.cert_dir)}
-    if args.kubeconfig is not None:
-        overrides["kubeconfig"] = str(args.kubeconfig)
-    return overrides
-
-
 def _configured(args: argparse.Namespace) -> Config | None:
     """The config, with logging set up from it; None (after saying why) when it is unusable."""
     try:
-        config: Config = load_config(args.config, _overrides(args))
+        config: Config = load_config(args.config, config_overrides(args))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None
