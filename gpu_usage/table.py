@@ -3,6 +3,8 @@ then each GPU's memory no process lists, sorted by GPU and then by memory, large
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gpu_usage.attribution import UNLISTED, UsageRow
 
 MIB = 1024 * 1024
@@ -36,13 +38,18 @@ def _cells(row: UsageRow) -> tuple[str, ...]:
     return (*who, gpu, _mib(row.used_bytes), sm, _share(row))
 
 
-def render(rows: list[UsageRow]) -> str:
-    if not rows:
-        return "no GPU process on this node"
-    ordered = sorted(rows, key=lambda r: (r.gpu.index, r.pid == 0, -(r.used_bytes or 0)))
-    table = [HEADER, *(_cells(row) for row in ordered)]
-    widths = [max(len(line[i]) for line in table) for i in range(len(HEADER))]
+def aligned(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
+    """Columns two spaces apart, each as wide as its widest cell (the agent's and `usage`'s)."""
+    table = [header, *lines]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in table
     )
+
+
+def render(rows: list[UsageRow]) -> str:
+    if not rows:
+        return "no GPU process on this node"
+    ordered = sorted(rows, key=lambda r: (r.gpu.index, r.pid == 0, -(r.used_bytes or 0)))
+    return aligned(HEADER, [_cells(row) for row in ordered])

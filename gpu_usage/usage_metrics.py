@@ -138,7 +138,7 @@ class AgentMetrics:
 
     def __init__(self, metrics: Metrics) -> None:
         self.usage = UsageCollector()
-        metrics.registry.register(self.usage)  # type: ignore[arg-type]
+        metrics.registry.register(self.usage)
         self.nvml_up = metrics.gauge(
             "gpu_usage_nvml_up", "1 while NVML answers on this node, 0 while it does not."
         )

@@ -19,6 +19,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from gpu_usage.table import aligned
+
 GIB = 1024**3
 MIB = 1024**2
 HEADROOM = 0.10  # above the peak: allocator growth the window did not catch
@@ -126,14 +128,6 @@ def _replicas(row: WorkloadRow) -> str:
     return ", ".join(fits) or "no GPU model seen"
 
 
-def _table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(x[i]) for x in [header, *lines]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-        for line in [header, *lines]
-    )
-
-
 def _csv(header: Sequence[str], lines: Sequence[Sequence[object]]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -166,7 +160,7 @@ def render_workloads(rows: Sequence[WorkloadRow], output: str) -> str:
             ],
         )
     header = ("NAMESPACE", "WORKLOAD", "GPU MODEL", "PEAK", "SHARE NOW", "NEEDS", "REPLICAS")
-    return _table(
+    return aligned(
         header,
         [
             (
@@ -192,7 +186,7 @@ def render_namespaces(rows: Sequence[NamespaceRow], output: str) -> str:
             header,
             [(r.namespace, f"{r.gpu_hours:.4f}", f"{r.gpu_memory_gib_hours:.4f}") for r in rows],
         )
-    return _table(
+    return aligned(
         ("NAMESPACE", "GPU-HOURS", "GPU-MEMORY GIB-HOURS"),
         [(r.namespace, f"{r.gpu_hours:.2f}", f"{r.gpu_memory_gib_hours:.2f}") for r in rows],
     )
