@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         port = _free_port()
         command = [sys.executable, "-m", "commands", "gpu-usage", "--proc", str(Path(tmp) / "proc")]
         command += ["--metrics-port", str(port), "--interval", str(args.interval)]
-        env = {**os.environ, "PYTHONPATH": f"{SHIM}{os.pathsep}{ROOT}"}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (SHIM, SHIM.parent, ROOT)))}
         env["GPU_USAGE_FAKE_NVML"] = str(state)
         env.pop("KUBERNETES_SERVICE_HOST", None)
         agent = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)

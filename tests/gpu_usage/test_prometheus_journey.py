@@ -222,7 +222,7 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
         cwd=ROOT,
         env={
             **os.environ,
-            "PYTHONPATH": f"{SHIM}{os.pathsep}{ROOT}",
+            "PYTHONPATH": os.pathsep.join(map(str, (SHIM, SHIM.parent, ROOT))),
             "GPU_USAGE_FAKE_NVML": str(nvml),
         },
         stdout=agent_log,

@@ -205,7 +205,7 @@ def _nvml_in_pod(install_cluster: InstallCluster) -> None:
         ]
     }
     files = {
-        "pynvml.py": (ROOT / "tests" / "install" / "nvml_in_pod.py").read_text(),
+        "pynvml.py": (ROOT / "tests" / "gpu_usage" / "nvml_shim" / "pynvml.py").read_text(),
         "fake_nvml.py": (ROOT / "tests" / "gpu_usage" / "fake_nvml.py").read_text(),
         "state.json": json.dumps(state),
     }

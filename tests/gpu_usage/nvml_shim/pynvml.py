@@ -1,44 +1,66 @@
-"""nvidia-ml-py's `pynvml` played for an agent process a test starts: put this folder first on
-PYTHONPATH and name a JSON file in GPU_USAGE_FAKE_NVML. Each sweep reads the file again, so the
-test changes what the GPUs hold by rewriting it:
+"""nvidia-ml-py's `pynvml` played for an agent process a test starts: put this folder and the
+folder of fake_nvml.py first on PYTHONPATH (in a pod: both files in one mounted folder) and name
+a JSON file in GPU_USAGE_FAKE_NVML. Each sweep reads the file again, so a test changes what the
+GPUs hold by rewriting it. A GPU's processes are given by PID, or by marker: a word in a
+process's command line, found in /proc as the driver names GPU processes by their PID on the
+node (the agent runs with hostPID), so the agent gets the PIDs of real containers:
 
     {"gpus": [{"uuid": "GPU-a", "name": "NVIDIA H200", "total": 150754820096,
-               "processes": {"1234": 3221225472}, "sm": {"1234": 40}}]}
+               "processes": {"1234": 3221225472}, "sm": {"1234": 40},
+               "markers": {"gpu-tenant-train": 8589934592}}]}
 
-The calls and their answers are tests/gpu_usage/fake_nvml.py's (checked against the real
-binding's signatures there).
+The calls and their answers are fake_nvml.py's (checked against the real binding's signatures
+in tests/gpu_usage/test_nvml_reader.py). Marked processes compute at 50 % SM.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.gpu_usage.fake_nvml import FakeGpu, FakeNvml, NVMLError
+from fake_nvml import FakeGpu, FakeNvml, NVMLError  # type: ignore[import-not-found]
 
 __all__ = ["NVMLError"]
 
 
-class _FileNvml(FakeNvml):
+def _pids(marker: str) -> Iterator[int]:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # ended while we looked
+        if marker.encode() in words:
+            yield int(entry.name)
+
+
+def _gpu(state: dict[str, Any]) -> FakeGpu:
+    processes = {int(pid): int(size) for pid, size in state.get("processes", {}).items()}
+    sm = {int(pid): int(percent) for pid, percent in state.get("sm", {}).items()}
+    for marker, size in state.get("markers", {}).items():
+        for pid in _pids(marker):
+            processes[pid], sm[pid] = int(size), 50
+    return FakeGpu(
+        state["uuid"],
+        name=state.get("name", "NVIDIA H200"),
+        total=int(state.get("total", 141 * 1024**3)),
+        processes=processes,
+        sm=sm,
+    )
+
+
+class _FileNvml(FakeNvml):  # type: ignore[misc]
     def __init__(self, path: Path) -> None:
         super().__init__([])
         self.path = path
 
     def nvmlDeviceGetCount(self) -> int:
-        state = json.loads(self.path.read_text())
-        self.gpus = [
-            FakeGpu(
-                g["uuid"],
-                name=g.get("name", "NVIDIA H200"),
-                total=int(g.get("total", 141 * 1024**3)),
-                processes={int(k): int(v) for k, v in g.get("processes", {}).items()},
-                sm={int(k): int(v) for k, v in g.get("sm", {}).items()},
-            )
-            for g in state["gpus"]
-        ]
-        return super().nvmlDeviceGetCount()
+        self.gpus = [_gpu(g) for g in json.loads(self.path.read_text())["gpus"]]
+        return int(super().nvmlDeviceGetCount())
 
 
 _NVML = _FileNvml(Path(os.environ["GPU_USAGE_FAKE_NVML"]))
