@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config
+from webhooks.core.review import AdmissionRequest
 from webhooks.policies.credential_secrets import policies
-from webhooks.review import AdmissionRequest
 
 VIEW = StaticClusterView()
 

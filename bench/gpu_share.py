@@ -6,10 +6,11 @@
 
 Needs a CUDA GPU (it says so and stops without one). For each framework, twice: once with no env
 at all, once with exactly the env the project writes for that framework's profile. That env is
-computed by the project's own admission chain (`webhooks.registry.build_policy_set`) for a pod
-annotated `gpu-admission.io/gpu-app: <profile>` that asks for `nvidia.com/gpu.shared: 1`, on a
-node labelled as gpu-feature-discovery labels a GPU time-sliced N ways with this GPU's memory:
-no value is copied by hand.
+computed by the project's own admission chain
+(`webhooks.dispatch.registry.build_policy_set`) for a pod annotated
+`gpu-admission.io/gpu-app: <profile>` that asks for `nvidia.com/gpu.shared: 1`, on a node
+labelled as gpu-feature-discovery labels a GPU time-sliced N ways with this GPU's memory: no value
+is copied by hand.
 
 A run starts N tenant processes (`bench.gpu_tenant`) one after the other on GPU 0, then lets
 tenant 0 allocate until it hits its own limit (the greedy neighbour), then has the others grow
@@ -34,10 +35,10 @@ from typing import Any
 
 from gpu_admission.cluster.view import NodeInfo, StaticClusterView
 from gpu_admission.config import Config
-from webhooks import chain
+from webhooks.core.review import AdmissionRequest
+from webhooks.dispatch import chain
+from webhooks.dispatch.registry import build_policy_set
 from webhooks.policies.interface import MutatingPolicy
-from webhooks.registry import build_policy_set
-from webhooks.review import AdmissionRequest
 
 FRAMEWORKS = {"pytorch": "torch", "jax": "jax", "tensorflow": "tensorflow"}
 SHARED = "nvidia.com/gpu.shared"

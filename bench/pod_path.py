@@ -18,13 +18,13 @@ from pathlib import Path
 from commands.review_inputs import load_cluster_state
 from gpu_admission.cluster.view import ClusterView
 from gpu_admission.config import FailureMode, load_config
-from webhooks import chain
-from webhooks.memo import MutationMemo, probed_request
-from webhooks.patch import Patch
+from webhooks.core.patch import Patch
+from webhooks.core.review import parse_review, response_body
+from webhooks.dispatch import chain
+from webhooks.dispatch.registry import build_policy_set
 from webhooks.policies.interface import MutatingPolicy
-from webhooks.registry import build_policy_set
-from webhooks.review import parse_review, response_body
-from webhooks.server import answer_tail
+from webhooks.service.memo import MutationMemo, probed_request
+from webhooks.service.server import answer_tail
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = ROOT / "bench" / "data" / "pod-from-deployment.mutating.json"

@@ -24,8 +24,8 @@ from gpu_admission.heap import freeze_long_lived
 from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.loop_lag import LoopLag
 from gpu_admission.metrics import Metrics
-from webhooks.registry import build_policy_set
-from webhooks.server import create_app, make_runner
+from webhooks.dispatch.registry import build_policy_set
+from webhooks.service.server import create_app, make_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -2,8 +2,8 @@
 already holds (pods, the four credential Secret types, dataset PVCs), and what they would refuse
 of the pods of its workloads (Deployments, Jobs, CronJobs, JobSets, ...: their pod templates),
 read with paginated lists and judged by the same policy code the webhooks run
-(`webhooks/audit.py`, `webhooks/workload_audit.py`), against the cluster view the service builds
-(Nodes, ServiceAccounts, Secrets, PVCs, DRA objects).
+(`webhooks/audit/objects.py`, `webhooks/audit/workloads.py`), against the cluster view the
+service builds (Nodes, ServiceAccounts, Secrets, PVCs, DRA objects).
 
 First, the section "installed admission objects" (`commands/audit_installed.py`): each
 admission object the configuration implies against the live one, the ServiceAccounts whose
@@ -44,8 +44,8 @@ from controllers.dataset.source_version_audit import (
 from gpu_admission.cluster.kube import ClusterConfigError, api_client
 from gpu_admission.config import Config, ConfigError, load_config
 from gpu_admission.findings import Finding
-from webhooks.cluster_audit import audit_cluster
-from webhooks.registry import build_policy_set
+from webhooks.audit.cluster import audit_cluster
+from webhooks.dispatch.registry import build_policy_set
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 

@@ -14,7 +14,7 @@ configurations) with what the configuration implies, and says what is missing or
 
 With `audit.interval` set, the leader also scans what the cluster holds with every policy and
 writes one report per namespace (`controllers/reports`); the scan is the audit
-`gpu-admission audit` runs (`webhooks/cluster_audit.py`), wired here, where parts meet.
+`gpu-admission audit` runs (`webhooks/audit/cluster.py`), wired here, where parts meet.
 
 It serves plain HTTP on the metrics port: /metrics, /healthz (the event loop answers) and /readyz
 (its caches have listed, and the Lease can be read: a standby that cannot reach its Lease says
@@ -40,8 +40,8 @@ from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.metrics import Metrics
 from gpu_admission.stop_signals import stop_signals
 from webhooks.apiserver_policies.install_expectation import InstallExpectation, lacks_credentials
-from webhooks.cluster_audit import audit_cluster, exempt_namespaces
-from webhooks.registry import build_policy_set
+from webhooks.audit.cluster import audit_cluster, exempt_namespaces
+from webhooks.dispatch.registry import build_policy_set
 
 log = logging.getLogger(__name__)
 

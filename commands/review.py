@@ -28,15 +28,15 @@ from commands.review_inputs import (
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config, ConfigError, load_config
 from gpu_admission.config_workloads import PodChecksIn
-from webhooks.offline_review import (
+from webhooks.dispatch.registry import build_policy_set
+from webhooks.offline.review import (
     POD_CHECKS_POLICY,
     POD_CHECKS_WEBHOOK,
     POD_MUTATIONS_POLICY,
     POD_MUTATIONS_WEBHOOK,
     review_document,
 )
-from webhooks.offline_state import ClusterState, Result
-from webhooks.registry import build_policy_set
+from webhooks.offline.state import ClusterState, Result
 
 EXIT_ALLOWED, EXIT_DENIED, EXIT_USAGE = 0, 1, 2
 # -- output ----------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from gpu_admission.cluster.view import (
     secret_info,
     service_account_info,
 )
-from webhooks.offline_state import ClusterState
+from webhooks.offline.state import ClusterState
 
 
 class AppliedView:

@@ -25,7 +25,7 @@ from gpu_admission.cluster.view import (
     service_account_info,
 )
 from gpu_admission.config import Config
-from webhooks.offline_state import ClusterState, Document
+from webhooks.offline.state import ClusterState, Document
 
 LIVE_SYNC_TIMEOUT_SECONDS = 30.0
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")

@@ -8,8 +8,8 @@ sites, then background services. /readyz reports what is not ready yet: certific
 Shutdown (SIGTERM or SIGINT): /readyz turns 503 at once; the service keeps answering for
 `server.drain_seconds`, each answer closing its connection, then closes its listener and its idle
 connections, and answers what it has received (for up to `server.shutdown_grace_seconds`;
-`webhooks/draining.py`); background services stop in reverse order, the caches and the metrics
-listener last; then the process exits 0.
+`webhooks/service/draining.py`); background services stop in reverse order, the caches and the
+metrics listener last; then the process exits 0.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.loop_lag import LoopLag
 from gpu_admission.metrics import NOT_KNOWN, Metrics
 from gpu_admission.stop_signals import stop_signals
-from webhooks.draining import DRAIN, Drain, close_gracefully
+from webhooks.dispatch.registry import build_policy_set
 from webhooks.policies.interface import PolicySet
-from webhooks.registry import build_policy_set
-from webhooks.server import create_app, make_runner
+from webhooks.service.draining import DRAIN, Drain, close_gracefully
+from webhooks.service.server import create_app, make_runner
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ PROBE = """
 import sys
 from commands.cli import main
 status = main(["load", "--source", "s3://Bad_Bucket", "--termination-log", sys.argv[1]])
-heavy = sorted(m for m in ("aiohttp", "kubernetes", "webhooks.registry") if m in sys.modules)
+loaded = ("aiohttp", "kubernetes", "webhooks.dispatch.registry")
+heavy = sorted(m for m in loaded if m in sys.modules)
 print(status, ",".join(heavy))
 """
 

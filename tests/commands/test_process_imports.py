@@ -27,7 +27,7 @@ RUNS = {
 }
 NOT_IMPORTED = {
     # The certificate code (cryptography: 7.5 MiB) and the webhook server.
-    "controller": ["cryptography", "certs.issue", "webhooks.server", "commands.serve"],
+    "controller": ["cryptography", "certs.issue", "webhooks.service.server", "commands.serve"],
     # The dataset controller and its event loop.
     "serve": ["controllers.dataset.controller", "commands.controller", "uvloop"],
 }

@@ -10,7 +10,7 @@ import yaml
 
 from commands.cli import main
 from gpu_admission.config import Config
-from webhooks.workload_checks import STATE_DEPENDENT
+from webhooks.dispatch.workload_checks import STATE_DEPENDENT
 
 SECRET = """
 apiVersion: v1

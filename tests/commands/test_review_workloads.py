@@ -13,7 +13,7 @@ from commands.cli import main
 from gpu_admission.config import Config
 from webhooks.apiserver_policies.pod_checks import denial_text
 from webhooks.apiserver_policies.workload_templates import WORKLOAD_POLICY_NAME, workload_denial
-from webhooks.workload_kinds import BUILT_IN
+from webhooks.core.workload_kinds import BUILT_IN
 
 JOBSET = """
 apiVersion: jobset.x-k8s.io/v1alpha2

@@ -20,9 +20,9 @@ from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
 from tests.support.ports import free_port
 from tests.webhooks.server_helpers import fixture_bytes
-from webhooks.patch import Patch
+from webhooks.core.patch import Patch
+from webhooks.core.review import AdmissionRequest
 from webhooks.policies.interface import MutatingPolicy, PolicySet, Scope
-from webhooks.review import AdmissionRequest
 
 WAIT = 10.0  # bound on every wait for a condition
 

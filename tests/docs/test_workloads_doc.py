@@ -11,7 +11,7 @@ import yaml
 from gpu_admission.config import Config
 from tests import ROOT
 from tests.world.harness import render
-from webhooks.workload_kinds import BUILT_IN, template_kinds
+from webhooks.core.workload_kinds import BUILT_IN, template_kinds
 
 DOC = (ROOT / "docs" / "workloads.md").read_text()
 

@@ -29,7 +29,7 @@ from gpu_admission.cluster.view import pvc_record as webhook_record
 from gpu_admission.config import Config
 from gpu_admission.names import PHASE_FAILED, PHASE_LOADING, PHASE_PENDING, PHASE_SUCCEEDED
 from tests.webhooks.policy_helpers import make_request
-from webhooks.patch import Patch
+from webhooks.core.patch import Patch
 from webhooks.policies.dataset_gate import gate_for_datasets, load_of
 
 CONFIG = Config()

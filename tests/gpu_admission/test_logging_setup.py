@@ -31,13 +31,13 @@ def root_logger():
 def test_json_lines_carry_structured_fields(root_logger):
     stream = io.StringIO()
     setup_logging("info", "json", stream)
-    logging.getLogger("webhooks.server").info(
+    logging.getLogger("webhooks.service.server").info(
         "admission denied", extra={"webhook": "/validate/pods", "code": 403}
     )
     entry = json.loads(stream.getvalue())
     assert entry["message"] == "admission denied"
     assert entry["level"] == "info"
-    assert entry["logger"] == "webhooks.server"
+    assert entry["logger"] == "webhooks.service.server"
     assert (entry["webhook"], entry["code"]) == ("/validate/pods", 403)
     assert stream.getvalue().count("\n") == 1
 

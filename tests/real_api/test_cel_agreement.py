@@ -27,11 +27,11 @@ from tests.real_api.test_pod_checks import EXEMPT, pods
 from tests.support.waits import while_running
 from tests.webhooks.policy_helpers import make_request
 from tests.world.harness import delete_policy
-from webhooks import chain
 from webhooks.apiserver_policies.pod_checks import admission_policy, admission_policy_binding
 from webhooks.apiserver_policies.webhook_routing import webhook_condition
+from webhooks.dispatch import chain
+from webhooks.dispatch.registry import build_policy_set
 from webhooks.policies.quantity import is_int64, parse_quantity
-from webhooks.registry import build_policy_set
 
 NAMESPACE = "ml"
 PROBES = "cel-probes"  # where the probe policies below apply, and nowhere else

@@ -22,10 +22,10 @@ from gpu_admission.config import Config, FailureMode
 from tests import ROOT
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from tests.webhooks.policy_helpers import make_request
-from webhooks import chain
 from webhooks.apiserver_policies.pod_checks import denial_text, policy_denial
-from webhooks.pod_defaults import default_pod
-from webhooks.registry import build_policy_set
+from webhooks.core.pod_defaults import default_pod
+from webhooks.dispatch import chain
+from webhooks.dispatch.registry import build_policy_set
 
 NAMESPACE = "ml"  # the examples' namespace
 POLICIES = build_policy_set(Config()).validating_for("Pod")

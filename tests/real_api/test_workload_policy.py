@@ -25,7 +25,7 @@ from tests.real_api.test_pod_checks import pods
 from tests.support.waits import while_running
 from webhooks.apiserver_policies.pod_checks import denial_text
 from webhooks.apiserver_policies.workload_templates import WORKLOAD_POLICY_NAME, workload_denial
-from webhooks.workload_kinds import BUILT_IN, TemplateKind
+from webhooks.core.workload_kinds import BUILT_IN, TemplateKind
 
 NAMESPACE = "ml-workloads"
 EXEMPT = "exempt-workloads"

@@ -22,7 +22,7 @@ from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from tests.real_api.service import served
 from tests.support.waits import while_running
 from tests.world.control_plane import ControlPlane
-from webhooks.workload_checks import STATE_DEPENDENT
+from webhooks.dispatch.workload_checks import STATE_DEPENDENT
 
 NAMESPACE = "ml-workload-hooks"
 EXEMPT = "exempt-workload-hooks"

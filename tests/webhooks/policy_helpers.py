@@ -12,9 +12,9 @@ import jsonpatch
 
 from gpu_admission.cluster.view import ClusterView
 from tests import REVIEW_FIXTURES
-from webhooks.patch import Patch
+from webhooks.core.patch import Patch
+from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.interface import MutatingPolicy
-from webhooks.review import AdmissionRequest, Verdict
 
 FIXTURES = REVIEW_FIXTURES
 

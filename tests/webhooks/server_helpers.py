@@ -27,11 +27,11 @@ from gpu_admission.cluster.view import (
     ServiceAccountInfo,
 )
 from tests import REVIEW_FIXTURES
-from webhooks.patch import Patch
+from webhooks.core.patch import Patch
+from webhooks.core.review import AdmissionRequest
 from webhooks.policies.containers import iter_containers
 from webhooks.policies.interface import MutatingPolicy, Scope
-from webhooks.review import AdmissionRequest
-from webhooks.server import make_runner
+from webhooks.service.server import make_runner
 
 FIXTURES = REVIEW_FIXTURES
 

@@ -57,8 +57,8 @@ from tests.world.faults import Faults
 from tests.world.namespaces import namespace_ready
 from tests.world.real_cluster import KubeApi
 from webhooks.apiserver_policies.webhook_routing import mutating_pod_webhooks
-from webhooks.registry import build_policy_set
-from webhooks.server import create_app, make_runner
+from webhooks.dispatch.registry import build_policy_set
+from webhooks.service.server import create_app, make_runner
 
 MANIFESTS = ROOT / "manifests"
 KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent))

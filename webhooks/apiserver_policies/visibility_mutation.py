@@ -18,7 +18,7 @@ holds the two to each other on the real API server (tests/real_api/test_stateles
 In `audit` mode (`policies.gpu-visibility.mode`) the pods must not change: in place of the
 mutating policy, a ValidatingAdmissionPolicy bound with `[Audit]` records, in the API server's
 audit event, what the change would have been, in the words `review` and the webhook use
-(`webhooks.change_words`).
+(`webhooks.core.change_words`).
 
 Facts this relies on, checked on kube-apiserver 1.36.2: MutatingAdmissionPolicies run before the
 mutating webhooks, and again after them with `reinvocationPolicy: IfNeeded` (a container a later
@@ -38,8 +38,8 @@ from gpu_admission.config import Config
 from gpu_admission.names import MIRROR_POD_ANNOTATION, NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
 from webhooks.apiserver_policies.cel import cel_string, requests_gpu_test
 from webhooks.apiserver_policies.pod_checks import exempt_selector
-from webhooks.change_words import describe_changes
-from webhooks.patch import Patch
+from webhooks.core.change_words import describe_changes
+from webhooks.core.patch import Patch
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_resources import GpuResources
 
@@ -47,7 +47,7 @@ POLICY_NAME = "gpu-admission-gpu-visibility"
 ENTRY = {"name": NVIDIA_VISIBLE_DEVICES, "value": VISIBLE_DEVICES_NONE}
 EPHEMERAL = "ephemeralContainers"
 _CREATED = ("initContainers", "containers")
-# How the webhook's change words name a container of each list (`webhooks.change_words`).
+# How the webhook's change words name a container of each list (`webhooks.core.change_words`).
 _WORDS = {
     "initContainers": "init container",
     "containers": "container",

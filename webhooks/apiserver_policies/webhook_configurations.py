@@ -2,9 +2,9 @@
 (namespaceSelector, matchConditions) and failure policy, for each layout the manifests ship.
 
 manifests/base/webhooks.yaml is this module's output for the default configuration, with
-comments (tests/webhooks/test_webhook_configurations.py holds them equal); the overlays for
-older API servers patch it as `webhook_configurations(config, layout)` does. The install's
-self-check compares the live configurations with these.
+comments (tests/webhooks/apiserver_policies/test_webhook_configurations.py holds them equal);
+the overlays for older API servers patch it as `webhook_configurations(config, layout)` does.
+The install's self-check compares the live configurations with these.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from webhooks.apiserver_policies.webhook_routing import (
     mutating_pod_webhooks,
     webhook_condition,
 )
-from webhooks.workload_kinds import template_kinds
+from webhooks.core.workload_kinds import template_kinds
 
 POD_CHECKS_WEBHOOK = "pods.validate.gpu-admission.io"
 WORKLOADS_WEBHOOK = "workloads.validate.gpu-admission.io"

@@ -36,8 +36,8 @@ from webhooks.apiserver_policies.pod_checks import (
     shared_limit_problems,
     validation,
 )
-from webhooks.pod_defaults import default_pod
-from webhooks.workload_kinds import (
+from webhooks.core.pod_defaults import default_pod
+from webhooks.core.workload_kinds import (
     TemplateKind,
     path_steps,
     template_kinds,

@@ -27,10 +27,10 @@ from gpu_admission.names import CREDENTIAL_TYPES
 from gpu_admission.policy_modes import PolicyMode
 from webhooks.apiserver_policies.credential_namespaces import binding_message, binds
 from webhooks.apiserver_policies.webhook_routing import CREDENTIAL_NAMESPACE_POD_MUTATIONS
-from webhooks.audit import audit_object, ordered
+from webhooks.audit.objects import audit_object, ordered
+from webhooks.audit.workloads import api_version, audit_workload, owned_by_workload
+from webhooks.core.workload_kinds import kind_index
 from webhooks.policies.interface import PolicySet
-from webhooks.workload_audit import api_version, audit_workload, owned_by_workload
-from webhooks.workload_kinds import kind_index
 
 log = logging.getLogger(__name__)
 

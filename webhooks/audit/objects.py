@@ -17,9 +17,9 @@ import msgspec
 from gpu_admission.cluster.view import ClusterView
 from gpu_admission.findings import COULD_NOT_CHECK, WOULD_CHANGE, WOULD_REFUSE, Finding
 from gpu_admission.policy_modes import PolicyMode
-from webhooks.change_words import describe_changes
-from webhooks.offline_review import merged_string_data, review_request
-from webhooks.patch import Patch
+from webhooks.core.change_words import describe_changes
+from webhooks.core.patch import Patch
+from webhooks.offline.review import merged_string_data, review_request
 from webhooks.policies.interface import PolicySet
 
 # What users look for first: pods that may see GPUs they were not given, and shared-GPU pods

@@ -17,11 +17,11 @@ from typing import Any
 from gpu_admission.cluster.view import ClusterView
 from gpu_admission.findings import COULD_NOT_CHECK, WOULD_REFUSE, Finding
 from gpu_admission.policy_modes import PolicyMode
-from webhooks.offline_review import review_request
-from webhooks.patch import Patch
-from webhooks.pod_defaults import default_pod
+from webhooks.core.patch import Patch
+from webhooks.core.pod_defaults import default_pod
+from webhooks.core.workload_kinds import TemplateKind, template_pod, templates
+from webhooks.offline.review import review_request
 from webhooks.policies.interface import PolicySet
-from webhooks.workload_kinds import TemplateKind, template_pod, templates
 
 AUDIT_UID = "gpu-admission-audit"
 

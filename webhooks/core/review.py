@@ -2,7 +2,7 @@
 
 Requests are decoded from raw bytes with msgspec (a C decoder and validator) and checked against
 TypedDicts: the envelope, and the shape of every field the policies read of the object
-(`webhooks.review_shapes`). Unknown fields are ignored so a newer API server does not break the
+(`webhooks.core.review_shapes`). Unknown fields are ignored so a newer API server does not break the
 service; the fields used are strict. An error names the JSON path of the first field at fault and
 what it should be (`request.object.spec.containers[0].env: expected a list`), so a malformed body is
 a 400, never an internal error inside a policy.
@@ -19,7 +19,7 @@ from typing import Annotated, Any, Generic, Literal, NamedTuple, NotRequired, Ty
 
 import msgspec
 
-from webhooks.review_shapes import SHAPES
+from webhooks.core.review_shapes import SHAPES
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -172,7 +172,7 @@ def _decode(decoder: msgspec.json.Decoder[Any], body: bytes) -> dict[str, Any]:
 
 def _shaped(request: dict[str, Any], expected_kind: str) -> None:
     """The object's (and the old object's) fields that policies read have their Kubernetes
-    shape (`webhooks.review_shapes`)."""
+    shape (`webhooks.core.review_shapes`)."""
     shape = SHAPES.get(expected_kind)
     if shape is None:
         return
@@ -247,7 +247,7 @@ def parse_review(body: bytes, expected_kind: str) -> AdmissionRequest:
 
 def request_of(review: dict[str, Any], expected_kind: str) -> AdmissionRequest:
     """A review already decoded (its envelope typed and checked by the decoder: `parse_review`,
-    or the pod memo's probe, `webhooks.memo`) checked as a whole and made a request."""
+    or the pod memo's probe, `webhooks.service.memo`) checked as a whole and made a request."""
     request, obj = _checked(review, expected_kind)
     _shaped(request, expected_kind)
     get = request.get

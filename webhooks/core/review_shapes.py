@@ -132,7 +132,7 @@ class Pod(TypedDict, total=False):
 
 
 class PodTemplate(TypedDict, total=False):
-    """A workload's pod template (webhooks.workload_kinds): what its pods are made of."""
+    """A workload's pod template (webhooks.core.workload_kinds): what its pods are made of."""
 
     metadata: ObjectMeta | None
     spec: PodSpec | None

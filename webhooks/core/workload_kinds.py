@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 
 from gpu_admission.config import Config
-from webhooks.review import AdmissionRequest, describe_shape_error
-from webhooks.review_shapes import PodTemplate
+from webhooks.core.review import AdmissionRequest, describe_shape_error
+from webhooks.core.review_shapes import PodTemplate
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from typing import Any
 from gpu_admission.cluster.view import ClusterView, MissResolver, ObjectRef
 from gpu_admission.config import FailureMode
 from gpu_admission.policy_modes import CHANGED, DENIED, RECORDED, WARNED, PolicyMode
-from webhooks.change_words import describe_changes
-from webhooks.patch import Patch
+from webhooks.core.change_words import describe_changes
+from webhooks.core.patch import Patch
+from webhooks.core.review import AdmissionRequest
 from webhooks.policies.interface import MutatingPolicy, ValidatingPolicy
-from webhooks.review import AdmissionRequest
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from gpu_admission.config import Config
+from webhooks.core.review import WORKLOAD
 from webhooks.policies.interface import MutatingPolicy, PolicySet, ValidatingPolicy
-from webhooks.review import WORKLOAD
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ WEBHOOKS: tuple[Webhook, ...] = (
     Webhook("/validate/secrets", "Secret", mutating=False),
     Webhook("/mutate/persistentvolumeclaims", "PersistentVolumeClaim", mutating=True),
     Webhook("/validate/persistentvolumeclaims", "PersistentVolumeClaim", mutating=False),
-    # Deployments, Jobs, JobSets, ... through their pod templates (webhooks.workload_checks).
+    # Deployments, Jobs, JobSets, ... through their pod templates
+    # (webhooks.dispatch.workload_checks).
     Webhook("/validate/workloads", WORKLOAD, mutating=False),
 )
 
@@ -42,7 +43,7 @@ def webhook_for(kind: str, mutating: bool) -> Webhook | None:
 def build_policy_set(config: Config) -> PolicySet:
     """Every policy, in the order it runs. Order matters for mutating policies only where one
     reads what another wrote; each is reinvocation-safe on its own."""
-    from webhooks.workload_checks import workload_policies
+    from webhooks.dispatch.workload_checks import workload_policies
 
     modules = _policy_modules()
     policies = [p for module in modules for p in module.policies(config)]

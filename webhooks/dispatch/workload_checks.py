@@ -30,11 +30,10 @@ from gpu_admission.config import Config
 from gpu_admission.config_workloads import PodChecksIn
 from gpu_admission.policy_modes import PolicyMode
 from webhooks.apiserver_policies.pod_checks import POD_CHECKS, policy_denial
-from webhooks.patch import Patch
-from webhooks.pod_defaults import default_pod
-from webhooks.policies.interface import MutatingPolicy, PolicySet, Scope, ValidatingPolicy
-from webhooks.review import WORKLOAD, AdmissionRequest, Verdict
-from webhooks.workload_kinds import (
+from webhooks.core.patch import Patch
+from webhooks.core.pod_defaults import default_pod
+from webhooks.core.review import WORKLOAD, AdmissionRequest, Verdict
+from webhooks.core.workload_kinds import (
     Template,
     TemplateKind,
     kind_index,
@@ -42,6 +41,7 @@ from webhooks.workload_kinds import (
     templates,
     workload_label,
 )
+from webhooks.policies.interface import MutatingPolicy, PolicySet, Scope, ValidatingPolicy
 
 # Said before a refusal the pods would get as the cluster is now, which may change before they
 # are made: a warning on the workload, not a refusal.

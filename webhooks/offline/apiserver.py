@@ -16,7 +16,7 @@ from webhooks.apiserver_policies.credential_namespaces import (
     binds,
 )
 from webhooks.apiserver_policies.pod_checks import denial_text, warning_text
-from webhooks.offline_state import ClusterState, Result
+from webhooks.offline.state import ClusterState, Result
 from webhooks.policies.credential_injection import service_account_name
 
 GPU_VISIBILITY = "gpu-visibility"

@@ -21,31 +21,31 @@ from typing import Any, cast
 
 from gpu_admission.config import Config
 from gpu_admission.policy_modes import PolicyMode
-from webhooks import chain
 from webhooks.apiserver_policies.bindings import (
     failed_policies,
     workload_check_policies,
 )
 from webhooks.apiserver_policies.webhook_routing import mutating_webhook_sees, webhook_sees
 from webhooks.apiserver_policies.workload_templates import workload_denial
-from webhooks.offline_apiserver import (
-    admit_service_account,
-    policy_failed,
-    unseen_binding,
-    visibility_policy,
-)
-from webhooks.offline_state import ClusterState, Document, Result
-from webhooks.pod_defaults import default_pod
-from webhooks.policies.interface import PolicySet
-from webhooks.registry import webhook_for
-from webhooks.review import WORKLOAD, AdmissionRequest
-from webhooks.workload_kinds import (
+from webhooks.core.pod_defaults import default_pod
+from webhooks.core.review import WORKLOAD, AdmissionRequest
+from webhooks.core.workload_kinds import (
     TemplateKind,
     kind_index,
     template_pod,
     template_shape_error,
     templates,
 )
+from webhooks.dispatch import chain
+from webhooks.dispatch.registry import webhook_for
+from webhooks.offline.apiserver import (
+    admit_service_account,
+    policy_failed,
+    unseen_binding,
+    visibility_policy,
+)
+from webhooks.offline.state import ClusterState, Document, Result
+from webhooks.policies.interface import PolicySet
 
 # Dynamic Resource Allocation objects: read as cluster state by the pods that name them.
 CLAIM_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})

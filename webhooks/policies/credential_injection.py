@@ -63,9 +63,10 @@ from gpu_admission.names import (
     HUGGINGFACE_CREDENTIAL_TYPE,
     Names,
 )
+from webhooks.core.patch import Patch
+from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.credentials.aws import is_keyless
 from webhooks.credentials.azure import is_keyless as is_azure_keyless
-from webhooks.patch import Patch
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.credential_tokens import (
     TokenSettings,
@@ -78,7 +79,6 @@ from webhooks.policies.credential_tokens import (
     web_identity_env,
 )
 from webhooks.policies.interface import MutatingPolicy, Scope
-from webhooks.review import AdmissionRequest, Verdict
 
 POLICY_NAME = "cloud-credentials"
 SCOPE = Scope("Pod")  # CREATE of the pod itself

@@ -18,6 +18,7 @@ from gpu_admission.names import (
     GCP_CREDENTIAL_TYPE,
     HUGGINGFACE_CREDENTIAL_TYPE,
 )
+from webhooks.core.review import ALLOW, AdmissionRequest, Verdict
 from webhooks.credentials.aws import validate_aws
 from webhooks.credentials.azure import validate_azure
 from webhooks.credentials.gcp import validate_gcp
@@ -26,7 +27,6 @@ from webhooks.credentials.problems import Problem
 from webhooks.credentials.rsa_keys import RsaKeyChecker
 from webhooks.credentials.secret_data import decode_secret_data
 from webhooks.policies.interface import Scope, ValidatingPolicy
-from webhooks.review import ALLOW, AdmissionRequest, Verdict
 
 POLICY_NAME = "credential-secrets"
 # Secrets of other types never reach the policy; the service answers them from the review's head.

@@ -32,7 +32,7 @@ from gpu_admission.names import (
     AZURE_FEDERATED_TOKEN_FILE,
     AZURE_TOKEN_PATH,
 )
-from webhooks.patch import Patch
+from webhooks.core.patch import Patch
 from webhooks.policies.containers import ContainerRef
 
 MAX_VOLUME_NAME = 63  # a DNS label

@@ -21,9 +21,9 @@ from gpu_admission.cluster.view import ClusterView
 from gpu_admission.config import Config
 from gpu_admission.dataset_load import content_of
 from gpu_admission.names import Names
-from webhooks.patch import Patch
+from webhooks.core.patch import Patch
+from webhooks.core.review import AdmissionRequest
 from webhooks.policies.interface import MutatingPolicy, Scope
-from webhooks.review import AdmissionRequest
 
 SCOPE = Scope("PersistentVolumeClaim", operations=frozenset({"CREATE"}))
 

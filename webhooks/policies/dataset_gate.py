@@ -20,10 +20,10 @@ from gpu_admission.cluster.view import ClusterView, ObjectRef, PVCInfo
 from gpu_admission.config import Config
 from gpu_admission.dataset_load import DatasetLoad, dataset_load
 from gpu_admission.names import PHASE_FAILED, Names
-from webhooks.patch import Patch
+from webhooks.core.patch import Patch
+from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.containers import iter_containers
 from webhooks.policies.interface import MutatingPolicy, Scope
-from webhooks.review import AdmissionRequest, Verdict
 
 CREATE_SCOPE = Scope("Pod")
 EPHEMERAL_SCOPE = Scope(

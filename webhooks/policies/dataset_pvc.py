@@ -25,9 +25,9 @@ from gpu_admission.datasource import (
 )
 from gpu_admission.load_parallelism import load_parallelism
 from gpu_admission.names import Names
-from webhooks.patch import Patch, escape
+from webhooks.core.patch import Patch, escape
+from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.interface import MutatingPolicy, Scope, ValidatingPolicy
-from webhooks.review import AdmissionRequest, Verdict
 
 PVC_KIND = "PersistentVolumeClaim"
 SCOPE = Scope(PVC_KIND, operations=frozenset({"CREATE", "UPDATE"}))

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef
 from gpu_admission.config import Config
+from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_claims import GpuDetector
 from webhooks.policies.gpu_visibility import EPHEMERAL_SUBRESOURCE, new_ephemeral_containers
 from webhooks.policies.interface import Scope, ValidatingPolicy
-from webhooks.review import AdmissionRequest, Verdict
 
 
 def _how_set(entry: object) -> str:

@@ -16,11 +16,11 @@ from typing import Any
 from gpu_admission.cluster.view import ClusterView, ObjectRef
 from gpu_admission.config import Config
 from gpu_admission.names import MIRROR_POD_ANNOTATION, NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
-from webhooks.patch import Patch
+from webhooks.core.patch import Patch
+from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_claims import GpuDetector, GpuUse, unresolved_warning
 from webhooks.policies.interface import MutatingPolicy, Scope
-from webhooks.review import AdmissionRequest, Verdict
 
 EPHEMERAL_SUBRESOURCE = "ephemeralcontainers"
 UNRESOLVED_GPU_CLAIM = "unresolved_gpu_claim"  # the notice, a label of the notices metric

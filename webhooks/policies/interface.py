@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from itertools import product
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef
-from webhooks.patch import Patch
-from webhooks.review import AdmissionRequest, ScopeKey, Verdict
+from webhooks.core.patch import Patch
+from webhooks.core.review import AdmissionRequest, ScopeKey, Verdict
 
 MutateFn = Callable[[AdmissionRequest, Patch, ClusterView], Verdict | None]
 ValidateFn = Callable[[AdmissionRequest, ClusterView], Verdict]

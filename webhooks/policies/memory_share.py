@@ -24,7 +24,8 @@ from typing import Any
 from gpu_admission import names as n
 from gpu_admission.cluster.view import ClusterView, NodeInfo
 from gpu_admission.config import Config, GpuConfig, NoCandidateBehaviour
-from webhooks.patch import Patch
+from webhooks.core.patch import Patch
+from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.containers import iter_containers
 from webhooks.policies.gpu_claims import GpuDetector, GpuUse
 from webhooks.policies.gpu_resources import GpuResources
@@ -40,7 +41,6 @@ from webhooks.policies.share_env import (
     apply_env,
     build_profiles,
 )
-from webhooks.review import AdmissionRequest, Verdict
 
 RESOURCE_CONTAINER_LISTS = ("initContainers", "containers")  # ephemeral ones cannot ask for any
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_admission import names as n
-from webhooks.patch import Patch
+from webhooks.core.patch import Patch
 from webhooks.policies.containers import ContainerRef
 
 

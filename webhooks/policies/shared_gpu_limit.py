@@ -17,13 +17,13 @@ from __future__ import annotations
 from gpu_admission import names as n
 from gpu_admission.cluster.view import ClusterView
 from gpu_admission.config import Config, GpuConfig
+from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_resources import GpuResources
 from webhooks.policies.gpu_sharing import RequestSharing, classify, label_count
 from webhooks.policies.interface import Scope, ValidatingPolicy
 from webhooks.policies.node_match import Placement
 from webhooks.policies.quantity import is_int64, parse_quantity
-from webhooks.review import AdmissionRequest, Verdict
 
 
 def _shown(value: object) -> str:

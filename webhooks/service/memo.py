@@ -29,8 +29,8 @@ from typing import Any, NamedTuple, TypedDict
 import msgspec
 
 from gpu_admission.cluster.view import ClusterView
-from webhooks.chain import Outcome
-from webhooks.review import AdmissionRequest, RequestEnvelope, request_of
+from webhooks.core.review import AdmissionRequest, RequestEnvelope, request_of
+from webhooks.dispatch.chain import Outcome
 
 TOKEN_VOLUME_PREFIX = b"kube-api-access-"
 # Keys the controllers put on each pod of a set with that pod's own identity (k8s.io/api

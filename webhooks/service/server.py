@@ -37,18 +37,7 @@ from gpu_admission.metrics import (
     Metrics,
 )
 from gpu_admission.policy_modes import PolicyMode
-from webhooks import chain
-from webhooks.chain import log_records
-from webhooks.draining import DRAIN, Drain
-from webhooks.memo import MutationMemo, Probe, probed_request
-from webhooks.policies.interface import (
-    MutatingPolicy,
-    PolicySet,
-    ValidatingPolicy,
-    typed_scope_keys,
-)
-from webhooks.registry import WEBHOOKS, Webhook
-from webhooks.review import (
+from webhooks.core.review import (
     WORKLOAD,
     AdmissionRequest,
     ReviewError,
@@ -58,7 +47,18 @@ from webhooks.review import (
     response_body,
     response_tail,
 )
-from webhooks.workload_kinds import kind_index, template_shape_error
+from webhooks.core.workload_kinds import kind_index, template_shape_error
+from webhooks.dispatch import chain
+from webhooks.dispatch.chain import log_records
+from webhooks.dispatch.registry import WEBHOOKS, Webhook
+from webhooks.policies.interface import (
+    MutatingPolicy,
+    PolicySet,
+    ValidatingPolicy,
+    typed_scope_keys,
+)
+from webhooks.service.draining import DRAIN, Drain
+from webhooks.service.memo import MutationMemo, Probe, probed_request
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class AdmissionEndpoint:
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
         self.modes = modes  # the policies that do not enforce
-        # Pods of one template get one computed answer (webhooks.memo).
+        # Pods of one template get one computed answer (webhooks.service.memo).
         self.memo = MutationMemo() if webhook.mutating and webhook.kind == "Pod" else None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -221,7 +221,7 @@ class AdmissionEndpoint:
     def _answer_known(
         self, probe: Probe, known: tuple[chain.Outcome, bytes], started: float
     ) -> web.Response:
-        """The answer to a pod like one reviewed before (webhooks.memo)."""
+        """The answer to a pod like one reviewed before (webhooks.service.memo)."""
         outcome, tail = known
         if outcome.notices:
             self.metrics.noticed(self.webhook.path, outcome.notices)
@@ -392,7 +392,8 @@ def create_app(
     readiness: Readiness,
     metrics: Metrics | None = None,
 ) -> web.Application:
-    """The webhook application: every path of `webhooks.registry.WEBHOOKS`, plus health checks.
+    """The webhook application: every path of `webhooks.dispatch.registry.WEBHOOKS`, plus health
+    checks.
 
     `metrics` is the process's registry (a fresh one when omitted); the app's admission metrics
     are also available as `app[ADMISSION_METRICS]`, and its drain switch as `app[DRAIN]`.

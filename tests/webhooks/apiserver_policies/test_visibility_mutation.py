@@ -14,10 +14,10 @@ from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config
 from tests.webhooks.pod_strategies import DEBUGGERS, admission_pods
 from tests.webhooks.policy_helpers import make_request
-from webhooks import chain
 from webhooks.apiserver_policies.visibility_mutation import changes, hidden_containers, would_change
-from webhooks.change_words import describe_changes
-from webhooks.patch import Patch
+from webhooks.core.change_words import describe_changes
+from webhooks.core.patch import Patch
+from webhooks.dispatch import chain
 from webhooks.policies import gpu_visibility
 from webhooks.policies.containers import iter_containers
 

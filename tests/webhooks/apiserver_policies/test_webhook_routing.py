@@ -23,15 +23,15 @@ from gpu_admission.config import Config
 from tests import ROOT
 from tests.webhooks.pod_strategies import NAMES, admission_pods
 from tests.webhooks.policy_helpers import make_request
-from webhooks import chain
 from webhooks.apiserver_policies.visibility_mutation import changes
 from webhooks.apiserver_policies.webhook_routing import (
     mutating_pod_webhooks,
     mutating_webhook_sees,
     needs_state,
 )
-from webhooks.pod_defaults import default_pod
-from webhooks.registry import build_policy_set
+from webhooks.core.pod_defaults import default_pod
+from webhooks.dispatch import chain
+from webhooks.dispatch.registry import build_policy_set
 
 CONFIG = Config()
 POLICIES = build_policy_set(CONFIG).mutating_for("Pod")

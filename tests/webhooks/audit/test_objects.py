@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config
-from webhooks.audit import (
+from webhooks.audit.objects import (
     COULD_NOT_CHECK,
     WOULD_CHANGE,
     Finding,
@@ -13,8 +13,8 @@ from webhooks.audit import (
     describe_changes,
     ordered,
 )
+from webhooks.dispatch.registry import build_policy_set
 from webhooks.policies.interface import MutatingPolicy, PolicySet, Scope
-from webhooks.registry import build_policy_set
 
 POLICIES = build_policy_set(Config())
 

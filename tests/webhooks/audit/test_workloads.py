@@ -6,9 +6,9 @@ from __future__ import annotations
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config
 from gpu_admission.findings import WOULD_REFUSE
-from webhooks.registry import build_policy_set
-from webhooks.workload_audit import audit_workload, owned_by_workload
-from webhooks.workload_kinds import BUILT_IN, kind_index
+from webhooks.audit.workloads import audit_workload, owned_by_workload
+from webhooks.core.workload_kinds import BUILT_IN, kind_index
+from webhooks.dispatch.registry import build_policy_set
 
 KINDS = {k.kind: k for k in BUILT_IN}
 POLICIES = build_policy_set(Config())

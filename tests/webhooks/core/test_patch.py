@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhooks.patch import Patch, PatchConflict, escape
+from webhooks.core.patch import Patch, PatchConflict, escape
 
 
 def pod() -> dict[str, Any]:

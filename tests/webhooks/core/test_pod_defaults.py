@@ -4,7 +4,7 @@ shared-GPU denial as a real server does ("in limits and requests")."""
 
 from __future__ import annotations
 
-from webhooks.pod_defaults import default_pod
+from webhooks.core.pod_defaults import default_pod
 
 
 def test_a_limit_without_a_request_becomes_the_request() -> None:

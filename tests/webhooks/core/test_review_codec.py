@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from webhooks.review import ReviewError, parse_review
-
-from .server_helpers import fixture
+from tests.webhooks.server_helpers import fixture
+from webhooks.core.review import ReviewError, parse_review
 
 BIG = 2**70  # valid JSON beyond 64 bits, which some fast decoders refuse
 

@@ -11,14 +11,13 @@ from typing import Any
 import pytest
 
 from tests import ROOT
-from webhooks.review import (
+from tests.webhooks.server_helpers import FIXTURES, fixture, fixture_bytes
+from webhooks.core.review import (
     MAX_WARNING_LENGTH,
     ReviewError,
     build_response,
     parse_review,
 )
-
-from .server_helpers import FIXTURES, fixture, fixture_bytes
 
 KIND_BY_PREFIX = {
     "pod": "Pod",

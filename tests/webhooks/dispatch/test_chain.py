@@ -18,13 +18,12 @@ from gpu_admission.cluster.view import (
     StaticClusterView,
 )
 from gpu_admission.config import FailureMode
-from webhooks import chain
-from webhooks.patch import Patch
+from tests.webhooks.policy_helpers import mutate_twice
+from tests.webhooks.server_helpers import annotate, env_everywhere, fixture_bytes
+from webhooks.core.patch import Patch
+from webhooks.core.review import AdmissionRequest, Verdict, parse_review
+from webhooks.dispatch import chain
 from webhooks.policies.interface import MutatingPolicy, Scope, ValidatingPolicy
-from webhooks.review import AdmissionRequest, Verdict, parse_review
-
-from .policy_helpers import mutate_twice
-from .server_helpers import annotate, env_everywhere, fixture_bytes
 
 VIEW = StaticClusterView()
 POD_REVIEW = fixture_bytes("pod-gpu.mutating.json")

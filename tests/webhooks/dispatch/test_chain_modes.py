@@ -9,12 +9,11 @@ from typing import Any
 from gpu_admission.cluster.view import ClusterView, StaticClusterView
 from gpu_admission.config import FailureMode
 from gpu_admission.policy_modes import PolicyMode
-from webhooks import chain
-from webhooks.patch import Patch
+from tests.webhooks.server_helpers import env_everywhere, fixture_bytes
+from webhooks.core.patch import Patch
+from webhooks.core.review import AdmissionRequest, Verdict, parse_review
+from webhooks.dispatch import chain
 from webhooks.policies.interface import MutatingPolicy, Scope, ValidatingPolicy
-from webhooks.review import AdmissionRequest, Verdict, parse_review
-
-from .server_helpers import env_everywhere, fixture_bytes
 
 VIEW = StaticClusterView()
 POD_REVIEW = fixture_bytes("pod-gpu.mutating.json")

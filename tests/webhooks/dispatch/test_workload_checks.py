@@ -11,12 +11,12 @@ import pytest
 
 from gpu_admission.cluster.view import SecretInfo, StaticClusterView
 from gpu_admission.config import Config, FailureMode
-from webhooks import chain
 from webhooks.apiserver_policies.workload_templates import workload_denial
-from webhooks.registry import build_policy_set
-from webhooks.review import WORKLOAD, AdmissionRequest
-from webhooks.workload_checks import STATE_DEPENDENT
-from webhooks.workload_kinds import BUILT_IN
+from webhooks.core.review import WORKLOAD, AdmissionRequest
+from webhooks.core.workload_kinds import BUILT_IN
+from webhooks.dispatch import chain
+from webhooks.dispatch.registry import build_policy_set
+from webhooks.dispatch.workload_checks import STATE_DEPENDENT
 
 NS = "ml"
 KINDS = {k.kind: k for k in BUILT_IN}

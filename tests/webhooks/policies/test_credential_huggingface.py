@@ -8,9 +8,9 @@ import pytest
 
 from gpu_admission.cluster.view import SecretInfo, ServiceAccountInfo, StaticClusterView
 from gpu_admission.config import Config
+from tests.webhooks.policies.test_credential_secrets import denial, secret, validate
 from tests.webhooks.policy_helpers import make_request
-from tests.webhooks.test_credential_secrets import denial, secret, validate
-from webhooks.patch import Patch
+from webhooks.core.patch import Patch
 from webhooks.policies.credential_injection import policies as injection_policies
 
 TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"[:34]

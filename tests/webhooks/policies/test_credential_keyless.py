@@ -13,8 +13,7 @@ from gpu_admission.cluster.view import SecretInfo, secret_info
 from gpu_admission.config import Config
 from gpu_admission.keyless import TokenRequest, gcp_token_request, path_problem
 from tests.commands.test_review import run
-from tests.webhooks.policy_helpers import mutate_twice
-from tests.webhooks.test_credential_injection import (
+from tests.webhooks.policies.test_credential_injection import (
     CREDS,
     NS,
     env_of,
@@ -23,7 +22,8 @@ from tests.webhooks.test_credential_injection import (
     secret_ref,
     view,
 )
-from tests.webhooks.test_credential_secrets import aws_secret, denial, gcp_secret, validate
+from tests.webhooks.policies.test_credential_secrets import aws_secret, denial, gcp_secret, validate
+from tests.webhooks.policy_helpers import mutate_twice
 from webhooks.credentials.aws import is_keyless
 from webhooks.policies.credential_injection import policies
 

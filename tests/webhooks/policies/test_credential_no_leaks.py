@@ -29,7 +29,7 @@ from tests.webhooks.server_helpers import (
 )
 from webhooks.policies.credential_secrets import policies
 from webhooks.policies.interface import PolicySet
-from webhooks.server import create_app
+from webhooks.service.server import create_app
 
 PRIVATE_KEY_ID = "cafebabe0123456789cafebabe0123456789abcd"
 CLIENT_EMAIL = "canary-sa@canary-proj-7731.iam.gserviceaccount.com"

@@ -15,10 +15,10 @@ from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config
 from tests.support.keys import pem
 from tests.webhooks.policy_helpers import FIXTURES, make_request
+from webhooks.core.review import AdmissionRequest, Verdict, parse_review
 from webhooks.credentials.aws import closest_key
 from webhooks.credentials.rsa_keys import RsaKeyChecker
 from webhooks.policies.credential_secrets import POLICY_NAME, policies
-from webhooks.review import AdmissionRequest, Verdict, parse_review
 
 VIEW = StaticClusterView()
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"

@@ -10,8 +10,8 @@ from gpu_admission.cluster.view import ObjectRef, PVCInfo, StaticClusterView
 from gpu_admission.config import Config
 from gpu_admission.dataset_load import DatasetContent, DatasetLoad
 from tests.webhooks.policy_helpers import FIXTURES, load_fixture, make_request, mutate_twice
+from webhooks.core.review import parse_review
 from webhooks.policies.dataset_gate import load_of, policies
-from webhooks.review import parse_review
 
 CONFIG = Config()
 NAMES = CONFIG.names

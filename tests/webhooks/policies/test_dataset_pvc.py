@@ -8,9 +8,9 @@ import json
 from gpu_admission.cluster.view import ObjectRef, SecretInfo, StaticClusterView
 from gpu_admission.config import Config
 from tests.webhooks.policy_helpers import FIXTURES, load_fixture, mutate_twice
+from webhooks.core.review import AdmissionRequest, parse_review
 from webhooks.policies.dataset_pvc import policies
 from webhooks.policies.interface import MutatingPolicy, ValidatingPolicy
-from webhooks.review import AdmissionRequest, parse_review
 
 CONFIG = Config()
 NAMES = CONFIG.names

@@ -9,10 +9,10 @@ import pytest
 
 from gpu_admission.cluster.view import SecretInfo, StaticClusterView
 from gpu_admission.config import Config
-from tests.webhooks.test_dataset_pvc import fixture_request, with_annotations
+from tests.webhooks.policies.test_dataset_pvc import fixture_request, with_annotations
+from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.dataset_pvc import policies
 from webhooks.policies.interface import ValidatingPolicy
-from webhooks.review import AdmissionRequest, Verdict
 
 AZURE = SecretInfo("ml", "blob-reader", "azure-credential", frozenset({"AZURE_STORAGE_ACCOUNT"}))
 S3 = SecretInfo("ml", "s3-reader", "aws-credential", frozenset({"AWS_ACCESS_KEY_ID"}))

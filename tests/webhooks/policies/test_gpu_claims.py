@@ -18,7 +18,7 @@ from gpu_admission.cluster.dra import (
 from gpu_admission.cluster.view import ObjectRef, StaticClusterView
 from gpu_admission.config import Config, DraConfig, GpuConfig
 from tests.webhooks.policy_helpers import make_request, mutate_twice
-from webhooks.patch import Patch
+from webhooks.core.patch import Patch
 from webhooks.policies import gpu_env_guard, gpu_visibility, memory_share
 from webhooks.policies.gpu_claims import GpuDetector
 

@@ -9,8 +9,8 @@ import pytest
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config, GpuConfig
 from tests.webhooks.policy_helpers import FIXTURES, make_request
+from webhooks.core.review import Verdict, parse_review
 from webhooks.policies import shared_gpu_limit
-from webhooks.review import Verdict, parse_review
 
 VIEW = StaticClusterView()
 

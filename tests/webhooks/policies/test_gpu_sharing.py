@@ -10,11 +10,11 @@ from typing import Any
 from gpu_admission.cluster.view import NodeInfo, StaticClusterView
 from gpu_admission.config import Config
 from tests.webhooks.policy_helpers import make_request, mutate_twice
-from webhooks import chain
+from webhooks.core.review import Verdict
+from webhooks.dispatch import chain
+from webhooks.dispatch.registry import build_policy_set
 from webhooks.policies import memory_share
 from webhooks.policies.gpu_sharing import classify, node_strategy
-from webhooks.registry import build_policy_set
-from webhooks.review import Verdict
 
 GPU = "nvidia.com/gpu"
 CONFIG = Config()

@@ -6,7 +6,12 @@ import pytest
 
 from gpu_admission.config import Config
 from gpu_admission.load_parallelism import load_parallelism
-from tests.webhooks.test_dataset_pvc import VIEW, fixture_request, validate, with_annotations
+from tests.webhooks.policies.test_dataset_pvc import (
+    VIEW,
+    fixture_request,
+    validate,
+    with_annotations,
+)
 from webhooks.policies.dataset_pvc import policies
 from webhooks.policies.interface import ValidatingPolicy
 

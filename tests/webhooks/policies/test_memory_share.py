@@ -10,9 +10,9 @@ import pytest
 from gpu_admission.cluster.view import NodeInfo, StaticClusterView
 from gpu_admission.config import Config, MemoryShareConfig, NoCandidateBehaviour
 from tests.webhooks.policy_helpers import FIXTURES, _run_once, mutate_twice
+from webhooks.core.review import parse_review
 from webhooks.policies import memory_share
 from webhooks.policies.share_env import option_value, with_option
-from webhooks.review import parse_review
 
 R = "nvidia.com/gpu.shared"
 MIG = "nvidia.com/mig-1g.10gb.shared"

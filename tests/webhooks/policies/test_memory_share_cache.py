@@ -6,10 +6,9 @@ from typing import Any
 
 from gpu_admission.cluster.view import NodeInfo, StaticClusterView
 from gpu_admission.config import Config
+from tests.webhooks.policy_helpers import mutate_twice
+from tests.webhooks.server_helpers import MutableView
 from webhooks.policies import memory_share
-
-from .policy_helpers import mutate_twice
-from .server_helpers import MutableView
 
 FRACTION = "gpu-admission.io/gpu-memory-fraction"
 

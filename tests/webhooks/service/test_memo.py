@@ -12,14 +12,7 @@ import pytest
 
 from gpu_admission.cluster.view import NodeInfo, SecretInfo
 from gpu_admission.config import Config
-from webhooks import review as review_module
-from webhooks.chain import Outcome
-from webhooks.memo import MutationMemo, probed_request
-from webhooks.registry import build_policy_set
-from webhooks.review import parse_review
-from webhooks.server import create_app
-
-from .server_helpers import (
+from tests.webhooks.server_helpers import (
     FIXTURES,
     MutableView,
     client_context,
@@ -29,6 +22,12 @@ from .server_helpers import (
     server_context,
     serving,
 )
+from webhooks.core import review as review_module
+from webhooks.core.review import parse_review
+from webhooks.dispatch.chain import Outcome
+from webhooks.dispatch.registry import build_policy_set
+from webhooks.service.memo import MutationMemo, probed_request
+from webhooks.service.server import create_app
 
 TOKEN_VOLUME = "kube-api-access-x7k2q"
 

@@ -16,10 +16,16 @@ import pytest
 from certs.issue import CertBundle
 from gpu_admission.cluster.view import ClusterView, StaticClusterView
 from gpu_admission.config import Config
-from webhooks import server as server_module
-from webhooks.policies.interface import PolicySet, Scope, ValidatingPolicy, typed_scope_keys
-from webhooks.registry import build_policy_set
-from webhooks.review import (
+from tests.webhooks.server_helpers import (
+    client_context,
+    fixture,
+    fixture_bytes,
+    issue_localhost_bundle,
+    post_review,
+    server_context,
+    serving,
+)
+from webhooks.core.review import (
     AdmissionRequest,
     ReviewError,
     ScopeKey,
@@ -31,17 +37,10 @@ from webhooks.review import (
     response_body,
     response_tail,
 )
-from webhooks.server import create_app
-
-from .server_helpers import (
-    client_context,
-    fixture,
-    fixture_bytes,
-    issue_localhost_bundle,
-    post_review,
-    server_context,
-    serving,
-)
+from webhooks.dispatch.registry import build_policy_set
+from webhooks.policies.interface import PolicySet, Scope, ValidatingPolicy, typed_scope_keys
+from webhooks.service import server as server_module
+from webhooks.service.server import create_app
 
 OPAQUE = "secret-denied.validating.json"  # an Opaque Secret
 AWS = "secret-aws-data.validating.json"

@@ -25,12 +25,7 @@ from gpu_admission.cluster.view import (
 from gpu_admission.config import Config
 from gpu_admission.http_probes import create_metrics_app
 from gpu_admission.metrics import Metrics
-from webhooks.patch import Patch
-from webhooks.policies.interface import MutatingPolicy, PolicySet, Scope, ValidatingPolicy
-from webhooks.review import AdmissionRequest, Verdict
-from webhooks.server import create_app
-
-from .server_helpers import (
+from tests.webhooks.server_helpers import (
     FillingResolver,
     MutableView,
     annotate,
@@ -43,6 +38,10 @@ from .server_helpers import (
     server_context,
     serving,
 )
+from webhooks.core.patch import Patch
+from webhooks.core.review import AdmissionRequest, Verdict
+from webhooks.policies.interface import MutatingPolicy, PolicySet, Scope, ValidatingPolicy
+from webhooks.service.server import create_app
 
 MAX_BODY = 64 * 1024
 SEEN = "test.example/seen"
@@ -162,7 +161,7 @@ async def test_validating_warnings_are_returned(start, session):
 
 async def test_denial_carries_code_and_message_and_is_logged(start, session, caplog):
     body = fixture_bytes("pod-gpu.validating.json")
-    caplog.set_level(logging.INFO, logger="webhooks.server")
+    caplog.set_level(logging.INFO, logger="webhooks.service.server")
     async with start(PolicySet(validating=(deny_namespace("ml"),))) as url:
         status, answer = await post_review(session, f"{url}/validate/pods", body)
     assert status == 200
@@ -297,7 +296,7 @@ async def test_an_object_of_no_kubernetes_shape_is_bad_input_not_a_policy_error(
 ):
     """A real API server never sends these; a direct caller can. 400 with the path, one log
     line, counted as a bad request: every real policy stays out of it."""
-    from webhooks.registry import build_policy_set
+    from webhooks.dispatch.registry import build_policy_set
 
     metrics = Metrics(process_metrics=False)
     caplog.set_level(logging.INFO)
@@ -585,7 +584,7 @@ def _workload_review(
 async def test_the_workloads_path_reviews_every_workload_kind(start, session):
     """One endpoint for Deployments, Jobs, JobSets, ...: the real policies' twins, warnings for
     what depends on the cluster, never a patch."""
-    from webhooks.registry import build_policy_set
+    from webhooks.dispatch.registry import build_policy_set
 
     config = make_config()
     template = {
@@ -660,7 +659,7 @@ async def test_a_workload_template_of_no_kubernetes_shape_is_bad_input_not_a_pol
     start, session, kind, group, obj, path
 ):
     """Templates are shape-checked as a pod is: 400 with the path, no policy runs on them."""
-    from webhooks.registry import build_policy_set
+    from webhooks.dispatch.registry import build_policy_set
 
     config = make_config()
     metrics = Metrics(process_metrics=False)

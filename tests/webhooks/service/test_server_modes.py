@@ -12,15 +12,14 @@ from certs.issue import CertBundle
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
-from webhooks.registry import build_policy_set
-from webhooks.server import create_app
-
-from .server_helpers import (
+from tests.webhooks.server_helpers import (
     fixture_bytes,
     post_review,
     server_context,
     serving,
 )
+from webhooks.dispatch.registry import build_policy_set
+from webhooks.service.server import create_app
 
 CPU_POD = fixture_bytes("pod-cpu-cuda-image.mutating.json")
 
