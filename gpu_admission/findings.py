@@ -1,6 +1,6 @@
 """A finding: what one policy would do to one object the cluster already holds.
 
-Made by the audit (`webhooks/audit.py`, run by `gpu-admission audit` and by the controller's
+Made by the audit (`webhooks/audit/objects.py`, run by `gpu-admission audit` and by the controller's
 background scan) and read by the report writers (`controllers/reports/`), so it lives here, below
 both.
 """

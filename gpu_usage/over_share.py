@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpu_usage.containers import ContainerUsage
+from gpu_usage.units import GIB, MIB
 
-CONTEXT_ALLOWANCE_BYTES = 1024 * 1024 * 1024  # per process: one CUDA context, with room
-MIB = 1024 * 1024
+CONTEXT_ALLOWANCE_BYTES = GIB  # per process: one CUDA context, with room
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from typing import Any
 from gpu_admission.config import GpuConfig
 from gpu_admission.names import GPU_MEMORY_LIMIT_MIB, XLA_PYTHON_CLIENT_MEM_FRACTION
 from gpu_usage.cgroups import ContainerCgroup, runtime_id
+from gpu_usage.units import MIB
 from gpu_usage.workloads import gpus_held, workload_of
 
-MIB = 1024 * 1024
 XLA_PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpu_usage.attribution import UNLISTED, UsageRow
+from gpu_usage.units import MIB
 
-MIB = 1024 * 1024
 HEADER = ("PID", "NAMESPACE", "POD", "CONTAINER", "GPU", "MEMORY", "SM", "SHARE")
 
 

@@ -37,6 +37,82 @@ class LatestSweep:
     over_share: list[tuple[ContainerUsage, int]] = field(default_factory=list)  # bytes over
 
 
+@dataclass(frozen=True)
+class Family:
+    """One metric family the collector shows: its name, help and label names, said once."""
+
+    name: str
+    help: str
+    labels: tuple[str, ...]
+
+    def empty(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(self.name, self.help, labels=list(self.labels))
+
+
+POOL = ("preallocated",)
+MEMORY_USED = Family(
+    "container_accelerator_memory_used_bytes",
+    "GPU memory a container's processes use, by NVML's per-process count (a JAX container's "
+    'whole preallocated pool: preallocated="true").',
+    (*CONTAINER_LABELS, *POOL, *WORKLOAD_LABELS),
+)
+MEMORY_TOTAL = Family(
+    "container_accelerator_memory_total_bytes",
+    "Memory of the GPU (or MIG instance) the container uses.",
+    CONTAINER_LABELS,
+)
+DUTY = Family(
+    DUTY_CYCLE,
+    "Percent of the last interval the GPU's SMs ran the container's kernels (absent where the "
+    "GPU gives no per-process utilization: MIG, older GPUs).",
+    CONTAINER_LABELS,
+)
+SHARE = Family(
+    "gpu_admission_container_gpu_memory_share_bytes",
+    "The memory share the container was given on a shared GPU (GPU_MEMORY_LIMIT_MIB).",
+    (*CONTAINER_LABELS, *WORKLOAD_LABELS),
+)
+PEAK = Family(
+    "gpu_admission_container_gpu_memory_peak_bytes",
+    "The most GPU memory the container has used since it started, as the agent saw it.",
+    (*CONTAINER_LABELS, *POOL, *WORKLOAD_LABELS),
+)
+HELD = Family(
+    "gpu_admission_container_gpus_held",
+    "GPUs a running container holds, as GPU-hours count them: a whole GPU 1, a time-sliced "
+    "replica 1/replicas, a MIG slice of g compute slices g/7.",
+    ("namespace", "pod", "container", *WORKLOAD_LABELS),
+)
+OVER_SHARE = Family(
+    "gpu_admission_container_gpu_memory_over_share_bytes",
+    "How far a container is past its share and one CUDA context per process (only containers "
+    "past it have a series): the agent's GPUMemoryOverShare judgement.",
+    (*CONTAINER_LABELS, *WORKLOAD_LABELS),
+)
+OUTSIDE_PODS = Family(
+    "gpu_admission_gpu_memory_outside_pods_bytes",
+    "GPU memory no container owns: host processes by command, and what NVML counts for no "
+    "listed process (the driver's reserve).",
+    ("gpu_uuid", "gpu_model", "command"),
+)
+GPU_TOTAL = Family(
+    "gpu_admission_gpu_memory_total_bytes",
+    "Memory of each GPU (each MIG instance) on the node, whether used or not.",
+    ("gpu_uuid", "gpu_model"),
+)
+FAMILIES = (
+    MEMORY_USED, MEMORY_TOTAL, DUTY, SHARE, PEAK, HELD, OVER_SHARE, OUTSIDE_PODS, GPU_TOTAL,
+)  # fmt: skip
+
+
+def _container(u: ContainerUsage) -> list[str]:
+    return [u.namespace, u.pod, u.container, u.gpu.uuid, u.gpu.model]
+
+
+def _workload(u: ContainerUsage | Holding) -> list[str]:
+    return [u.workload_kind, u.workload]
+
+
 class UsageCollector:
     def __init__(self) -> None:
         self.latest = LatestSweep()
@@ -46,91 +122,30 @@ class UsageCollector:
 
     def collect(self) -> Iterator[Metric]:
         latest = self.latest  # one sweep's, though the next may replace it meanwhile
-        used = GaugeMetricFamily(
-            "container_accelerator_memory_used_bytes",
-            "GPU memory a container's processes use, by NVML's per-process count (a JAX "
-            'container\'s whole preallocated pool: preallocated="true").',
-            labels=[*CONTAINER_LABELS, "preallocated", *WORKLOAD_LABELS],
-        )
-        total = GaugeMetricFamily(
-            "container_accelerator_memory_total_bytes",
-            "Memory of the GPU (or MIG instance) the container uses.",
-            labels=list(CONTAINER_LABELS),
-        )
-        duty = GaugeMetricFamily(
-            DUTY_CYCLE,
-            "Percent of the last interval the GPU's SMs ran the container's kernels (absent "
-            "where the GPU gives no per-process utilization: MIG, older GPUs).",
-            labels=list(CONTAINER_LABELS),
-        )
-        share = GaugeMetricFamily(
-            "gpu_admission_container_gpu_memory_share_bytes",
-            "The memory share the container was given on a shared GPU (GPU_MEMORY_LIMIT_MIB).",
-            labels=[*CONTAINER_LABELS, *WORKLOAD_LABELS],
-        )
-        peak = GaugeMetricFamily(
-            "gpu_admission_container_gpu_memory_peak_bytes",
-            "The most GPU memory the container has used since it started, as the agent saw it.",
-            labels=[*CONTAINER_LABELS, "preallocated", *WORKLOAD_LABELS],
-        )
+        out = {family: family.empty() for family in FAMILIES}
         for u in latest.containers:
-            labels = [u.namespace, u.pod, u.container, u.gpu.uuid, u.gpu.model]
-            workload = [u.workload_kind, u.workload]
+            labels, workload = _container(u), _workload(u)
             pool = "true" if u.preallocated else "false"
-            used.add_metric([*labels, pool, *workload], u.used_bytes)
-            total.add_metric(labels, u.gpu.memory_total)
-            peak.add_metric([*labels, pool, *workload], u.peak_bytes)
+            out[MEMORY_USED].add_metric([*labels, pool, *workload], u.used_bytes)
+            out[MEMORY_TOTAL].add_metric(labels, u.gpu.memory_total)
+            out[PEAK].add_metric([*labels, pool, *workload], u.peak_bytes)
             if u.sm_percent is not None:
-                duty.add_metric(labels, u.sm_percent)
+                out[DUTY].add_metric(labels, u.sm_percent)
             if u.share_bytes is not None:
-                share.add_metric([*labels, *workload], u.share_bytes)
-        held = GaugeMetricFamily(
-            "gpu_admission_container_gpus_held",
-            "GPUs a running container holds, as GPU-hours count them: a whole GPU 1, a "
-            "time-sliced replica 1/replicas, a MIG slice of g compute slices g/7.",
-            labels=["namespace", "pod", "container", *WORKLOAD_LABELS],
-        )
+                out[SHARE].add_metric([*labels, *workload], u.share_bytes)
         for h in latest.holdings:
-            held.add_metric([h.namespace, h.pod, h.container, h.workload_kind, h.workload], h.gpus)
-        outside = GaugeMetricFamily(
-            "gpu_admission_gpu_memory_outside_pods_bytes",
-            "GPU memory no container owns: host processes by command, and what NVML counts "
-            "for no listed process (the driver's reserve).",
-            labels=["gpu_uuid", "gpu_model", "command"],
-        )
+            out[HELD].add_metric([h.namespace, h.pod, h.container, *_workload(h)], h.gpus)
+        for u, excess in latest.over_share:
+            out[OVER_SHARE].add_metric([*_container(u), *_workload(u)], excess)
         sums: dict[tuple[str, str, str], int] = {}
         for row in latest.outside:
             key = (row.gpu.uuid, row.gpu.model, row.command)
             sums[key] = sums.get(key, 0) + (row.used_bytes or 0)
         for key, value in sums.items():
-            outside.add_metric(list(key), value)
-        over = GaugeMetricFamily(
-            "gpu_admission_container_gpu_memory_over_share_bytes",
-            "How far a container is past its share and one CUDA context per process (only "
-            "containers past it have a series): the agent's GPUMemoryOverShare judgement.",
-            labels=[*CONTAINER_LABELS, *WORKLOAD_LABELS],
-        )
-        for u, excess in latest.over_share:
-            over.add_metric(
-                [
-                    u.namespace,
-                    u.pod,
-                    u.container,
-                    u.gpu.uuid,
-                    u.gpu.model,
-                    u.workload_kind,
-                    u.workload,
-                ],
-                excess,
-            )
-        gpus = GaugeMetricFamily(
-            "gpu_admission_gpu_memory_total_bytes",
-            "Memory of each GPU (each MIG instance) on the node, whether used or not.",
-            labels=["gpu_uuid", "gpu_model"],
-        )
+            out[OUTSIDE_PODS].add_metric(list(key), value)
         for uuid, model, total_bytes in latest.gpus:
-            gpus.add_metric([uuid, model], total_bytes)
-        yield from (used, total, duty, share, peak, held, over, outside, gpus)
+            out[GPU_TOTAL].add_metric([uuid, model], total_bytes)
+        yield from out.values()
 
 
 class AgentMetrics:

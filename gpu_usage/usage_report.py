@@ -20,9 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from gpu_usage.table import aligned
+from gpu_usage.units import GIB, MIB
 
-GIB = 1024**3
-MIB = 1024**2
 HEADROOM = 0.10  # above the peak: allocator growth the window did not catch
 GRANULARITY = 256 * MIB  # shares are given in whole MiB; sized in steps a person can read
 
