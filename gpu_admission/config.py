@@ -1,4 +1,5 @@
-"""One configuration model, loaded from a YAML file, environment variables and flags, in that order.
+"""One configuration model, loaded from a YAML file (or a folder of layers: config_files.py),
+environment variables and flags, in that order.
 
 Later sources win. Environment variables are `GPU_ADMISSION_<FIELD>`, with `__` between nested
 fields (`GPU_ADMISSION_MEMORY_SHARE__HEADROOM=0.9`); values are parsed as YAML scalars or lists.
@@ -11,17 +12,18 @@ import fnmatch
 import os
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gpu_admission.config_adoption import AuditConfig, PolicySettings, known_policy_names
 from gpu_admission.config_base import _Model
 from gpu_admission.config_environ import ENV_PREFIX, UnknownSetting, read_environ
+from gpu_admission.config_files import ConfigFileError, Layer, merged, read_layers, source_of
+from gpu_admission.config_install import InstallConfig
 from gpu_admission.config_workloads import WorkloadsConfig
 from gpu_admission.names import DEFAULT_PREFIX, HF_DEFAULT_ENDPOINT, Names
 from gpu_admission.policy_modes import (
@@ -231,8 +233,9 @@ class DatasetCacheConfig(_Model):
 
 
 class DatasetConfig(_Model):
-    loader_image: str = "gpu-admission:0.1.0"
-    """Image of the loader Jobs."""
+    loader_image: str | None = None
+    """Image of the loader Jobs; null: the controller's own image (what the kustomization's
+    `images:` set), read from its pod at start."""
     rclone_path: str = "rclone"
     """The rclone executable inside the loader image."""
     transfers: Annotated[int, Field(ge=1, le=256)] = 8
@@ -392,6 +395,9 @@ class Config(_Model):
     """The controller's background scan of what the cluster already holds."""
     workloads: WorkloadsConfig = WorkloadsConfig()
     """Workloads (Deployments, Jobs, JobSets, ...) checked through their pod templates."""
+    install: InstallConfig = InstallConfig()
+    """What the install is made of: its layout and kustomize components (the components write
+    it)."""
 
     @field_validator("policies", mode="before")
     @classmethod
@@ -437,21 +443,14 @@ class Config(_Model):
         return self.server.failure_modes.get(path, self.server.default_failure_mode)
 
 
-def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def describe_validation_error(error: ValidationError, source: str) -> str:
-    lines = [f"invalid configuration ({source}):"]
+def describe_validation_error(error: ValidationError, layers: Sequence[Layer]) -> str:
+    """Each bad field, with the layer that set it (or "defaults")."""
+    sources = ", ".join(layer.source for layer in layers) or "defaults"
+    lines = [f"invalid configuration ({sources}):"]
     for item in error.errors():
         field = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        lines.append(f"  {field}: {item['msg']}")
+        where = source_of(item["loc"], layers) if len(layers) > 1 else None
+        lines.append(f"  {field}: {item['msg']}" + (f" (set in {where})" if where else ""))
     return "\n".join(lines)
 
 
@@ -460,20 +459,12 @@ def load_config(
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Config:
-    """Build the config from a YAML file, then `GPU_ADMISSION_*` variables, then flag overrides."""
-    data: dict[str, Any] = {}
-    sources = []
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {path} must hold a mapping at the top level")
-        data = loaded
-        sources.append(str(path))
+    """Build the config from a YAML file or a folder of layers (gpu_admission/config_files.py),
+    then `GPU_ADMISSION_*` variables, then flag overrides; each merged over the ones before."""
+    try:
+        layers = read_layers(Path(path)) if path is not None else []
+    except ConfigFileError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         env_values = read_environ(os.environ if environ is None else environ, Config.model_fields)
     except UnknownSetting as exc:
@@ -481,12 +472,13 @@ def load_config(
             f"invalid configuration ({ENV_PREFIX}* environment variables):\n{exc}"
         ) from None
     if env_values:
-        data = _merge(data, env_values)
-        sources.append(f"{ENV_PREFIX}* environment variables")
+        layers.append(Layer(f"{ENV_PREFIX}* environment variables", env_values))
     if overrides:
-        data = _merge(data, overrides)
-        sources.append("command-line flags")
+        layers.append(Layer("command-line flags", dict(overrides)))
+    data: dict[str, Any] = {}
+    for layer in layers:
+        data = merged(data, layer.data)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc, ", ".join(sources) or "defaults")) from exc
+        raise ConfigError(describe_validation_error(exc, layers)) from exc

@@ -29,10 +29,14 @@ INTRODUCTION = """\
 <!-- Generated from gpu_admission/config.py by
      `python -m gpu_admission.config_reference > docs/configuration.md`; do not edit. -->
 
-One YAML file (`--config`; in the cluster, the ConfigMap `gpu-admission` mounted at
-`/etc/gpu-admission/config.yaml`), then `GPU_ADMISSION_*` environment variables, then flags;
-later sources win, and a file only needs the keys it changes. `serve`, `controller` and `review`
-read the same configuration.
+One YAML file, or a folder of them (`--config`), then `GPU_ADMISSION_*` environment variables,
+then flags; later sources win, each merged over the ones before mapping by mapping, so a source
+only needs the keys it changes. In the cluster the programs read the folder the ConfigMap
+`gpu-admission` is mounted at (`--config=/etc/gpu-admission`): `config.yaml`, the settings the
+base ships, first; then each component's layer (`cert-manager.yaml`, `policy-reports.yaml`,
+`audit-mode.yaml`, ...) in name order; then `settings.yaml`, your own, last
+([install.md](install.md)). Every program (`serve`, `controller`, `gpu-usage`, and the commands
+`review`, `audit`, `admission-policy`) reads the same configuration.
 
 - Environment variables: `GPU_ADMISSION_` plus the key's path in capitals, `__` between nested
   keys; values are read as YAML, so lists and maps work:
@@ -47,9 +51,10 @@ read the same configuration.
 - Flags: `--host`, `--port`, `--metrics-port`, `--log-level`, `--log-format` set the `server`
   keys of the same names, `--cert-dir` sets `certs.cert_dir`, `--kubeconfig` sets `kubeconfig`.
   A flag that is not given overrides nothing.
-- Unknown keys and bad values stop start-up (exit status 2) with a message naming the key:
-  `invalid configuration (GPU_ADMISSION_* environment variables): memory_share.headroom: Input
-  should be less than or equal to 1`.
+- Unknown keys and bad values stop start-up (exit status 2) with a message naming the key and,
+  from a folder, the file that set it: `invalid configuration (/etc/gpu-admission/config.yaml,
+  /etc/gpu-admission/settings.yaml): audit.intervall: Extra inputs are not permitted (set in
+  /etc/gpu-admission/settings.yaml)`.
 """
 
 _SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean", Path: "path"}

@@ -1,0 +1,57 @@
+"""The `install` configuration section: what the install itself is made of. The kustomize
+components write it (each adds a layer to the ConfigMap, gpu_admission/config_files.py), so the
+programs know the install they run in: the install's self-check expects the admission objects of
+its layout and names its components in the command that mends it."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, field_validator
+
+from gpu_admission.config_base import _Model
+
+# Every component under manifests/components/, as the install's kustomization names it.
+COMPONENTS = (
+    "cert-manager",
+    "monitoring",
+    "gpu-usage",
+    "policy-reports",
+    "audit-mode",
+    "webhook-pod-mutations",
+    "webhook-pod-checks",
+)
+
+
+class InstallLayout(StrEnum):
+    """Which admission objects the install holds, by the API servers it is for."""
+
+    AUTO = "auto"  # as the API server serves: the base on 1.36+, else the layout for older ones
+    BASE = "base"  # 1.36 and later: MutatingAdmissionPolicy v1
+    POD_MUTATIONS = "webhook-pod-mutations"  # 1.30 to 1.35: the pods webhook for every pod
+    POD_CHECKS = "webhook-pod-checks"  # before 1.30: both pods webhooks for every pod
+
+
+class InstallConfig(_Model):
+    layout: InstallLayout = InstallLayout.AUTO
+    """The install's layout; the components for older API servers set it. auto: the one the
+    API server calls for (what it serves)."""
+    components: dict[str, bool] = Field(default_factory=dict)
+    """The kustomize components the install holds, each written by its own layer
+    ({audit-mode: true}); names: cert-manager, monitoring, gpu-usage, policy-reports,
+    audit-mode, webhook-pod-mutations, webhook-pod-checks."""
+
+    @field_validator("components")
+    @classmethod
+    def _known(cls, value: dict[str, bool]) -> dict[str, bool]:
+        unknown = sorted(set(value) - set(COMPONENTS))
+        if unknown:
+            raise ValueError(
+                f"unknown component {', '.join(unknown)}: the components are "
+                f"{', '.join(COMPONENTS)} (manifests/components/)"
+            )
+        return value
+
+    def in_use(self) -> list[str]:
+        """The components present, in the order the docs list them."""
+        return [name for name in COMPONENTS if self.components.get(name)]
