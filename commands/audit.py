@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -42,6 +43,7 @@ from controllers.dataset.source_version_audit import (
     list_loaded,
 )
 from gpu_admission.cluster.kube import ClusterConfigError, api_client
+from gpu_admission.cluster.own_image import loader_image, with_loader_image
 from gpu_admission.config import Config, ConfigError, load_config
 from gpu_admission.findings import Finding
 from webhooks.audit.cluster import audit_cluster
@@ -97,6 +99,7 @@ def _check_sources(
         f"checking the sources of {len(loaded)} loaded dataset PVC(s): a Job each in its "
         f"namespace, {args.sources_parallel} at a time, {args.sources_timeout} s each at most\n"
     )
+    config = with_loader_image(config, loader_image(config, api, os.environ))
     checks = SourceChecks(api, config, args.sources_timeout, args.sources_parallel)
     return checks.run(loaded), len(loaded), requests
 
@@ -159,7 +162,11 @@ def add_audit_parser(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--kubeconfig", type=Path, metavar="FILE", required=True, help="the cluster to read"
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="the cluster to read (default: the pod's in-cluster ServiceAccount, as in "
+        "`kubectl -n gpu-admission exec deploy/gpu-admission -- gpu-admission audit`)",
     )
     parser.add_argument(
         "-n", "--namespace", metavar="NS", help="audit one namespace (default: every namespace)"

@@ -13,6 +13,10 @@ DEFAULT_PREFIX = "gpu-admission.io/"
 
 # Kubernetes and NVIDIA names.
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+# On every object the programs create in users' namespaces (reports, dataset cache snapshots,
+# loader and source-check Jobs): what one uninstall command selects (docs/install.md).
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "gpu-admission"
 NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 VISIBLE_DEVICES_NONE = "none"
 

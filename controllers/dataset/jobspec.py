@@ -14,6 +14,7 @@ from typing import Any
 from controllers.dataset.loader_env import SCRATCH_PATH, loader_env
 from controllers.dataset.records import PvcRecord
 from controllers.dataset.trusted_ca import trusted_ca
+from gpu_admission.cluster.own_image import BUILT_IMAGE
 from gpu_admission.config import Config
 from gpu_admission.datasource import DataSource
 from gpu_admission.keyless import TokenRequest, aws_web_identity, azure_workload_identity
@@ -22,6 +23,8 @@ from gpu_admission.names import (
     GCP_KEY_FILE,
     GCP_MOUNT_ROOT,
     LOADER_PERMANENT_EXIT_CODE,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
 )
 
 CONTAINER_NAME = "loader"
@@ -133,7 +136,7 @@ def loader_args(inputs: LoaderJobInputs, config: Config) -> list[str]:
 
 def build_loader_job(inputs: LoaderJobInputs, config: Config) -> dict[str, Any]:
     """The loader Job: its pod fills the PVC from the source, then ends."""
-    labels = {config.names.data_load_label: "true"}
+    labels = {config.names.data_load_label: "true", MANAGED_BY_LABEL: MANAGED_BY}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -223,7 +226,7 @@ def _pod_spec(inputs: LoaderJobInputs, config: Config) -> dict[str, Any]:
         "containers": [
             {
                 "name": CONTAINER_NAME,
-                "image": ds.loader_image,
+                "image": ds.loader_image or BUILT_IMAGE,
                 "command": loader_args(inputs, config),
                 "env": env,
                 "resources": {

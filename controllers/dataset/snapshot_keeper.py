@@ -31,6 +31,7 @@ from gpu_admission.cluster.dataset_snapshots import (
 )
 from gpu_admission.cluster.informer import describe_error
 from gpu_admission.config import Config
+from gpu_admission.names import MANAGED_BY, MANAGED_BY_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,7 @@ class SnapshotKeeper:
                 "labels": {
                     names.dataset_cache_label: "true",
                     names.dataset_key_label: key,
+                    MANAGED_BY_LABEL: MANAGED_BY,
                 },
                 "annotations": annotations,
                 "ownerReferences": [

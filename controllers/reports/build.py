@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_admission.findings import COULD_NOT_CHECK, WOULD_CHANGE, Finding
+from gpu_admission.names import MANAGED_BY, MANAGED_BY_LABEL
 
-SOURCE = "gpu-admission"
-MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGED = {MANAGED_BY: SOURCE}
-MANAGED_SELECTOR = f"{MANAGED_BY}={SOURCE}"
+SOURCE = MANAGED_BY
+MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}
+MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 
 @dataclass(frozen=True)

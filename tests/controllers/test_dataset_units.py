@@ -169,7 +169,10 @@ def test_job_spec_s3_with_credentials_by_reference() -> None:
     token = token_volume["projected"]["sources"][0]["serviceAccountToken"]
     assert token["audience"] == "sts.amazonaws.com"
     assert pod["automountServiceAccountToken"] is False  # no Kubernetes API access
-    assert spec["spec"]["template"]["metadata"]["labels"] == {NAMES.data_load_label: "true"}
+    assert spec["spec"]["template"]["metadata"]["labels"] == {
+        NAMES.data_load_label: "true",
+        "app.kubernetes.io/managed-by": "gpu-admission",  # what the uninstall selects
+    }
     record = job_record(spec)
     assert record is not None and record.pvc_key == "ml/imagenet" and not record.finished
 

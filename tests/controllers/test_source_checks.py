@@ -80,7 +80,11 @@ def test_the_check_job_is_the_loaders_told_to_list_only_on_no_volume_of_the_pvc(
     meta, template = job["metadata"], job["spec"]["template"]
     assert meta["name"] == check_job_name(pvc.record, "run-1") and meta["name"].startswith("dv-")
     for labels in (meta["labels"], template["metadata"]["labels"]):
-        assert labels == {NAMES.source_check_label: "run-1"}  # never taken for a load
+        # Never taken for a load; selected by the uninstall.
+        assert labels == {
+            NAMES.source_check_label: "run-1",
+            "app.kubernetes.io/managed-by": "gpu-admission",
+        }
     command = template["spec"]["containers"][0]["command"]
     assert command[-1] == "--digest-only"
     assert command[command.index("--source") + 1] == "s3://ml-datasets/imagenet"
