@@ -59,3 +59,13 @@ def allowed_modes(policy: str) -> tuple[PolicyMode, ...]:
     if policy in MUTATING_POLICIES:
         return (PolicyMode.ENFORCE, PolicyMode.AUDIT)
     return tuple(PolicyMode)
+
+
+def audit_mode() -> dict[str, PolicyMode]:
+    """Every policy in the mode that admits and still says what it would do: warn where the
+    policy refuses (the creator is told), audit where it changes (nothing is changed). What the
+    audit-mode component sets (manifests/components/audit-mode/audit-mode.yaml)."""
+    return {
+        name: PolicyMode.WARN if PolicyMode.WARN in allowed_modes(name) else PolicyMode.AUDIT
+        for name in TUNABLE_POLICIES
+    }

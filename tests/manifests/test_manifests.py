@@ -1,14 +1,13 @@
-"""The kustomize base and its overlays (cert-manager, monitoring, webhook-pod-checks, gpu-usage)
-render, and say what the install promises."""
+"""The kustomize base and its overlays (each the base and one component: cert-manager,
+monitoring, webhook-pod-checks, gpu-usage) render, and say what the install promises."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.world.harness import render
+from tests.world.harness import installed_config, render
 
 EXEMPT = "gpu-admission.io/exempt"
 
@@ -94,13 +93,13 @@ def test_rbac_grants_no_wildcards(docs):
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
 
 
-def test_self_managed_base_publishes_its_own_ca_bundle():
-    config = yaml.safe_load(one(render("manifests"), "ConfigMap")["data"]["config.yaml"])
-    assert config["certs"]["secret_name"] == "gpu-admission-tls"
-    assert config["certs"].get("manage_ca_bundle", True) is True
+def test_self_managed_base_publishes_its_own_ca_bundle(tmp_path):
+    config = installed_config(render("manifests"), tmp_path)
+    assert config.certs.secret_name == "gpu-admission-tls"
+    assert config.certs.manage_ca_bundle is True
 
 
-def test_cert_manager_overlay_injects_the_ca_and_mounts_its_certificate():
+def test_cert_manager_overlay_injects_the_ca_and_mounts_its_certificate(tmp_path):
     docs = render("manifests/overlays/cert-manager")
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         annotations = one(docs, kind)["metadata"]["annotations"]
@@ -110,19 +109,20 @@ def test_cert_manager_overlay_injects_the_ca_and_mounts_its_certificate():
     volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
     certs = next(v for v in volumes if v["name"] == "certs")
     assert certs == {"name": "certs", "secret": {"secretName": "gpu-admission-serving"}}
-    config = yaml.safe_load(one(docs, "ConfigMap")["data"]["config.yaml"])
-    assert config["certs"]["manage_ca_bundle"] is False
+    config = installed_config(docs, tmp_path)
+    assert config.certs.manage_ca_bundle is False  # cert-manager's injector writes caBundle
+    assert config.certs.service_name == "gpu-admission"  # the rest as the base ships it
     serving = one(docs, "Certificate", "gpu-admission-serving")
     assert "gpu-admission.gpu-admission.svc" in serving["spec"]["dnsNames"]
 
 
 def test_the_shipped_config_is_valid(docs, tmp_path):
-    from gpu_admission.config import load_config
-
-    path = tmp_path / "config.yaml"
-    path.write_text(one(docs, "ConfigMap")["data"]["config.yaml"])
-    config = load_config(path, environ={})
+    config = installed_config(docs, tmp_path)
     assert config.certs.service_name == one(docs, "Service")["metadata"]["name"]
+    for kind in ("Deployment", "DaemonSet"):
+        for workload in (d for d in docs if d["kind"] == kind):
+            for container in workload["spec"]["template"]["spec"]["containers"]:
+                assert "--config=/etc/gpu-admission" in container["args"]  # the whole folder
 
 
 def _rules(docs: tuple[dict[str, Any], ...], account: str) -> list[dict[str, Any]]:
@@ -190,18 +190,16 @@ def test_the_base_runs_the_pod_checks_in_the_api_server_and_the_webhook_for_the_
     assert condition["name"] == "claims-or-plain-gpu-over-one"
 
 
-def test_the_overlay_for_older_api_servers_calls_the_webhook_for_every_pod():
+def test_the_overlay_for_older_api_servers_calls_the_webhook_for_every_pod(tmp_path):
     docs = render("manifests/overlays/webhook-pod-checks")
     kinds = {d["kind"] for d in docs}
     assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     assert "matchConditions" not in _pods_validating_webhook(docs)
     # The workloads webhook refuses there, so it fails closed, and is told to (the config).
     workloads = "workloads.validate.gpu-admission.io"
-    server = next(
-        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpu-admission"
-    )
-    env = server["spec"]["template"]["spec"]["containers"][0]["env"]
-    assert {"name": "GPU_ADMISSION_WORKLOADS__POD_CHECKS", "value": "webhook"} in env
+    config = installed_config(docs, tmp_path)
+    assert config.workloads.pod_checks == "webhook"
+    assert config.install.layout == "webhook-pod-checks"
     # The other webhooks keep their conditions.
     base = {
         w["name"]: w for w in one(render("manifests"), "ValidatingWebhookConfiguration")["webhooks"]
@@ -263,7 +261,7 @@ def test_the_overlay_for_1_30_to_1_35_calls_the_mutating_webhook_for_every_pod()
     }
     for hook in one(docs, "MutatingWebhookConfiguration")["webhooks"][1:]:
         assert hook == base[hook["name"]]
-    # Before 1.30 (webhook-pod-checks), built on it: no admission policy at all.
+    # Before 1.30 (webhook-pod-checks), as it and more: no admission policy at all.
     older = render("manifests/overlays/webhook-pod-checks")
     assert not {d["kind"] for d in older} & {
         "MutatingAdmissionPolicy",

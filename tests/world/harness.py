@@ -65,7 +65,6 @@ KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent))
 WAIT_SECONDS = 30.0  # upper bound for every wait; a healthy cluster is ready far sooner
 WORKLOAD_NAMESPACE = "ml"
 EXEMPT_NAMESPACES = ("gpu-admission", "kube-system")
-CONFIG_FILE_KEY = "config.yaml"
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
@@ -112,13 +111,27 @@ def with_ca_bundle(configuration: dict[str, Any], ca_pem: bytes) -> dict[str, An
     return configuration
 
 
-def manifest_config(workdir: Path, overrides: Mapping[str, Any] | None) -> Config:
-    """The config the deployed service reads from its ConfigMap, with test overrides on top.
+def installed_config(
+    docs: Iterable[Mapping[str, Any]],
+    workdir: Path,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """The config the programs of a rendered install read: every file of its `gpu-admission`
+    ConfigMap in a folder, as the volume mounts them, read as `--config=<folder>` reads it.
     The process environment is ignored so a developer's GPU_ADMISSION_* cannot change results."""
-    (configmap,) = manifest_objects("ConfigMap")
-    path = workdir / CONFIG_FILE_KEY
-    path.write_text(configmap["data"][CONFIG_FILE_KEY])
-    return load_config(path, overrides, environ={})
+    (configmap,) = [
+        d for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == "gpu-admission"
+    ]
+    folder = workdir / "gpu-admission-config"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in configmap["data"].items():
+        (folder / name).write_text(text)
+    return load_config(folder, overrides, environ={})
+
+
+def manifest_config(workdir: Path, overrides: Mapping[str, Any] | None) -> Config:
+    """The config the deployed service of the base reads, with test overrides on top."""
+    return installed_config(rendered_manifests(), workdir, overrides)
 
 
 class KubectlResult(NamedTuple):

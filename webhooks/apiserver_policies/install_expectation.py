@@ -15,11 +15,12 @@ an older server (its pods webhook routed for a policy that cannot exist there) i
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpu_admission.config import Config
+from gpu_admission.config_install import InstallLayout
 from gpu_admission.installed_admission import (
     MUTATING_POLICY,
     MUTATING_POLICY_BINDING,
@@ -35,7 +36,7 @@ from gpu_admission.installed_admission import (
     ObjectState,
     object_difference,
 )
-from gpu_admission.policy_modes import PolicyMode
+from gpu_admission.policy_modes import PolicyMode, audit_mode
 from webhooks.apiserver_policies.bindings import GPU_VISIBILITY, admission_policy_objects
 from webhooks.apiserver_policies.credential_namespaces import BINDING_POLICY, LABEL_POLICY
 from webhooks.apiserver_policies.visibility_mutation import POLICY_NAME as VISIBILITY_POLICY
@@ -58,12 +59,32 @@ class Expected:
         return self.obj["kind"], self.obj["metadata"]["name"]
 
 
-def layout_of(served: frozenset[str]) -> Layout:
+def _served_layout(served: frozenset[str]) -> Layout:
     if MUTATING_POLICY in served:
         return Layout.BASE
     if VALIDATING_POLICY in served:
         return Layout.POD_MUTATIONS
     return Layout.POD_CHECKS
+
+
+_NEEDS = (Layout.BASE, Layout.POD_MUTATIONS, Layout.POD_CHECKS)  # most the server must serve first
+
+
+def layout_of(served: frozenset[str], declared: InstallLayout = InstallLayout.AUTO) -> Layout:
+    """The layout the install's components declare, else (auto, or one the server cannot hold:
+    the base on 1.35) the one the API server calls for."""
+    fits = _served_layout(served)
+    if declared is InstallLayout.AUTO:
+        return fits
+    chosen = LAYOUT_NAMES[str(declared)]
+    return chosen if _NEEDS.index(chosen) >= _NEEDS.index(fits) else fits
+
+
+def shipped_config(components: Iterable[str]) -> Config:
+    """The configuration the kustomization of these components implies for the admission
+    objects: the defaults, in audit mode with the audit-mode component."""
+    audit = "audit-mode" in components
+    return Config(policies={n: {"mode": m} for n, m in audit_mode().items()} if audit else {})
 
 
 def _impact(obj: Mapping[str, Any], config: Config, layout: Layout) -> tuple[str, bool]:
@@ -114,12 +135,12 @@ def _impact(obj: Mapping[str, Any], config: Config, layout: Layout) -> tuple[str
 def expected_objects(config: Config, layout: Layout) -> list[Expected]:
     """The policies, bindings and webhook configurations `layout` holds for `config`."""
     objects = admission_policy_objects(config)
-    if layout is not Layout.BASE:  # no MutatingAdmissionPolicy, no guards of the routing
+    if layout is not Layout.BASE:  # the webhook makes (or records) GPU visibility; no guards
         objects = [
             o
             for o in objects
             if o["kind"] not in (MUTATING_POLICY, MUTATING_POLICY_BINDING)
-            and o["metadata"]["name"] not in CREDENTIAL_GUARDS
+            and o["metadata"]["name"] not in CREDENTIAL_GUARDS | {VISIBILITY_POLICY}
         ]
     if layout is Layout.POD_CHECKS:  # no admission policies at all
         objects = [
@@ -130,24 +151,38 @@ def expected_objects(config: Config, layout: Layout) -> list[Expected]:
 
 
 @functools.cache
-def _default_objects(layout: Layout) -> list[dict[str, Any]]:
-    return [e.obj for e in expected_objects(Config(), layout)]
+def _shipped_objects(layout: Layout, components: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [e.obj for e in expected_objects(shipped_config(components), layout)]
 
 
-def is_default(expected: list[Expected], layout: Layout) -> bool:
-    """Whether `expected` is what the shipped kustomization of `layout` holds."""
-    return [e.obj for e in expected] == _default_objects(layout)
+def is_default(expected: list[Expected], layout: Layout, components: tuple[str, ...] = ()) -> bool:
+    """Whether `expected` is what the shipped kustomization of `layout` holds (with these
+    components)."""
+    return [e.obj for e in expected] == _shipped_objects(layout, components)
 
 
-def fix_command(expected: Expected, layout: Layout, default: bool) -> str:
+def fix_command(
+    expected: Expected, layout: Layout, default: bool, components: tuple[str, ...] = ()
+) -> str:
     """What puts `expected` in place: the kustomization, where the configuration's objects are
-    the default ones (`default`); else the printed objects of this configuration."""
+    the ones it ships (`default`); else the printed objects of this configuration."""
+    if default and components:
+        return f"kubectl apply -k YOUR-KUSTOMIZATION (the base with {_with(components)})"
     if default:
         return f"kubectl apply -k {layout}"
     flags = "" if layout is Layout.BASE else f" --layout {_layout_name(layout)}"
     if expected.obj["kind"] in (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS):
         flags += " --webhook-configurations"
     return f"gpu-admission admission-policy --config FILE{flags} | kubectl apply -f -"
+
+
+def _with(components: tuple[str, ...]) -> str:
+    return f"component{'s' if len(components) > 1 else ''} {', '.join(components)}"
+
+
+def describe_install(layout: Layout, components: tuple[str, ...]) -> str:
+    """How reports name the install: its kustomization, or the base with its components."""
+    return f"manifests/ with {_with(components)}" if components else str(layout)
 
 
 def _layout_name(layout: Layout) -> str:
@@ -172,10 +207,14 @@ def _base_on_older_server(live: Mapping[str, Any], layout: Layout) -> bool:
 
 
 def _judged(
-    expected: Expected, live: Mapping[str, Any] | None, layout: Layout, default: bool
+    expected: Expected,
+    live: Mapping[str, Any] | None,
+    layout: Layout,
+    default: bool,
+    components: tuple[str, ...] = (),
 ) -> ObjectFinding:
     kind, name = expected.key
-    fix = fix_command(expected, layout, default)
+    fix = fix_command(expected, layout, default, components)
     found = ObjectFinding(kind, name, ObjectState.OK, isolation=expected.isolation)
     if live is None:
         return ObjectFinding(
@@ -188,9 +227,14 @@ def _judged(
             "later): its pods webhook sees only the pods that need cluster state, and nothing "
             "gives the other CPU-only pods NVIDIA_VISIBLE_DEVICES=none."
         )
-        return ObjectFinding(
-            kind, name, ObjectState.STALE, detail, f"kubectl apply -k {layout}", True
-        )
+        add = f"kubectl apply -k {layout}"
+        if components:  # a kustomization of the user's: the layout goes in it
+            layout_name = _layout_name(layout)
+            add = (
+                f"list manifests/components/{layout_name} last in YOUR-KUSTOMIZATION, then "
+                "kubectl apply -k YOUR-KUSTOMIZATION"
+            )
+        return ObjectFinding(kind, name, ObjectState.STALE, detail, add, True)
     differs = object_difference(expected.obj, live)
     if differs is None:
         return found
@@ -239,28 +283,34 @@ def credentials_findings(config: Config, live: LiveAdmission) -> list[Credential
 
 class InstallExpectation:
     """What `config` implies, generated once per layout (a configuration does not change while
-    a process runs; generating every policy's CEL is most of a comparison's cost)."""
+    a process runs; generating every policy's CEL is most of a comparison's cost). The install's
+    components and declared layout come from the configuration their layers wrote."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        self.components = tuple(config.install.in_use())
         self._by_layout: dict[Layout, tuple[list[Expected], bool]] = {}
 
     def _expected(self, layout: Layout) -> tuple[list[Expected], bool]:
         if layout not in self._by_layout:
             expected = expected_objects(self.config, layout)
-            self._by_layout[layout] = (expected, is_default(expected, layout))
+            self._by_layout[layout] = (expected, is_default(expected, layout, self.components))
         return self._by_layout[layout]
 
     def check(self, live: LiveAdmission) -> InstallReport:
-        """Each object the configuration implies for the server's layout, judged against the
+        """Each object the configuration implies for the install's layout, judged against the
         live one, the leftovers of ours that still act, and the ServiceAccounts whose
         credentials are not routed."""
-        layout = layout_of(live.served)
+        layout = layout_of(live.served, self.config.install.layout)
         expected, default = self._expected(layout)
-        objects = [_judged(e, live.objects.get(e.key), layout, default) for e in expected]
-        objects += _leftovers(live, {e.key for e in expected}, layout)
+        judged = [
+            _judged(e, live.objects.get(e.key), layout, default, self.components) for e in expected
+        ]
+        judged += _leftovers(live, {e.key for e in expected}, layout)
         credentials = credentials_findings(self.config, live) if layout is Layout.BASE else []
-        return InstallReport(str(layout), tuple(objects), tuple(credentials))
+        return InstallReport(
+            describe_install(layout, self.components), tuple(judged), tuple(credentials)
+        )
 
 
 def check_install(config: Config, live: LiveAdmission) -> InstallReport:

@@ -1,0 +1,132 @@
+"""The optional parts as kustomize Components: each renders with the base alone and beside
+every other, each layout for older API servers with every feature component, and every
+rendered install holds exactly the admission objects its own self-check expects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpu_admission.config_install import COMPONENTS
+from gpu_admission.installed_admission import (
+    ADMISSION_KINDS,
+    MUTATING_POLICY,
+    MUTATING_WEBHOOKS,
+    VALIDATING_POLICY,
+    VALIDATING_WEBHOOKS,
+    LiveAdmission,
+)
+from gpu_admission.policy_modes import audit_mode
+from tests import ROOT
+from tests.manifests.compositions import (
+    FEATURES,
+    LAYOUTS,
+    RenderError,
+    compositions,
+    render_composition,
+)
+from tests.world.harness import installed_config
+from webhooks.apiserver_policies.install_expectation import InstallExpectation
+
+COMPONENTS_DIR = ROOT / "manifests" / "components"
+ADMISSION = {k.kind for k in ADMISSION_KINDS}
+# What each layout's API servers serve: 1.36, 1.30 to 1.35, older.
+SERVED = {
+    (): frozenset(ADMISSION),
+    ("webhook-pod-mutations",): frozenset(ADMISSION)
+    - {MUTATING_POLICY, f"{MUTATING_POLICY}Binding"},
+    ("webhook-pod-checks",): frozenset({MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS}),
+}
+
+
+def _served(components: tuple[str, ...]) -> frozenset[str]:
+    layouts = tuple(c for c in components if c in LAYOUTS)
+    return SERVED[layouts]
+
+
+def test_every_component_is_a_kustomize_component_that_names_itself(tmp_path: Path) -> None:
+    assert sorted(p.name for p in COMPONENTS_DIR.iterdir()) == sorted(COMPONENTS)
+    for name in COMPONENTS:
+        document = yaml.safe_load((COMPONENTS_DIR / name / "kustomization.yaml").read_text())
+        assert document["kind"] == "Component", name
+        config = installed_config(render_composition([name]), tmp_path / name)
+        assert config.install.in_use() == [name]
+
+
+def test_the_audit_mode_component_is_what_the_generator_writes() -> None:
+    from tools.manifests.audit_mode import COMPONENT, files
+
+    for name, text in files().items():
+        assert (COMPONENT / name).read_text() == text, (
+            f"{COMPONENT / name} is not current: run .venv/bin/python tools/manifests/audit_mode.py"
+        )
+    layer = yaml.safe_load((COMPONENT / "audit-mode.yaml").read_text())
+    assert {n: s["mode"] for n, s in layer["policies"].items()} == audit_mode()
+
+
+@pytest.mark.parametrize("components", compositions(), ids="+".join)
+def test_each_composition_holds_what_its_self_check_expects(
+    components: tuple[str, ...], tmp_path: Path
+) -> None:
+    docs = render_composition(components)
+    config = installed_config(docs, tmp_path)
+    assert config.install.in_use() == [c for c in COMPONENTS if c in components]
+    objects = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ADMISSION}
+    report = InstallExpectation(config).check(LiveAdmission(objects, _served(components)))
+    assert [(o.kind, o.name, o.detail) for o in report.problems] == []
+    assert report.isolation_enforced == ("audit-mode" not in components)
+    assert report.layout.startswith("manifests/ with component")
+
+
+def test_one_layout_per_install_stops_at_the_second() -> None:
+    with pytest.raises(RenderError, match="gpu-admission-layout"):
+        render_composition(LAYOUTS)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_layout_before_audit_mode_stops_rather_than_patch_the_wrong_entry(layout: str) -> None:
+    with pytest.raises(RenderError, match="audit-mode"):
+        render_composition([layout, "audit-mode"])
+
+
+def _policies(docs: tuple[dict[str, Any], ...]) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"].endswith("AdmissionPolicyBinding")}
+
+
+def test_audit_mode_refuses_nothing_and_changes_nothing() -> None:
+    docs = render_composition(["audit-mode"])
+    kinds = {d["kind"] for d in docs}
+    assert MUTATING_POLICY not in kinds  # nothing changes pods
+    for name, binding in _policies(docs).items():
+        assert "Deny" not in binding["spec"].get("validationActions", ["Deny"]), name
+    assert _policies(docs)["gpu-admission-pods"]["spec"]["validationActions"] == ["Warn", "Audit"]
+    visibility = next(d for d in docs if d["metadata"]["name"] == "gpu-admission-gpu-visibility")
+    assert visibility["kind"] == VALIDATING_POLICY  # it records what it would change
+
+
+def test_the_users_settings_win_over_every_components_and_keep_the_rest(tmp_path: Path) -> None:
+    settings = "audit:\n  interval: 30m\npolicies:\n  gpu-env-guard: {mode: enforce}\n"
+    docs = render_composition([*FEATURES], settings=settings)
+    config = installed_config(docs, tmp_path)
+    assert config.audit.interval == 1800  # policy-reports' 10m, replaced by the user's
+    assert config.mode_of("gpu-env-guard") == "enforce"  # audit-mode's warn, replaced
+    assert config.mode_of("shared-gpu-limit") == "warn"  # audit-mode's, kept
+    assert config.certs.manage_ca_bundle is False  # cert-manager's, kept
+    assert config.certs.secret_name == "gpu-admission-tls"  # the base's, kept
+
+
+def test_the_users_image_reaches_every_program(tmp_path: Path) -> None:
+    image = {"name": "gpu-admission", "newName": "registry.example.com/ml/gpu-admission"}
+    docs = render_composition(["gpu-usage"], images=[{**image, "newTag": "0.1.0"}])
+    images = {
+        c["image"]
+        for d in docs
+        if d["kind"] in ("Deployment", "DaemonSet")
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {"registry.example.com/ml/gpu-admission:0.1.0"}
+    # Loader Jobs run the controller's own image unless a setting names another.
+    assert installed_config(docs, tmp_path).dataset.loader_image is None
