@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 AZURITE_VERSION := 3.35.0
 AZURITE := $(VENV)/node/node_modules/.bin/azurite-blob
 
-.PHONY: run test lint format bench image clean
+.PHONY: run test lint format bench image dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,8 +48,14 @@ format: $(STAMP)
 image:
 	bash tools/image/build.sh
 
+# A wheel of the `gpu-admission` command for an operator's laptop (docs/install.md).
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .
+	@ls dist/*.whl
+
 bench: $(STAMP)
 	$(BIN)/python -m bench.admission
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import io
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,8 @@ from gpu_admission.config_reference import missing_descriptions, render
 from gpu_admission.metrics import AdmissionMetrics, Metrics
 from gpu_admission.names import DEFAULT_PREFIX, Names
 from tests import ROOT
-from tests.world.harness import KUBECTL
+from tests.support.markdown import code_blocks
+from tests.world.harness import KUBECTL, installed_config
 
 README = (ROOT / "README.md").read_text()
 DOCS = {path.name: path.read_text() for path in sorted((ROOT / "docs").glob("*.md"))}
@@ -60,10 +60,6 @@ def section(markdown: str, heading: str) -> str:
     match = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", markdown, re.S | re.M)
     assert match, f"no '## {heading}' section"
     return match[1]
-
-
-def code_blocks(markdown: str, language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```", markdown, re.S | re.M)
 
 
 def squeeze(text: str) -> str:
@@ -112,7 +108,7 @@ def _synopsis() -> dict[tuple[str, ...], set[str]]:
     for line in block.splitlines():
         if line.startswith("gpu-admission "):
             words = line.split()
-            current = tuple(w for w in words[1:3] if re.fullmatch(r"[a-z]+", w))
+            current = tuple(w for w in words[1:3] if re.fullmatch(r"[a-z][a-z-]*", w))
             commands[current] = set()
         commands[current] |= set(re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", line))
     return commands
@@ -124,8 +120,12 @@ def test_every_flag_in_the_synopsis_exists():
         ("serve",),
         ("controller",),
         ("review",),
+        ("audit",),
+        ("admission-policy",),
         ("certs", "issue"),
         ("load",),
+        ("gpu-usage",),
+        ("usage",),
     }
     for words, flags in synopsis.items():
         parser = build_parser()
@@ -204,37 +204,49 @@ def test_the_reference_command_prints_the_document() -> None:
 
 
 def test_every_kustomization_the_docs_apply_renders() -> None:
+    """The repository's own render here; the user's own (my-install/) is rendered from the
+    pages' example blocks below."""
     applied = set(re.findall(r"kubectl apply -k (\S+)", EVERYTHING))
-    applied = {path for path in applied if (ROOT / path).is_dir()}  # not a user's own overlay
-    assert {"manifests/", "manifests/overlays/monitoring/"} <= applied
+    assert "my-install/" in applied
+    applied = {path for path in applied if (ROOT / path).is_dir()}
     for path in sorted(applied):
         subprocess.run([KUBECTL, "kustomize", str(ROOT / path)], check=True, capture_output=True)
 
 
-def test_the_image_overlay_example_points_everything_at_the_pushed_image() -> None:
-    [block] = [b for b in code_blocks(DOCS["image.md"], "yaml") if "my-install/" in b]
+def _rendered_examples() -> list[tuple[str, tuple[dict, ...]]]:
+    """Every `# my-install/kustomization.yaml` block of README.md and docs/ (with the
+    settings.yaml its page shows), rendered beside this repository as the pages lay it out."""
+    rendered = []
+    for name, text in {"README.md": README, **DOCS}.items():
+        settings = [b for b in code_blocks(text, "yaml") if b.startswith("# my-install/settings")]
+        for block in code_blocks(text, "yaml"):
+            if not block.startswith("# my-install/kustomization.yaml"):
+                continue
+            with tempfile.TemporaryDirectory() as folder:
+                (Path(folder) / "gpu-admission").symlink_to(ROOT)
+                mine = Path(folder) / "my-install"
+                mine.mkdir()
+                (mine / "kustomization.yaml").write_text(block)
+                (mine / "settings.yaml").write_text(settings[0] if settings else "{}\n")
+                out = subprocess.run(
+                    [KUBECTL, "kustomize", str(mine)], check=True, capture_output=True, text=True
+                ).stdout
+            rendered.append((name, tuple(d for d in yaml.safe_load_all(out) if d)))
+    return rendered
+
+
+def test_every_example_kustomization_renders_with_the_pushed_image(tmp_path: Path) -> None:
     pushed = "registry.example.com/ml/gpu-admission:0.1.0"
-    # A sibling of manifests/, as the example's `../manifests` expects (kustomize takes no
-    # absolute paths).
-    overlay = Path(tempfile.mkdtemp(prefix=".example-overlay-", dir=ROOT))
-    try:
-        (overlay / "kustomization.yaml").write_text(block)
-        out = subprocess.run(
-            [KUBECTL, "kustomize", str(overlay)], check=True, capture_output=True, text=True
-        ).stdout
-    finally:
-        shutil.rmtree(overlay)
-    docs = [d for d in yaml.safe_load_all(out) if d]
-    images = {
-        c["image"]
-        for d in docs
-        if d["kind"] == "Deployment"
-        for c in d["spec"]["template"]["spec"]["containers"]
-    }
-    assert images == {pushed}
-    [config_map] = [
-        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpu-admission"
-    ]
-    config = yaml.safe_load(config_map["data"]["config.yaml"])
-    assert config["dataset"]["loader_image"] == pushed
-    assert Config.model_validate(config).certs.secret_name == "gpu-admission-tls"
+    examples = _rendered_examples()
+    assert {name for name, _ in examples} >= {"README.md", "install.md", "image.md", "adoption.md"}
+    for name, docs in examples:
+        images = {
+            c["image"]
+            for d in docs
+            if d["kind"] in ("Deployment", "DaemonSet")
+            for c in d["spec"]["template"]["spec"]["containers"]
+        }
+        assert images == {pushed}, name
+        config = installed_config(docs, tmp_path / name.replace(".", "-"))
+        assert config.dataset.loader_image is None, name  # the controller's own image
+        assert config.certs.secret_name == "gpu-admission-tls", name

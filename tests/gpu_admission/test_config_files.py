@@ -72,7 +72,7 @@ def test_a_bad_value_from_the_environment_names_the_environment(tmp_path: Path) 
 
 def test_a_layer_that_is_not_a_mapping_is_named(tmp_path: Path) -> None:
     folder = _folder(tmp_path, config_yaml="{}\n", settings_yaml="- mode: warn\n")
-    with pytest.raises(ConfigError, match="settings.yaml must hold a mapping"):
+    with pytest.raises(ConfigError, match=r"settings\.yaml must hold a mapping"):
         load_config(folder, environ={})
 
 
