@@ -33,7 +33,7 @@ test: $(STAMP) $(AZURITE)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q
+	$(BIN)/python tools/test_suite.py $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -52,6 +52,7 @@ image:
 dist: $(STAMP)
 	rm -rf dist
 	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .
+	rm -rf build  # setuptools' staging copy of the sources
 	@ls dist/*.whl
 
 bench: $(STAMP)

@@ -16,6 +16,7 @@ from gpu_admission.cluster.view import NodeInfo, ObjectRef, PVCInfo, SecretInfo
 from gpu_admission.config import Config
 from gpu_admission.names import AWS_CREDENTIAL_TYPE, GCP_CREDENTIAL_TYPE, Names
 from tests.gpu_admission.informer_helpers import FAST_BACKOFF, WAIT, eventually
+from tests.world.namespaces import namespace_ready
 
 NAMES = Names()
 SECRET_VALUE = "TOP-SECRET-VALUE-do-not-keep"
@@ -53,6 +54,9 @@ def make_node(core: client.CoreV1Api, name: str) -> None:
     core.patch_node_status(name, {"status": {"allocatable": {"nvidia.com/gpu.shared": "4"}}})
 
 
+SA_NAMESPACE = "view-bound"
+
+
 def view_for(kube_client: client.ApiClient, **kwargs: Any) -> LiveClusterView:
     return LiveClusterView(kube_client, Config(), backoff=FAST_BACKOFF, **kwargs)
 
@@ -68,8 +72,13 @@ def populated(core: client.CoreV1Api) -> client.CoreV1Api:
     make_secret(core, "gcp", GCP_CREDENTIAL_TYPE, "key.json")
     make_secret(core, "aws", AWS_CREDENTIAL_TYPE, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
     make_secret(core, "opaque", "Opaque", "password")
+    # Bound to credentials where bindings belong (a namespace labelled for them: the base's
+    # guard refuses one elsewhere, where another test has installed it on this server).
+    namespace_ready(
+        core.api_client, SA_NAMESPACE, labels={NAMES.serviceaccount_credentials_label: "true"}
+    )
     core.create_namespaced_service_account(
-        "default",
+        SA_NAMESPACE,
         {
             "metadata": {
                 "name": "trainer",
@@ -141,7 +150,7 @@ async def test_view_serves_records_from_the_informers(view):
     # Only credential types are watched: another type is unknown until a miss fetches it.
     assert view.secret("default", "opaque") is None
     # Annotations outside the prefix are not kept.
-    assert view.service_account("default", "trainer").annotations == {
+    assert view.service_account(SA_NAMESPACE, "trainer").annotations == {
         NAMES.cloud_credentials: "gcp"
     }
     assert view.service_account("default", "default") is not None
@@ -269,7 +278,7 @@ async def test_lookups_of_cached_objects_make_no_api_calls(view, kube_api):
     refs = [
         ObjectRef("Secret", "default", "gcp"),
         ObjectRef("Secret", "default", "aws"),
-        ObjectRef("ServiceAccount", "default", "trainer"),
+        ObjectRef("ServiceAccount", SA_NAMESPACE, "trainer"),
         ObjectRef("PersistentVolumeClaim", "default", "dataset"),
     ]
     kube_api.faults.reset_counts()
@@ -277,7 +286,7 @@ async def test_lookups_of_cached_objects_make_no_api_calls(view, kube_api):
         assert view.node("gpu-1") is not None
         assert len(list(view.nodes())) == 1
         assert view.secret("default", "gcp" if i % 2 else "aws") is not None
-        assert view.service_account("default", "trainer") is not None
+        assert view.service_account(SA_NAMESPACE, "trainer") is not None
         assert view.pvc("default", "dataset") is not None
         await view.resolve(refs)
     # A lookup that missed the cache would GET the object by name. (The informers' own watches

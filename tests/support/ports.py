@@ -22,13 +22,15 @@ def _first_ephemeral() -> int:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now, outside the kernel's ephemeral range where it allows."""
+    """A port nothing listens on now, on any address (a server of another test worker may bind
+    0.0.0.0, and a control plane the pod network's address), outside the kernel's ephemeral
+    range where it allows."""
     last = min(LAST, _first_ephemeral())
     for _ in range(200 if last > FIRST else 0):
         port = _pick.randrange(FIRST, last)
         with socket.socket() as sock:
             try:
-                sock.bind((host, port))
+                sock.bind(("0.0.0.0", port))  # free on every address, `host` among them
             except OSError:
                 continue  # in use: another pick
             return port

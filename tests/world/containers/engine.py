@@ -19,6 +19,7 @@ forces one) and says which in its `kind`; tests print it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -38,6 +39,7 @@ WRAPPER = Path(__file__).resolve().with_name("runc-wrapper")
 IMAGE = f"gpu-admission:{__version__}"
 PODMAN = ["podman", "--runtime", str(WRAPPER), "--cgroup-manager", "cgroupfs"]
 BUILD_SCRIPT = ROOT / "tools" / "image" / "build.sh"
+BUILD_LOCK = Path(tempfile.gettempdir()) / "gpu-admission-image-build.lock"
 
 
 @dataclass(frozen=True)
@@ -280,13 +282,17 @@ def build_image() -> str | Unavailable:
     changed). The tag, or why there is none."""
     if shutil.which("podman") is None and shutil.which("docker") is None:
         return Unavailable("no container engine (apt-get install podman debootstrap runc)")
-    done = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "IMAGE": IMAGE},
-    )
+    # One build at a time on this machine: test workers in parallel share the engine's cache,
+    # and the second build is then the cache's.
+    with open(BUILD_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run(
+            ["bash", str(BUILD_SCRIPT)],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "IMAGE": IMAGE},
+        )
     if done.returncode != 0:
         return Unavailable(f"the image did not build: {done.stderr.strip()[-2000:]}")
     return IMAGE
