@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -121,7 +120,6 @@ def serve_command(args: argparse.Namespace) -> int:
 def controller_command(args: argparse.Namespace) -> int:
     from commands.controller import run_controller
     from gpu_admission import event_loop
-    from gpu_admission.cluster.own_image import loader_image, with_loader_image
 
     config = _configured(args)
     if config is None:
@@ -131,9 +129,6 @@ def controller_command(args: argparse.Namespace) -> int:
     except ClusterConfigError as exc:
         log.error("cannot start: %s", exc)
         return EXIT_USAGE
-    if config.dataset.loader_image is None:  # the controller's own image (own_image.py)
-        config = with_loader_image(config, loader_image(config, api, os.environ))
-    log.info("loader Jobs run image %s", config.dataset.loader_image)
     try:
         event_loop.run(run_controller(config, api))
     except OSError as exc:  # the metrics port is taken

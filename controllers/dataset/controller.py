@@ -25,6 +25,7 @@ from controllers.dataset.reconciler import Reconciler
 from controllers.dataset.records import PvcRecord
 from controllers.leader import LeaderElector
 from controllers.writes.dataset import ApiWriter
+from gpu_admission.cluster.own_image import in_pod, loader_image, with_loader_image
 from gpu_admission.config import Config
 from gpu_admission.metrics import Metrics
 
@@ -126,6 +127,12 @@ class DatasetController:
         return waiting + (reconciler.unsynced() if reconciler is not None else [])
 
     async def _start_leading(self) -> None:
+        if self.config.dataset.loader_image is None and in_pod(os.environ):
+            # The controller's own image (what the kustomization's `images:` set), read once
+            # this replica leads: the API answers then (gpu_admission/cluster/own_image.py).
+            image = await asyncio.to_thread(loader_image, self.config, self._api_client, os.environ)
+            self.config = with_loader_image(self.config, image)
+            log.info("loader Jobs run image %s", image)
         self.reconciler = Reconciler(self._api_client, self.api, self.config, self.metrics)
         await self.reconciler.start()
         for start, _ in self._term_hooks:

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import urllib3
 from kubernetes import client
 
 from gpu_admission import __version__
@@ -42,6 +43,10 @@ def deployment_image(api: client.ApiClient, namespace: str, name: str) -> str | 
     return _first_image(deployment.spec.template.spec)
 
 
+# What a read of the API can raise besides its own answers: connection refused, a timeout.
+READ_ERRORS = (client.ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
 def loader_image(config: Config, api: client.ApiClient, environ: Mapping[str, str]) -> str:
     """The image loader Jobs run: the configured one, else this pod's own (in a pod), else the
     controller Deployment's (outside), else the built image's name, with a warning."""
@@ -60,6 +65,8 @@ def loader_image(config: Config, api: client.ApiClient, environ: Mapping[str, st
             found = deployment_image(api, namespace, CONTROLLER_DEPLOYMENT)
     except client.ApiException as exc:
         found, where = None, f"{where}: HTTP {exc.status} {exc.reason}"
+    except READ_ERRORS as exc:
+        found, where = None, f"{where}: {exc}"
     if found:
         return found
     log.warning(
@@ -69,6 +76,11 @@ def loader_image(config: Config, api: client.ApiClient, environ: Mapping[str, st
         where,
     )
     return BUILT_IMAGE
+
+
+def in_pod(environ: Mapping[str, str]) -> bool:
+    """Whether the downward API names this process's pod (the manifests set both)."""
+    return bool(environ.get("POD_NAME") and environ.get("POD_NAMESPACE"))
 
 
 def with_loader_image(config: Config, image: str) -> Config:

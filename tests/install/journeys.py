@@ -9,9 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 
+from gpu_admission.names import LEADER_LEASE_NAME
+from tests import ROOT
 from tests.install.cluster import IMAGE, SNAPSHOT_STORAGE_CLASS, InstallCluster, wait_for
+from tests.world.crds import wait_established
 
 BASE = "manifests"
 NS = "ml"
@@ -240,3 +244,37 @@ def consumers_of_a_failed_dataset_are_warned(cluster: InstallCluster, claim: str
     )
     assert warning.reason == "DatasetLoadFailed" and f"'{claim}' failed to load" in warning.message
     assert waiting(cluster, f"{claim}-waits")
+
+
+CRDS = ROOT.parent / "shared" / "crds"
+
+
+def install_crds(cluster: InstallCluster, *names: str) -> None:
+    """The CRDs of the projects a component feeds, from ../shared/crds (their own YAML)."""
+    for name in names:
+        path = CRDS / name
+        if not path.is_file():
+            pytest.fail(f"the CRD {name} is not in {CRDS}")
+        cluster.kubectl("apply", "--server-side", "-f", str(path))
+    wait_established(cluster.api)
+
+
+def controller_metrics(cluster: InstallCluster) -> str:
+    """The leading controller's /metrics, through the API server's pod proxy (where a
+    PodMonitor points Prometheus)."""
+    lease = client.CoordinationV1Api(cluster.api).read_namespaced_lease(
+        LEADER_LEASE_NAME, "gpu-admission"
+    )
+    leader = (lease.spec.holder_identity or "").rpartition("_")[0]
+    path = f"/api/v1/namespaces/gpu-admission/pods/{leader}:9090/proxy/metrics"
+    return cluster.kubectl("get", "--raw", path, check=False).stdout
+
+
+def object_states(cluster: InstallCluster) -> dict[str, int]:
+    """state -> how many admission objects the install's self-check finds in it."""
+    counted: dict[str, int] = {}
+    for line in controller_metrics(cluster).splitlines():
+        if line.startswith("gpu_admission_admission_object_state{") and line.endswith(" 1.0"):
+            state = line.split('state="', 1)[1].split('"', 1)[0]
+            counted[state] = counted.get(state, 0) + 1
+    return counted

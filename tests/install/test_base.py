@@ -21,7 +21,6 @@ import yaml
 from kubernetes import client
 
 from commands.audit import EXIT_FINDINGS, audit_command
-from gpu_admission.names import LEADER_LEASE_NAME
 from tests import ROOT
 from tests.install.cluster import (
     IMAGE,
@@ -34,6 +33,7 @@ from tests.install.journeys import (
     NS,
     PREFIX,
     consumer,
+    controller_metrics,
     dataset_pvc,
     finished,
     installed_product,
@@ -414,17 +414,19 @@ def test_a_source_too_big_for_its_volume_fails_at_once_and_is_not_retried(
 
 @pytest.fixture(scope="module")
 def trust_and_stall(installed: InstallCluster) -> Iterator[Trickle]:
-    """What a platform engineer sets for loaders, applied as they would: the ConfigMap changed
-    and the controller restarted. Loaders trust the CA in each namespace's ConfigMap `corp-ca`,
-    give up after 5 s without data, and are retried once. Serves a stalling HTTPS file on the
-    pod network."""
-    config = installed.core.read_namespaced_config_map("gpu-admission", "gpu-admission")
-    settings = yaml.safe_load(config.data["config.yaml"])
-    settings["dataset"].update(
-        {"trusted_ca_config_map": "corp-ca", "stall_timeout_seconds": 5, "backoff_limit": 1}
-    )
+    """What a platform engineer sets for loaders, applied as they would: their settings.yaml in
+    the ConfigMap and the controller restarted. Loaders trust the CA in each namespace's
+    ConfigMap `corp-ca`, give up after 5 s without data, and are retried once. Serves a
+    stalling HTTPS file on the pod network."""
+    settings = {
+        "dataset": {
+            "trusted_ca_config_map": "corp-ca",
+            "stall_timeout_seconds": 5,
+            "backoff_limit": 1,
+        }
+    }
     installed.core.patch_namespaced_config_map(
-        "gpu-admission", "gpu-admission", {"data": {"config.yaml": yaml.safe_dump(settings)}}
+        "gpu-admission", "gpu-admission", {"data": {"settings.yaml": yaml.safe_dump(settings)}}
     )
     installed.kubectl(
         "-n", "gpu-admission", "rollout", "restart", "deployment/gpu-admission-controller"
@@ -546,23 +548,12 @@ def test_an_upgrade_under_eight_writers_fails_no_create(installed: InstallCluste
 VISIBILITY = ("mutatingadmissionpolicy", "gpu-admission-gpu-visibility")
 
 
-def _controller_metrics(cluster: InstallCluster) -> str:
-    """The leading controller's /metrics, through the API server's pod proxy (where a
-    PodMonitor points Prometheus)."""
-    lease = client.CoordinationV1Api(cluster.api).read_namespaced_lease(
-        LEADER_LEASE_NAME, "gpu-admission"
-    )
-    leader = (lease.spec.holder_identity or "").rpartition("_")[0]
-    path = f"/api/v1/namespaces/gpu-admission/pods/{leader}:9090/proxy/metrics"
-    return cluster.kubectl("get", "--raw", path, check=False).stdout
-
-
 def _visibility_state(cluster: InstallCluster, state: str) -> bool:
     series = (
         'gpu_admission_admission_object_state{kind="MutatingAdmissionPolicy",'
         f'name="gpu-admission-gpu-visibility",state="{state}"}} 1.0'
     )
-    return series in _controller_metrics(cluster)
+    return series in controller_metrics(cluster)
 
 
 def _hidden(cluster: InstallCluster) -> bool:

@@ -1,52 +1,70 @@
-"""The overlays users apply instead of the base, on the real node: each with the CRDs of the
-project it feeds (from ../shared/crds, the projects' own YAML), rolled out through its own probes,
-doing what it adds, and uninstalled without leaving a webhook or policy behind."""
+"""The install as users write it, on the real node: docs/install.md's own kustomization and
+settings.yaml (the base with the monitoring, gpu-usage and policy-reports components, their image
+by `images:`, one setting of their own), with the CRDs of the projects the components feed (from
+../shared/crds). Each part shows its effect; the install's self-check finds every admission
+object as this composition implies; the operators' audit runs in the service's pod with its own
+ServiceAccount; and `kubectl delete -k` with the documented command for what the programs made
+in users' namespaces leaves nothing of the project behind."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
+from kubernetes.dynamic import DynamicClient
 
+from gpu_admission.names import MANAGED_BY, MANAGED_BY_LABEL
 from tests import ROOT
-from tests.install.cluster import IMAGE, InstallCluster, wait_for
-from tests.world.crds import wait_established
+from tests.install.cluster import IMAGE, IMPORTED_AS, NEXT_IMAGE, InstallCluster, wait_for
+from tests.install.journeys import install_crds, object_states
+from tests.support.markdown import block_starting, code_blocks
+from tests.world.harness import KUBECTL
 
-CRDS = ROOT.parent / "shared" / "crds"
+INSTALL_DOC = ROOT / "docs" / "install.md"
 VIOLATORS = "team-a"
+COMPONENTS = ("monitoring", "gpu-usage", "policy-reports")
 
 
-def install_crds(cluster: InstallCluster, *names: str) -> None:
-    for name in names:
-        path = CRDS / name
-        if not path.is_file():
-            pytest.fail(f"the CRD {name} is not in {CRDS}")
-        cluster.kubectl("apply", "--server-side", "-f", str(path))
-    wait_established(cluster.api)
+def docs_install(folder: Path) -> Path:
+    """docs/install.md's my-install/ beside this repository, as the page lays them out; only
+    the image is re-pointed, at the release the tier imported under a tag of its own."""
+    text = INSTALL_DOC.read_text()
+    kustomization = yaml.safe_load(block_starting(text, "yaml", "# my-install/kustomization.yaml"))
+    settings = block_starting(text, "yaml", "# my-install/settings.yaml")
+    name, _, tag = NEXT_IMAGE.partition(":")
+    [image] = kustomization["images"]
+    kustomization["images"] = [{"name": image["name"], "newName": name, "newTag": tag}]
+    (folder / "gpu-admission").symlink_to(ROOT)
+    mine = folder / "my-install"
+    mine.mkdir()
+    (mine / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
+    (mine / "settings.yaml").write_text(settings)
+    return mine
 
 
-def left_behind(cluster: InstallCluster) -> list[str]:
-    registration = client.AdmissionregistrationV1Api(cluster.api)
-    listed = [
-        *registration.list_mutating_webhook_configuration().items,
-        *registration.list_validating_webhook_configuration().items,
-        *registration.list_validating_admission_policy().items,
-        *registration.list_validating_admission_policy_binding().items,
-    ]
-    return [i.metadata.name for i in listed if i.metadata.name.startswith("gpu-admission")]
-
-
-@pytest.fixture
-def overlay(install_cluster: InstallCluster) -> Iterator[list[str]]:
-    """The overlays a test installs; each is uninstalled after it, and must leave nothing."""
-    installed: list[str] = []
-    yield installed
-    for path in installed:
-        install_cluster.uninstall(path)
-    assert left_behind(install_cluster) == []
+@pytest.fixture(scope="module")
+def composed(install_cluster: InstallCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Installed once for the module; its last test uninstalls it."""
+    install_crds(
+        install_cluster,
+        "wgpolicyk8s.io_policyreports.yaml",
+        "wgpolicyk8s.io_clusterpolicyreports.yaml",
+        "monitoring.coreos.com_servicemonitors.yaml",
+        "monitoring.coreos.com_podmonitors.yaml",
+        "monitoring.coreos.com_prometheusrules.yaml",
+    )
+    install_cluster.namespace(VIOLATORS)
+    install_cluster.apply([_violator()])  # it predates the install
+    folder = docs_install(tmp_path_factory.mktemp("composed"))
+    install_cluster.install(str(folder))
+    return folder
 
 
 def _violator() -> dict[str, Any]:
@@ -70,18 +88,36 @@ def _violator() -> dict[str, Any]:
     }
 
 
-def test_policy_reports_name_a_pod_that_predates_the_install(
-    install_cluster: InstallCluster, overlay: list[str]
+def test_the_users_image_runs_every_program(
+    install_cluster: InstallCluster, composed: Path
 ) -> None:
-    install_crds(
-        install_cluster,
-        "wgpolicyk8s.io_policyreports.yaml",
-        "wgpolicyk8s.io_clusterpolicyreports.yaml",
+    """`images:` in the user's kustomization re-points both Deployments, the agent's DaemonSet
+    and, through the controller's own image, the loader Jobs."""
+    pods = install_cluster.core.list_namespaced_pod("gpu-admission").items
+    running = {
+        p.metadata.labels.get("app.kubernetes.io/name"): p.spec.containers[0].image
+        for p in pods
+        if not p.metadata.deletion_timestamp
+    }
+    assert set(running.values()) == {NEXT_IMAGE}, running
+    assert {"gpu-admission", "gpu-admission-controller"} <= set(running)
+    # The agent runs on GPU nodes only (this one is labelled so for its own test, below).
+    agent = client.AppsV1Api(install_cluster.api).read_namespaced_daemon_set(
+        "gpu-admission-gpu-usage", "gpu-admission"
     )
-    install_cluster.namespace(VIOLATORS)
-    install_cluster.apply([_violator()])
-    overlay.append("manifests/overlays/policy-reports")
-    install_cluster.install(overlay[-1])
+    assert agent.spec.template.spec.containers[0].image == NEXT_IMAGE
+    lease = client.CoordinationV1Api(install_cluster.api).read_namespaced_lease(
+        "gpu-admission-controller", "gpu-admission"
+    )
+    leader = (lease.spec.holder_identity or "").rpartition("_")[0]
+    logs = install_cluster.kubectl("-n", "gpu-admission", "logs", leader).stdout
+    assert f"loader Jobs run image {NEXT_IMAGE}" in logs  # read from its own pod
+    assert IMAGE not in running.values() and IMPORTED_AS  # the base's own tag is not used
+
+
+def test_policy_reports_name_a_pod_that_predates_the_install(
+    install_cluster: InstallCluster, composed: Path
+) -> None:
     reports = client.CustomObjectsApi(install_cluster.api)
 
     def report_on_train() -> list[dict[str, Any]]:
@@ -108,20 +144,11 @@ def test_policy_reports_name_a_pod_that_predates_the_install(
     guard = [r for r in results if r["policy"] == "gpu-env-guard"]
     assert guard and guard[0]["result"] == "fail"
     assert 'container "trainer"' in guard[0]["message"]
-    install_cluster.kubectl("delete", "namespace", VIOLATORS, "--wait=false")
 
 
-def test_the_monitoring_overlay_installs_its_monitors_rules_and_dashboard(
-    install_cluster: InstallCluster, overlay: list[str]
+def test_the_monitoring_component_installs_its_monitors_rules_and_dashboard(
+    install_cluster: InstallCluster, composed: Path
 ) -> None:
-    install_crds(
-        install_cluster,
-        "monitoring.coreos.com_servicemonitors.yaml",
-        "monitoring.coreos.com_podmonitors.yaml",
-        "monitoring.coreos.com_prometheusrules.yaml",
-    )
-    overlay.append("manifests/overlays/monitoring")
-    install_cluster.install(overlay[-1])
     custom = client.CustomObjectsApi(install_cluster.api)
     for plural in ("servicemonitors", "podmonitors", "prometheusrules"):
         listed = custom.list_namespaced_custom_object(
@@ -282,17 +309,27 @@ def _over_share_event(install_cluster: InstallCluster, pod: str) -> Any:
 
 
 def test_the_gpu_usage_agent_names_each_gpu_process_and_warns_a_pod_over_its_share(
-    install_cluster: InstallCluster, overlay: list[str], shared_gpu_node: str
+    install_cluster: InstallCluster, composed: Path, shared_gpu_node: str
 ) -> None:
     """The agent's DaemonSet from the image, on the real node with hostPID, as a non-root user:
     NVML (played) names the PIDs of two researchers' real containers; the agent finds their
     containers from /proc, their pods from the API server, the share the memory-share webhook
-    gave them, and warns the one past it."""
-    overlay.append("manifests/overlays/gpu-usage")
-    install_cluster.install(overlay[-1])
+    gave them (by the user's settings.yaml: headroom 0.9), and warns the one past it."""
     install_cluster.namespace(TENANTS)
     try:
         _nvml_in_pod(install_cluster)
+        # The service learns the node's sharing labels from its informer, a moment after the
+        # patch: a dry run shows when its memory share is given.
+        wait_for(
+            lambda: (
+                "GPU_MEMORY_LIMIT_MIB"
+                in install_cluster.apply(
+                    [_tenant("probe", "gpu-tenant-probe")], "--dry-run=server", "-o", "json"
+                ).stdout
+            ),
+            "the service to see the node's GPU sharing",
+            diagnosis=install_cluster.diagnosis,
+        )
         install_cluster.apply(
             [_tenant("train", "gpu-tenant-train"), _tenant("serve", "gpu-tenant-serve")]
         )
@@ -316,11 +353,12 @@ def test_the_gpu_usage_agent_names_each_gpu_process_and_warns_a_pod_over_its_sha
         train = install_cluster.core.read_namespaced_pod("train", TENANTS)
         assert event.involved_object.uid == train.metadata.uid
         assert "uses 8,192 MiB of GPU 0 (NVIDIA A10G" in event.message
-        # The share the memory-share webhook wrote into the pod (the node's 23028 MiB over 4
-        # replicas, less its headroom) is the share the agent judges against.
+        # The share the memory-share webhook wrote into the pod is the share the agent judges
+        # against: the node's 23028 MiB, 0.9 of it (the user's settings.yaml, over the default
+        # 0.95: 5457 MiB) split 4 ways, 0.225 of the GPU.
         given = {e.name: e.value for e in train.spec.containers[0].env or []}
         share = int(given["GPU_MEMORY_LIMIT_MIB"])
-        assert 4096 < share < 23028 // 4
+        assert share == 5181
         assert f"over its share of {share:,} MiB" in event.message
         assert "team-gpu/serve" in event.message
         metrics = install_cluster.kubectl(
@@ -353,3 +391,95 @@ def test_the_gpu_usage_agent_names_each_gpu_process_and_warns_a_pod_over_its_sha
         install_cluster.kubectl(
             "-n", "gpu-admission", "delete", "configmap", "nvml-played", "--ignore-not-found"
         )
+
+
+def test_the_install_checks_itself_and_finds_this_composition(
+    install_cluster: InstallCluster, composed: Path
+) -> None:
+    """The leading controller expects what the components imply (it reads them from their
+    layers of the configuration): every admission object ok, no Warning on the Deployment; and
+    an operator's `gpu-admission audit`, in the service's pod with its own ServiceAccount, says
+    the same and names the pod that predates the install."""
+    states = wait_for(
+        lambda: object_states(install_cluster) or None,
+        "the self-check's gauge",
+        diagnosis=install_cluster.diagnosis,
+    )
+    assert set(states) == {"ok"} and states["ok"] >= 10, states
+    events = install_cluster.core.list_namespaced_event(
+        "gpu-admission", field_selector="involvedObject.name=gpu-admission,type=Warning"
+    ).items
+    assert [e.reason for e in events if e.reason.startswith("AdmissionObject")] == []
+    done = install_cluster.kubectl(
+        *("-n", "gpu-admission", "exec", "deploy/gpu-admission", "--"),
+        *("gpu-admission", "audit", "--config", "/etc/gpu-admission", "-o", "json"),
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr  # findings: the pod that predates the install
+    report = json.loads(done.stdout)
+    installed = report["installedAdmissionObjects"]
+    assert installed["layout"] == "manifests/ with components monitoring, gpu-usage, policy-reports"
+    assert {o["state"] for o in installed["objects"]} == {"ok"}
+    assert any(f["name"] == "train" and f["namespace"] == VIOLATORS for f in report["findings"])
+
+
+def _project_objects(cluster: InstallCluster) -> list[str]:
+    """Every object of every kind the API server serves (Events aside) that is the project's:
+    named gpu-admission*, labelled as the base labels its objects, or as the programs label what
+    they make in users' namespaces."""
+    dynamic = DynamicClient(cluster.api)
+    found = []
+    for resource in dynamic.resources.search():
+        if (
+            "list" not in (resource.verbs or [])
+            or "/" in resource.name
+            or resource.kind in ("Event", "Lease", "Endpoints", "EndpointSlice")
+            or resource.group in ("events.k8s.io", "authorization.k8s.io")
+            or not resource.preferred
+        ):
+            continue
+        for item in dynamic.get(resource).items:
+            meta = item.metadata
+            labels = dict(meta.labels or {})
+            if (
+                str(meta.name).startswith("gpu-admission")
+                or labels.get("app.kubernetes.io/name", "").startswith("gpu-admission")
+                or labels.get(MANAGED_BY_LABEL) == MANAGED_BY
+            ):
+                where = f"{meta.namespace}/" if meta.namespace else ""
+                found.append(f"{resource.kind} {where}{meta.name}")
+    return found
+
+
+def test_uninstall_leaves_nothing_of_the_project(
+    install_cluster: InstallCluster, composed: Path
+) -> None:
+    """docs/install.md's uninstall, as written: the webhook configurations, `kubectl delete -k`
+    of the kustomization (cluster-scoped objects included), then the one command for what the
+    programs made in users' namespaces (here the report in team-a)."""
+    reports = client.CustomObjectsApi(install_cluster.api).list_namespaced_custom_object(
+        "wgpolicyk8s.io", "v1alpha2", VIOLATORS, "policyreports"
+    )
+    assert reports["items"], "the report the cleanup must remove"
+    uninstall = next(
+        b
+        for b in code_blocks(INSTALL_DOC.read_text(), "sh")
+        if "kubectl delete -k my-install/" in b
+    )
+    leftovers = next(b for b in code_blocks(INSTALL_DOC.read_text(), "sh") if "api-resources" in b)
+    for script in (uninstall, leftovers):
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=composed.parent,
+            env={
+                **os.environ,
+                "KUBECONFIG": str(install_cluster.plane.kubeconfig),
+                "PATH": f"{Path(str(KUBECTL)).parent}:{os.environ['PATH']}",
+            },
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, f"{script}\n{done.stdout}\n{done.stderr}"
+    install_cluster.kubectl("delete", "namespace", VIOLATORS, "--wait=true")
+    assert _project_objects(install_cluster) == []

@@ -1,5 +1,5 @@
 """The background scan on a real kube-apiserver 1.36: the controller, running as its own
-ServiceAccount with the RBAC of manifests/overlays/policy-reports, writes PolicyReports that the
+ServiceAccount with the RBAC of manifests/components/policy-reports, writes PolicyReports that the
 real CRD (wgpolicyk8s.io, as its project publishes it) accepts, counts what `gpu-admission audit`
 counts, updates a report in place when a violator is fixed, and deletes it when its namespace
 has nothing left to report."""
@@ -76,7 +76,7 @@ OVER_ASKING = {
 @pytest.fixture(scope="module")
 def seeded(real_cluster: ControlPlane, api: client.ApiClient, kubectl: Kubectl, crds: None):
     apply_base(kubectl)  # the controller's ServiceAccount and role
-    kubectl("apply", "-f", str(ROOT / "manifests" / "overlays" / "policy-reports" / "rbac.yaml"))
+    kubectl("apply", "-f", str(ROOT / "manifests" / "components" / "policy-reports" / "rbac.yaml"))
     core = client.CoreV1Api(api)
     for namespace in (TWO, ONE):
         namespace_ready(api, namespace, labels={EXEMPT: "true"})  # made before the install
