@@ -44,8 +44,8 @@ HEADER = """\
 # binding only in a namespace labelled gpu-admission.io/serviceaccount-credentials=true, which
 # stays labelled). Generated from the configuration by
 # `gpu-admission admission-policy [--config FILE]`; regenerate it when gpu.resource_patterns,
-# gpu.shared_suffixes, gpu.guarded_env, workloads.extra_kinds, the annotation prefix, the exempt
-# namespace label, or a policy's mode (policies.<name>.mode) changes.
+# gpu.shared_suffixes, gpu.guarded_env, gpu.schedulers, workloads.extra_kinds, the annotation
+# prefix, the exempt namespace label, or a policy's mode (policies.<name>.mode) changes.
 """
 
 

@@ -24,6 +24,7 @@ from gpu_admission.config_base import _Model
 from gpu_admission.config_environ import ENV_PREFIX, UnknownSetting, read_environ
 from gpu_admission.config_files import ConfigFileError, Layer, merged, read_layers, source_of
 from gpu_admission.config_install import InstallConfig
+from gpu_admission.config_schedulers import KAI_SCHEDULER, SchedulerGpus
 from gpu_admission.config_workloads import WorkloadsConfig
 from gpu_admission.names import DEFAULT_PREFIX, HF_DEFAULT_ENDPOINT, Names
 from gpu_admission.policy_modes import (
@@ -144,6 +145,11 @@ class GpuConfig(_Model):
     their CEL selectors require (`device.driver == "..."`). Defaults: NVIDIA's DRA driver for
     GPUs.
     """
+    schedulers: list[SchedulerGpus] = Field(default_factory=lambda: [KAI_SCHEDULER])
+    """Schedulers that hand out GPUs themselves, without a GPU resource: a pod of one that carries
+    its mark keeps the NVIDIA_VISIBLE_DEVICES the scheduler gives it (from its ConfigMap), where
+    a CPU-only pod's is replaced by none. Default: KAI-Scheduler's GPU fractions
+    (gpu_admission/config_schedulers.py)."""
 
     @field_validator("resource_patterns", "shared_suffixes")
     @classmethod

@@ -102,6 +102,8 @@ def _default(value: Any) -> str:
     if isinstance(value, BaseModel):
         return "(section)"
     dumped = value.value if isinstance(value, enum.Enum) else value
+    if isinstance(dumped, list):
+        dumped = [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in dumped]
     if isinstance(dumped, Path):
         dumped = str(dumped)
     return f"`{json.dumps(dumped)}`"

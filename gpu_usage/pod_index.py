@@ -14,6 +14,7 @@ from typing import Any
 
 from gpu_admission.config import GpuConfig
 from gpu_admission.names import GPU_MEMORY_LIMIT_MIB, XLA_PYTHON_CLIENT_MEM_FRACTION
+from gpu_admission.scheduler_gpus import fraction_held
 from gpu_usage.cgroups import ContainerCgroup, runtime_id
 from gpu_usage.units import MIB
 from gpu_usage.workloads import gpus_held, workload_of
@@ -103,7 +104,10 @@ class PodIndex:
             if status.get("phase") != "Running":
                 continue  # GPUs are held from the start to the end of the run
             for container in spec.get("containers") or []:
-                held = gpus_held(container, _env(container), gpu)
+                # A GPU-sharing scheduler's fraction (KAI) holds its share, with no resource.
+                held = gpus_held(container, _env(container), gpu) or fraction_held(
+                    pod, container, gpu
+                )
                 if held > 0:
                     self.holdings.append(
                         Holding(namespace, name, container["name"], kind, workload, held)

@@ -13,7 +13,8 @@ reading the owners (the agent may list pods, nothing else):
 What a container holds of the GPUs, for GPU-hours: a whole GPU counts 1, a time-sliced replica
 1/replicas (`GPU_SHARED_REPLICAS`, which the memory-share policy writes into its env; without
 it, the replica counts as a whole GPU, which is what it may use), a MIG slice `mig-<g>g.*`
-g/7 (the seven compute slices of an A100, H100, H200 or B200).
+g/7 (the seven compute slices of an A100, H100, H200 or B200), a GPU-sharing scheduler's
+fraction (KAI's `gpu-fraction`) its share (gpu_admission/scheduler_gpus.py).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import sys
 
+import pytest
 import yaml
 
 from commands.cli import main
@@ -143,3 +144,35 @@ metadata:
     code, _, err = review(namespace, DEPLOYMENT)
     assert code == 0, err
     assert "namespace ml is exempt" in err
+
+
+KAI_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: fraction
+  namespace: ml
+  annotations: {gpu-fraction: "0.5", runai/shared-gpu-configmap: fraction-x7k2p9q-shared-gpu}
+spec:
+  schedulerName: SCHEDULER
+  containers:
+    - name: main
+      image: nvidia/cuda:13.0.2-base-ubi8
+      env:
+        - name: NVIDIA_VISIBLE_DEVICES
+          valueFrom:
+            configMapKeyRef: {name: fraction-x7k2p9q-shared-gpu-0, key: NVIDIA_VISIBLE_DEVICES}
+"""
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "kept"), [("kai-scheduler", True), ("default-scheduler", False)]
+)
+def test_review_keeps_a_kai_fractions_visibility_and_hides_the_same_pod_otherwise(
+    scheduler: str, kept: bool
+) -> None:
+    code, printed, _ = review(KAI_POD.replace("SCHEDULER", scheduler))
+    assert code == 0
+    [env] = printed[0]["spec"]["containers"][0]["env"]
+    assert ("valueFrom" in env) is kept
+    assert kept or env == {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}

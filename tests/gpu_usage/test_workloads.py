@@ -67,3 +67,50 @@ def test_the_configured_gpu_resource_names_count() -> None:
     assert PodIndex([pod]).holdings == []  # not a GPU by the default names
     [held] = PodIndex([pod], GpuConfig(resource_patterns=["amd.com/gpu"])).holdings
     assert (held.pod, held.gpus) == ("p", 1.0)
+
+
+def _kai_pod(annotations: dict[str, str], scheduler: str = "kai-scheduler") -> dict:
+    """A running KAI fraction pod as KAI's webhook leaves it (no GPU resource)."""
+    maps = "train-x7k2p9q-shared-gpu"
+    env = [
+        {
+            "name": "NVIDIA_VISIBLE_DEVICES",
+            "valueFrom": {
+                "configMapKeyRef": {"name": f"{maps}-0", "key": "NVIDIA_VISIBLE_DEVICES"}
+            },
+        }
+    ]
+    return {
+        "metadata": {
+            "namespace": "team-a",
+            "name": "train",
+            "uid": "u",
+            "annotations": {"runai/shared-gpu-configmap": maps, **annotations},
+        },
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{"name": "main", "env": env}, {"name": "sidecar"}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("annotations", "scheduler", "held"),
+    [
+        ({"gpu-fraction": "0.5"}, "kai-scheduler", 0.5),
+        ({"gpu-fraction": "0.25", "gpu-fraction-num-devices": "2"}, "kai-scheduler", 0.5),
+        ({"gpu-memory": "4096"}, "kai-scheduler", None),  # MiB: the share is not in the pod
+        ({"gpu-fraction": "0.5"}, "default-scheduler", None),  # not KAI's: nothing held
+        ({"gpu-fraction": "2"}, "kai-scheduler", None),  # not a fraction
+    ],
+)
+def test_a_kai_fraction_holds_its_share(annotations: dict, scheduler: str, held: float) -> None:
+    from gpu_usage.pod_index import PodIndex
+
+    holdings = PodIndex([_kai_pod(annotations, scheduler)]).holdings
+    if held is None:
+        assert holdings == []
+    else:
+        [holding] = holdings
+        assert (holding.container, holding.gpus) == ("main", pytest.approx(held))

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from gpu_admission.names import Names
 
 NAMES = Names()
+KAI_MAPS = "p-x7k2p9q-shared-gpu"  # what KAI's webhook writes in runai/shared-gpu-configmap
 RESOURCES = ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.5gb", "cpu"]
 # Whole numbers: the API server refuses fractions of an extended resource before any admission.
 WHOLE = st.sampled_from(["0", "1", "2", "1000m"])
@@ -25,9 +26,32 @@ ENV = st.sampled_from(
         },
         {"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
         {"name": "PATH", "value": "/usr/bin"},
+        # KAI-Scheduler's fraction env, from the ConfigMap its webhook names for the pod
+        # (`runai/shared-gpu-configmap` below): KAI's own, an impostor's, another key.
+        {
+            "name": "NVIDIA_VISIBLE_DEVICES",
+            "valueFrom": {
+                "configMapKeyRef": {"name": f"{KAI_MAPS}-0", "key": "NVIDIA_VISIBLE_DEVICES"}
+            },
+        },
+        {
+            "name": "NVIDIA_VISIBLE_DEVICES",
+            "valueFrom": {"configMapKeyRef": {"name": "mine-0", "key": "NVIDIA_VISIBLE_DEVICES"}},
+        },
+        {
+            "name": "NVIDIA_VISIBLE_DEVICES",
+            "valueFrom": {"configMapKeyRef": {"name": f"{KAI_MAPS}-0", "key": "GPU_PORTION"}},
+        },
     ]
 )
 CLAIM = "gpu"  # the pod's one claim, where it has one
+# Under KAI-Scheduler: its scheduler name, the fraction marks, and the pod's ConfigMaps' prefix.
+SCHEDULERS = st.sampled_from(["default-scheduler", "kai-scheduler"])
+KAI_ANNOTATIONS = st.dictionaries(
+    st.sampled_from(["gpu-fraction", "gpu-memory", "runai/shared-gpu-configmap"]),
+    st.sampled_from(["0.5", KAI_MAPS]),
+    max_size=3,
+)
 ANNOTATIONS = st.dictionaries(
     st.sampled_from(
         [
@@ -76,7 +100,8 @@ def containers(draw: Any, name: str, claims: bool) -> dict[str, Any]:
 @st.composite
 def admission_pods(draw: Any) -> dict[str, Any]:
     """A pod as a researcher might write it: GPUs or not, claims or not, env that sets the
-    visible devices (once, twice, by reference), credentials named, volumes mounted."""
+    visible devices (once, twice, by reference), credentials named, volumes mounted; under
+    KAI-Scheduler or not, as KAI's webhook leaves a fraction pod or not quite."""
     claims = draw(st.booleans())
     count = draw(st.integers(1, 3))
     spec: dict[str, Any] = {
@@ -89,8 +114,11 @@ def admission_pods(draw: Any) -> dict[str, Any]:
     volumes = draw(VOLUMES)
     if volumes:
         spec["volumes"] = volumes
+    spec["schedulerName"] = draw(SCHEDULERS)
+    if draw(st.integers(0, 7)) == 0:
+        spec["nodeName"] = "gpu-node-1"  # placed by hand: no scheduler gave anything
     metadata: dict[str, Any] = {"name": "p"}
-    annotations = draw(ANNOTATIONS)
+    annotations = {**draw(ANNOTATIONS), **draw(KAI_ANNOTATIONS)}
     if annotations:
         metadata["annotations"] = annotations
     if draw(st.booleans()):

@@ -5,8 +5,10 @@ hidden from the GPUs, while the service is down.
 Which containers: the init and regular containers of a pod being created, and the ephemeral
 containers added through `pods/ephemeralcontainers`, that name no GPU resource
 (`gpu.resource_patterns`) and use no ResourceClaim (whether a claim's device is a GPU depends on
-the claim and its DeviceClass: the webhook decides those, `policies/gpu_visibility.py`). Mirror
-pods and exempt namespaces are left alone, as the webhook leaves them.
+the claim and its DeviceClass: the webhook decides those, `policies/gpu_visibility.py`), and
+whose NVIDIA_VISIBLE_DEVICES is not one a scheduler of `gpu.schedulers` gave this pod (KAI's GPU
+fractions: `gpu_admission/scheduler_gpus.py`). Mirror pods and exempt namespaces are left alone, as
+the webhook leaves them.
 
 The change is the webhook's, operation for operation (`Patch.set_env`): the first entry of the
 name replaced in place by the plain value, later entries of the name removed (the last one is
@@ -36,6 +38,7 @@ from typing import Any
 
 from gpu_admission.config import Config
 from gpu_admission.names import MIRROR_POD_ANNOTATION, NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
+from gpu_admission.scheduler_gpus import scheduler_gives
 from webhooks.apiserver_policies.cel import cel_string, requests_gpu_test
 from webhooks.apiserver_policies.pod_checks import exempt_selector
 from webhooks.core.change_words import describe_changes
@@ -81,7 +84,13 @@ def hidden_containers(
     else:
         existing = {c.get("name") for c in (old.get("spec") or {}).get(EPHEMERAL) or []}
         refs = (r for r in iter_containers(pod, (EPHEMERAL,)) if r.name not in existing)
-    return [r for r in refs if not gpus.requests_gpu(r) and not _claims(r)]
+    return [
+        r
+        for r in refs
+        if not gpus.requests_gpu(r)
+        and not _claims(r)
+        and not scheduler_gives(pod, r.container, config.gpu)
+    ]
 
 
 def changes(
@@ -127,10 +136,37 @@ def _added(lst: str) -> str:
     )
 
 
+def scheduler_gives_test(config: Config) -> str:
+    """CEL true when the container `c` has its NVIDIA_VISIBLE_DEVICES from a scheduler of
+    `gpu.schedulers` for this pod (`gpu_admission.scheduler_gpus.scheduler_gives`)."""
+    annotations = "object.metadata.annotations"
+    tests = []
+    for scheduler in config.gpu.schedulers:
+        marked = " || ".join(
+            f"{cel_string(a)} in {annotations}" for a in scheduler.mark_annotations
+        )
+        maps = cel_string(scheduler.config_map_annotation)
+        last = "l[size(l) - 1]"
+        source = f"{last}.valueFrom.configMapKeyRef"
+        tests.append(
+            f"(object.spec.schedulerName == {cel_string(scheduler.scheduler_name)} && "
+            f"!has(object.spec.nodeName) && has({annotations}) && ({marked}) && "
+            f"{maps} in {annotations} && has(c.env) && "
+            f"[c.env.filter(e, e.name == {_NAME})].all(l, size(l) > 0 && "
+            f"has({last}.valueFrom) && has({source}) && {source}.key == {_NAME} && "
+            f"{source}.name.startsWith({annotations}[{maps}] + '-')))"
+        )
+    return f"({' || '.join(tests)})" if tests else "false"
+
+
 def hidden_test(config: Config) -> str:
-    """CEL true when the container `c` gets the entry: no GPU resource, no claim."""
+    """CEL true when the container `c` gets the entry: no GPU resource, no claim, and no
+    visibility a scheduler gave it."""
     claims = "(has(c.resources) && has(c.resources.claims) && size(c.resources.claims) > 0)"
-    return f"!({requests_gpu_test(config.gpu)}) && !{claims}"
+    given = scheduler_gives_test(config)
+    return f"!({requests_gpu_test(config.gpu)}) && !{claims}" + (
+        f" && !{given}" if config.gpu.schedulers else ""
+    )
 
 
 def _operations(lst: str) -> str:

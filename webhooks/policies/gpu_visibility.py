@@ -5,7 +5,9 @@ any container it starts: without an explicit `none`, a CPU-only container sees e
 node. An explicit env entry beats both the image default and `envFrom`. GPU containers are left
 to the device plugin or the DRA driver, which set what the container sees: a container gets a GPU
 by a GPU extended resource or through a ResourceClaim of a GPU DeviceClass (`gpu_claims`). One
-whose claim cannot be resolved keeps its GPUs, with a warning and a notice for the metrics.
+whose claim cannot be resolved keeps its GPUs, with a warning and a notice for the metrics. One
+whose NVIDIA_VISIBLE_DEVICES a GPU-sharing scheduler gave it keeps it
+(`gpu_admission/scheduler_gpus.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from gpu_admission.cluster.view import ClusterView, ObjectRef
 from gpu_admission.config import Config
 from gpu_admission.names import MIRROR_POD_ANNOTATION, NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
+from gpu_admission.scheduler_gpus import scheduler_gives
 from webhooks.core.patch import Patch
 from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.containers import ContainerRef, iter_containers
@@ -47,11 +50,14 @@ def _hide_gpus(
     patch: Patch,
     detector: GpuDetector,
     view: ClusterView,
+    config: Config,
 ) -> None:
     gpus = detector.pod(request.object, request.namespace, view)
     for ref in containers:
         gpu = gpus.of(ref)
-        if gpu.use is GpuUse.NONE:
+        if gpu.use is GpuUse.NONE and not scheduler_gives(
+            request.object, ref.container, config.gpu
+        ):
             patch.set_env(ref.path, {"name": NVIDIA_VISIBLE_DEVICES, "value": VISIBLE_DEVICES_NONE})
         elif gpu.use is GpuUse.UNRESOLVED:
             patch.warn(unresolved_warning(ref, gpu))
@@ -63,12 +69,12 @@ def policies(config: Config) -> list[MutatingPolicy]:
 
     def on_create(request: AdmissionRequest, patch: Patch, view: ClusterView) -> Verdict | None:
         if not is_mirror_pod(request.object):
-            _hide_gpus(request, iter_containers(request.object), patch, detector, view)
+            _hide_gpus(request, iter_containers(request.object), patch, detector, view, config)
         return None
 
     def on_ephemeral(request: AdmissionRequest, patch: Patch, view: ClusterView) -> Verdict | None:
         if not is_mirror_pod(request.object):
-            _hide_gpus(request, new_ephemeral_containers(request), patch, detector, view)
+            _hide_gpus(request, new_ephemeral_containers(request), patch, detector, view, config)
         return None
 
     def claims(request: AdmissionRequest, view: ClusterView | None) -> Iterable[ObjectRef]:

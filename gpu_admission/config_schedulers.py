@@ -1,0 +1,43 @@
+"""`gpu.schedulers`: schedulers that hand out GPUs themselves, without a GPU resource, and how
+their pods are marked. A pod of such a scheduler that carries its mark keeps the visibility the
+scheduler gives it; the same shape under any other scheduler is hidden as every CPU-only pod is.
+
+The default is NVIDIA KAI-Scheduler's GPU sharing, from its source (kai-scheduler/KAI-Scheduler):
+a pod asks for a fraction with the annotation `gpu-fraction` (or `gpu-memory`) and
+`schedulerName: kai-scheduler`, and no GPU resource; KAI's admission webhook names the pod's
+ConfigMaps in the annotation `runai/shared-gpu-configmap` and gives the fraction's container
+`NVIDIA_VISIBLE_DEVICES` from `valueFrom.configMapKeyRef` (key `NVIDIA_VISIBLE_DEVICES`, ConfigMap
+`<annotation>-<index>`, `-i<index>` for an init container): `pkg/admission/webhook/v1alpha2/
+gpusharing/gpu_sharing.go`, `pkg/binder/common/gpu_access.go` (`AddGPUSharingEnvVars`),
+`pkg/binder/common/gpusharingconfigmap/config_map.go`; its binder writes the GPU's UUID into that
+ConfigMap when it binds the pod (`gpu_access.go`), and `GPU_PORTION` beside it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from gpu_admission.config_base import _Model
+
+
+class SchedulerGpus(_Model):
+    scheduler_name: str
+    """`spec.schedulerName` of the pods it places."""
+    mark_annotations: Annotated[list[str], Field(min_length=1)]
+    """A pod that carries one of these annotations asks the scheduler for its GPU."""
+    config_map_annotation: str
+    """The pod annotation whose value, and a `-`, starts the name of the ConfigMap the
+    scheduler's `NVIDIA_VISIBLE_DEVICES` comes from (`valueFrom.configMapKeyRef`)."""
+    fraction_annotation: str | None = None
+    """The annotation that holds the share of one GPU the pod asked for (GPUs held, for the
+    node agent's GPU-hours); null: not counted."""
+
+
+KAI_SCHEDULER = SchedulerGpus(
+    scheduler_name="kai-scheduler",
+    mark_annotations=["gpu-fraction", "gpu-memory"],
+    config_map_annotation="runai/shared-gpu-configmap",
+    fraction_annotation="gpu-fraction",
+)
