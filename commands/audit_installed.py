@@ -77,6 +77,8 @@ def write_table(section: InstalledSection, out: TextIO) -> None:
         out.write(f"  {finding.state:<13} {finding.message}\n")
     for account in report.credentials:
         out.write(f"  {'not routed':<13} {account.message}\n")
+    for daemon in report.daemons:
+        out.write(f"  {'blinded':<13} {daemon.message}\n")
     out.write(f"  {_isolation(report)}\n")
 
 
@@ -108,5 +110,16 @@ def as_dict(section: InstalledSection) -> dict[str, Any]:
                 "fix": c.fix,
             }
             for c in report.credentials
+        ],
+        "blindedGpuDaemons": [
+            {
+                "kind": d.kind,
+                "namespace": d.namespace,
+                "name": d.name,
+                "containers": list(d.containers),
+                "how": d.how,
+                "fix": d.fix,
+            }
+            for d in report.daemons
         ],
     }

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gpu_admission.gpu_daemons import DaemonFinding, WorkloadRecord
+
 GROUP = "admissionregistration.k8s.io"
 VERSION = "v1"
 
@@ -132,6 +134,7 @@ class LiveAdmission:
     served: frozenset[str]  # the admission kinds the API server serves
     namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     accounts: Sequence[AccountRecord] = ()
+    workloads: Sequence[WorkloadRecord] = ()  # those with a container that wants GPUs
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ class InstallReport:
     layout: str  # the kustomization the server's version calls for
     objects: tuple[ObjectFinding, ...]
     credentials: tuple[CredentialsFinding, ...] = ()
+    daemons: tuple[DaemonFinding, ...] = ()  # GPU daemons the visibility policy blinds
 
     @property
     def problems(self) -> list[ObjectFinding]:

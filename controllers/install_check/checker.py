@@ -161,9 +161,12 @@ class InstallChecker:
             )
         return ref
 
-    async def _post_event(self, reason: str, message: str) -> None:
-        if self._deployment is not None:
-            await self._writer.event(self._deployment, "Warning", reason, message)
+    async def _post_event(
+        self, reason: str, message: str, involved: dict[str, str] | None = None
+    ) -> None:
+        about = involved or self._deployment
+        if about is not None:
+            await self._writer.event(about, "Warning", reason, message)
 
 
 def _synced_within(live: LiveInstall, seconds: float) -> bool:

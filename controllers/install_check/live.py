@@ -1,7 +1,9 @@
 """The live side of the install's self-check: one watch per kind, nothing more. The six
 admission kinds (the two policy kinds and their bindings optional: older API servers serve none,
 which is what tells their layout), Namespaces (only the two routing labels kept) and
-ServiceAccounts (only those that carry the credentials annotation kept).
+ServiceAccounts (only those that carry the credentials annotation kept), DaemonSets and
+Deployments (only those with a container that wants the node's GPUs kept, trimmed:
+gpu_admission/gpu_daemons.py).
 
 Each informer tells `on_change` of every change on its own thread; `snapshot()` reads the
 caches as they are, on any thread.
@@ -12,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypedDict
 
-from kubernetes.client import ApiClient, CoreV1Api
+from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api
 
 from gpu_admission.cluster.informer import EventType, Informer
 from gpu_admission.cluster.installed_objects import admission_list_call, routing_labels
 from gpu_admission.config import Config
+from gpu_admission.gpu_daemons import WORKLOAD_KINDS, WorkloadRecord, workload_record
 from gpu_admission.installed_admission import (
     ADMISSION_KINDS,
     AccountRecord,
@@ -28,6 +31,7 @@ from gpu_admission.installed_admission import (
 
 ON_CHANGE = Callable[[], None]
 ADMISSION_PAGE_SIZE = 50
+WORKLOAD_PAGE_SIZE = 100  # whole Deployments are decoded a page at a time, then trimmed
 
 
 class _Metadata(TypedDict, total=False):
@@ -73,6 +77,22 @@ class LiveInstall:
             handlers=[changed],
             shape=_MetadataOnly,
         )
+        apps = AppsV1Api(api)
+        lists = {
+            "DaemonSet": apps.list_daemon_set_for_all_namespaces,
+            "Deployment": apps.list_deployment_for_all_namespaces,
+        }
+        # Only the workloads with a container that wants GPUs are kept, trimmed.
+        self.workloads: list[Informer[WorkloadRecord]] = [
+            Informer(
+                f"install-{kind.lower()}s",
+                lists[kind],
+                transform=workload_record(kind),
+                handlers=[changed],
+                page_size=WORKLOAD_PAGE_SIZE,
+            )
+            for kind, _ in WORKLOAD_KINDS
+        ]
         self.accounts: Informer[AccountRecord] = Informer(
             "install-serviceaccounts",
             core.list_service_account_for_all_namespaces,
@@ -83,7 +103,7 @@ class LiveInstall:
 
     @property
     def informers(self) -> list[Informer[Any]]:
-        return [*self.admission.values(), self.namespaces, self.accounts]
+        return [*self.admission.values(), self.namespaces, self.accounts, *self.workloads]
 
     def start(self) -> None:
         for informer in self.informers:
@@ -116,4 +136,5 @@ class LiveInstall:
             served,
             dict(self.namespaces.items()),
             self.accounts.values(),
+            [w for informer in self.workloads for w in informer.values()],
         )

@@ -1,6 +1,8 @@
 """Where the install's self-check speaks: a gauge per object and state, a gauge per ServiceAccount
-whose credentials are not routed, a Warning Event on the service's Deployment for each new or
-changed finding, and one log line per change of state (a finding that appears, changes or clears).
+whose credentials are not routed, a gauge per GPU daemon the visibility policy blinds, a Warning
+Event for each new or changed finding (on the service's Deployment; a blinded daemon's on the
+daemon's own workload), and one log line per change of state (a finding that appears, changes or
+clears).
 
 Publishing the same report twice says nothing the second time: Events and log lines follow
 changes, not checks.
@@ -12,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gpu_admission.gpu_daemons import DAEMON_BLINDED
 from gpu_admission.installed_admission import (
     CREDENTIALS_NOT_ROUTED,
     InstallReport,
@@ -21,8 +24,8 @@ from gpu_admission.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-# (reason, message) -> an Event on the service's Deployment.
-PostEvent = Callable[[str, str], Awaitable[None]]
+# (reason, message, the object it is about: None for the service's Deployment) -> an Event.
+PostEvent = Callable[[str, str, dict[str, str] | None], Awaitable[None]]
 
 
 class InstallMetrics:
@@ -43,6 +46,14 @@ class InstallMetrics:
             "the number of its running pods that lack them (NaN when they could not be counted)",
             ["namespace", "serviceaccount"],
         )
+        self.daemons = metrics.gauge(
+            "blinded_gpu_daemon",
+            "A series per DaemonSet or Deployment, in a namespace that is not exempt, whose pods "
+            "ask for no GPU yet want the node's GPUs (they set NVIDIA_VISIBLE_DEVICES, or run "
+            "privileged under an NVIDIA runtime class): the GPU-visibility policy hides the GPUs "
+            "from them. 1 while gpu-visibility enforces, 0 while it does not yet",
+            ["namespace", "kind", "name"],
+        )
         self.checks = metrics.counter(
             "admission_object_checks",
             "Comparisons of the installed admission objects, by outcome",
@@ -57,6 +68,7 @@ class InstallReporter:
         self._said: dict[tuple[str, ...], str] = {}  # finding -> the message last said
         self._states: set[tuple[str, str]] = set()
         self._accounts: set[tuple[str, str]] = set()
+        self._daemons: set[tuple[str, str, str]] = set()
 
     async def publish(self, report: InstallReport) -> None:
         self._gauges(report)
@@ -78,17 +90,25 @@ class InstallReporter:
             key = ("credentials", account.namespace, account.service_account)
             # The pod count moves with every pod: the finding is the binding, not the count.
             now[key] = (CREDENTIALS_NOT_ROUTED, account.message, extra)
+        about: dict[tuple[str, ...], dict[str, str]] = {}
+        for daemon in report.daemons:
+            key = ("daemon", daemon.kind, daemon.namespace, daemon.name)
+            extra = {"kind": daemon.kind, "object": f"{daemon.namespace}/{daemon.name}"}
+            now[key] = (DAEMON_BLINDED, daemon.message, {**extra, "fix": daemon.fix})
+            about[key] = daemon.involved
         for key, (reason, message, extra) in now.items():
-            identity = reason + message if key[0] == "object" else reason
+            identity = reason + message if key[0] != "credentials" else reason
             if self._said.get(key) == identity:
                 continue
             self._said[key] = identity
             log.warning("install check: %s", message, extra={"reason": reason, **extra})
-            await self._post_event(reason, message)
+            await self._post_event(reason, message, about.get(key))
         for key in [k for k in self._said if k not in now]:
             del self._said[key]
             if key[0] == "object":
                 log.info("install check: %s %s is ok again", key[1], key[2])
+            elif key[0] == "daemon":
+                log.info("install check: %s %s/%s is not blinded any more", *key[1:])
             else:
                 log.info(
                     "install check: the pods of ServiceAccount %s/%s are routed again, or it "
@@ -117,6 +137,14 @@ class InstallReporter:
         for key in self._accounts - accounts:
             self.metrics.not_routed.remove(*key)
         self._accounts = accounts
+        daemons = set()
+        for daemon in report.daemons:
+            key3 = (daemon.namespace, daemon.kind, daemon.name)
+            daemons.add(key3)
+            self.metrics.daemons.labels(*key3).set(1.0 if daemon.enforced else 0.0)
+        for key3 in self._daemons - daemons:
+            self.metrics.daemons.remove(*key3)
+        self._daemons = daemons
 
     def forget(self) -> None:
         """This replica stopped leading: its series go, and the next term says all again."""
@@ -125,4 +153,6 @@ class InstallReporter:
                 self.metrics.state.remove(kind, name, str(state))
         for key in self._accounts:
             self.metrics.not_routed.remove(*key)
-        self._states, self._accounts, self._said = set(), set(), {}
+        for key3 in self._daemons:
+            self.metrics.daemons.remove(*key3)
+        self._states, self._accounts, self._daemons, self._said = set(), set(), set(), {}

@@ -12,11 +12,12 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kubernetes.client import AdmissionregistrationV1Api, ApiClient, CoreV1Api
+from kubernetes.client import AdmissionregistrationV1Api, ApiClient, AppsV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from gpu_admission.cluster.pages import Pages
 from gpu_admission.config import Config
+from gpu_admission.gpu_daemons import WORKLOAD_KINDS, workload_record
 from gpu_admission.installed_admission import (
     ADMISSION_KINDS,
     AdmissionKind,
@@ -75,7 +76,18 @@ def read_installed(api: ApiClient, config: Config, pages: Pages) -> LiveAdmissio
         for obj in pages.items(core.list_service_account_for_all_namespaces)
         if (record := account(obj)) is not None
     ]
-    return LiveAdmission(objects, frozenset(served), namespaces, accounts)
+    apps = AppsV1Api(api)
+    lists = {
+        "DaemonSet": apps.list_daemon_set_for_all_namespaces,
+        "Deployment": apps.list_deployment_for_all_namespaces,
+    }
+    workloads = [
+        record
+        for kind, _ in WORKLOAD_KINDS
+        for obj in pages.items(lists[kind])
+        if (record := workload_record(kind)(obj)) is not None
+    ]
+    return LiveAdmission(objects, frozenset(served), namespaces, accounts, workloads)
 
 
 # Whether a pod (a plain dict) of a bound ServiceAccount started without these Secrets.

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from controllers.install_check.report import InstallMetrics, InstallReporter
+from gpu_admission.gpu_daemons import DaemonFinding
 from gpu_admission.installed_admission import (
     CredentialsFinding,
     InstallReport,
@@ -41,9 +42,17 @@ def metrics() -> Metrics:
 
 
 @pytest.fixture
-def reporter(metrics: Metrics, said: list[tuple[str, str]]) -> InstallReporter:
-    async def post(reason: str, message: str) -> None:
+def about() -> list[dict[str, str] | None]:
+    return []
+
+
+@pytest.fixture
+def reporter(
+    metrics: Metrics, said: list[tuple[str, str]], about: list[dict[str, str] | None]
+) -> InstallReporter:
+    async def post(reason: str, message: str, involved: dict[str, str] | None) -> None:
         said.append((reason, message))
+        about.append(involved)
 
     return InstallReporter(InstallMetrics(metrics), post)
 
@@ -104,3 +113,30 @@ async def test_a_term_that_ends_takes_its_series_and_the_next_says_all_again(
     assert _value(metrics, "gpu_admission_admission_object_state", **labels) is None
     await reporter.publish(_report(ObjectState.MISSING))
     assert len(said) == 2
+
+
+async def test_a_blinded_gpu_daemon_is_told_on_itself_once_and_cleared(
+    reporter: InstallReporter,
+    said: list[tuple[str, str]],
+    about: list[dict[str, str] | None],
+    metrics: Metrics,
+) -> None:
+    daemon = DaemonFinding(
+        "DaemonSet",
+        "monitoring",
+        "dcgm-exporter",
+        "uid-1",
+        ("exporter",),
+        "sets NVIDIA_VISIBLE_DEVICES=all",
+        "gpu-admission.io/exempt",
+    )
+    blinded = InstallReport("manifests/", (), (), (daemon,))
+    labels = {"namespace": "monitoring", "kind": "DaemonSet", "name": "dcgm-exporter"}
+    await reporter.publish(blinded)
+    await reporter.publish(blinded)
+    assert [r for r, _ in said] == ["GPUDaemonBlinded"]  # once
+    assert about == [daemon.involved]  # on the DaemonSet itself, by uid
+    assert "kubectl label namespace monitoring gpu-admission.io/exempt=true" in said[0][1]
+    assert _value(metrics, "gpu_admission_blinded_gpu_daemon", **labels) == 1.0
+    await reporter.publish(InstallReport("manifests/", ()))
+    assert _value(metrics, "gpu_admission_blinded_gpu_daemon", **labels) is None

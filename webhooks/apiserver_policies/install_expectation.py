@@ -38,6 +38,7 @@ from gpu_admission.installed_admission import (
 )
 from gpu_admission.policy_modes import PolicyMode, audit_mode
 from webhooks.apiserver_policies.bindings import GPU_VISIBILITY, admission_policy_objects
+from webhooks.apiserver_policies.blinded_daemons import blinded_daemons
 from webhooks.apiserver_policies.credential_namespaces import BINDING_POLICY, LABEL_POLICY
 from webhooks.apiserver_policies.visibility_mutation import POLICY_NAME as VISIBILITY_POLICY
 from webhooks.apiserver_policies.webhook_configurations import Layout, webhook_configurations
@@ -308,8 +309,12 @@ class InstallExpectation:
         ]
         judged += _leftovers(live, {e.key for e in expected}, layout)
         credentials = credentials_findings(self.config, live) if layout is Layout.BASE else []
+        daemons = blinded_daemons(self.config, live.workloads, live.namespace_labels)
         return InstallReport(
-            describe_install(layout, self.components), tuple(judged), tuple(credentials)
+            describe_install(layout, self.components),
+            tuple(judged),
+            tuple(credentials),
+            tuple(daemons),
         )
 
 
