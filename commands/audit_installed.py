@@ -33,7 +33,10 @@ class InstalledSection:
     def isolation_not_enforced(self) -> bool:
         """Known not to be: the audit then exits non-zero. Unread (the caller may not list
         admission objects) is said in the section, and is not known."""
-        return self.report is not None and not self.report.isolation_enforced
+        report = self.report
+        return (
+            report is not None and not report.isolation_enforced and not report.isolation_by_nodes
+        )
 
 
 def installed_section(api: ApiClient, config: Config) -> InstalledSection:
@@ -55,6 +58,11 @@ def installed_section(api: ApiClient, config: Config) -> InstalledSection:
 
 
 def _isolation(report: InstallReport) -> str:
+    if report.isolation_by_nodes:
+        return (
+            "GPU isolation: left to the nodes' NVIDIA container toolkit (gpu.visibility_policy: "
+            "false; docs/compatibility.md)"
+        )
     if report.isolation_enforced:
         return "GPU isolation: enforced (CPU-only pods are given NVIDIA_VISIBLE_DEVICES=none)"
     carriers = [o for o in report.objects if o.isolation]

@@ -145,6 +145,11 @@ class GpuConfig(_Model):
     their CEL selectors require (`device.driver == "..."`). Defaults: NVIDIA's DRA driver for
     GPUs.
     """
+    visibility_policy: bool = True
+    """Give every container without a GPU NVIDIA_VISIBLE_DEVICES=none (GPU visibility). false on
+    nodes whose NVIDIA container toolkit ignores the variable in unprivileged containers
+    (accept-nvidia-visible-devices-envvar-when-unprivileged=false), where it adds nothing; the
+    without-gpu-visibility component sets it (docs/compatibility.md)."""
     schedulers: list[SchedulerGpus] = Field(default_factory=lambda: [KAI_SCHEDULER])
     """Schedulers that hand out GPUs themselves, without a GPU resource: a pod of one that carries
     its mark keeps the NVIDIA_VISIBLE_DEVICES the scheduler gives it (from its ConfigMap), where

@@ -18,6 +18,7 @@ COMPONENTS = (
     "gpu-usage",
     "policy-reports",
     "audit-mode",
+    "without-gpu-visibility",
     "webhook-pod-mutations",
     "webhook-pod-checks",
 )
@@ -39,7 +40,7 @@ class InstallConfig(_Model):
     components: dict[str, bool] = Field(default_factory=dict)
     """The kustomize components the install holds, each written by its own layer
     ({audit-mode: true}); names: cert-manager, monitoring, gpu-usage, policy-reports,
-    audit-mode, webhook-pod-mutations, webhook-pod-checks."""
+    audit-mode, without-gpu-visibility, webhook-pod-mutations, webhook-pod-checks."""
 
     @field_validator("components")
     @classmethod

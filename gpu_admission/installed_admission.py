@@ -143,6 +143,7 @@ class InstallReport:
     objects: tuple[ObjectFinding, ...]
     credentials: tuple[CredentialsFinding, ...] = ()
     daemons: tuple[DaemonFinding, ...] = ()  # GPU daemons the visibility policy blinds
+    isolation_by_nodes: bool = False  # the policy is off: the nodes' toolkit isolates
 
     @property
     def problems(self) -> list[ObjectFinding]:

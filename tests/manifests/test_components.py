@@ -77,7 +77,9 @@ def test_each_composition_holds_what_its_self_check_expects(
     objects = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ADMISSION}
     report = InstallExpectation(config).check(LiveAdmission(objects, _served(components)))
     assert [(o.kind, o.name, o.detail) for o in report.problems] == []
-    assert report.isolation_enforced == ("audit-mode" not in components)
+    relaxed = {"audit-mode", "without-gpu-visibility"} & set(components)
+    assert report.isolation_enforced == (not relaxed)
+    assert report.isolation_by_nodes == ("without-gpu-visibility" in components)
     assert report.layout.startswith("manifests/ with component")
 
 

@@ -105,7 +105,10 @@ def admission_policy_objects(config: Config) -> list[dict[str, Any]]:
 
 def visibility_objects(config: Config) -> list[dict[str, Any]]:
     """GPU visibility in the API server: the MutatingAdmissionPolicy that makes the change
-    (enforce), or the ValidatingAdmissionPolicy that records it (audit)."""
+    (enforce), or the ValidatingAdmissionPolicy that records it (audit); none where the policy
+    is off (`gpu.visibility_policy`)."""
+    if not config.gpu.visibility_policy:
+        return []
     if config.mode_of(GPU_VISIBILITY) is PolicyMode.AUDIT:
         return [
             visibility_audit_policy(config),

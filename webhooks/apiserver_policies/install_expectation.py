@@ -90,7 +90,7 @@ def shipped_config(components: Iterable[str]) -> Config:
 
 def _impact(obj: Mapping[str, Any], config: Config, layout: Layout) -> tuple[str, bool]:
     kind, name = obj["kind"], obj["metadata"]["name"]
-    hides = config.mode_of(GPU_VISIBILITY) is PolicyMode.ENFORCE
+    hides = config.gpu.visibility_policy and config.mode_of(GPU_VISIBILITY) is PolicyMode.ENFORCE
     if name == VISIBILITY_POLICY:
         if kind in (MUTATING_POLICY, MUTATING_POLICY_BINDING):
             return (
@@ -315,6 +315,7 @@ class InstallExpectation:
             tuple(judged),
             tuple(credentials),
             tuple(daemons),
+            isolation_by_nodes=not self.config.gpu.visibility_policy,
         )
 
 

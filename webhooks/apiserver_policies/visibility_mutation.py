@@ -76,6 +76,8 @@ def hidden_containers(
     """The containers the policy gives the entry to: on a pod's CREATE (`old` None) its init
     and regular containers, on `pods/ephemeralcontainers` the ephemeral ones it adds; of those,
     the ones that name no GPU resource and use no claim."""
+    if not config.gpu.visibility_policy:
+        return []  # left to the nodes' container toolkit
     if MIRROR_POD_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {}):
         return []
     gpus = GpuResources.from_config(config.gpu)

@@ -65,6 +65,8 @@ def _hide_gpus(
 
 
 def policies(config: Config) -> list[MutatingPolicy]:
+    if not config.gpu.visibility_policy:
+        return []  # left to the nodes' container toolkit (docs/compatibility.md)
     detector = GpuDetector.from_config(config)
 
     def on_create(request: AdmissionRequest, patch: Patch, view: ClusterView) -> Verdict | None:

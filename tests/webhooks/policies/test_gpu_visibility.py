@@ -215,3 +215,18 @@ def test_fixture_loader_agrees_with_raw_fixture() -> None:
         "containers"
     ]
     assert raw[0]["resources"] == {} and "env" not in raw[0]
+
+
+def test_with_the_policy_left_to_the_nodes_nothing_is_hidden() -> None:
+    """`gpu.visibility_policy: false` (the without-gpu-visibility component): the webhook, the
+    API server's policy as `review` runs it, and the objects generated for the API server all
+    leave CPU-only containers as written."""
+    from webhooks.apiserver_policies.bindings import visibility_objects
+    from webhooks.apiserver_policies.visibility_mutation import changes
+
+    off = Config.model_validate({"gpu": {"visibility_policy": False}})
+    obj, fields = fixture_request("pod-cpu-cuda-image.mutating.json")
+    assert gpu_visibility.policies(off) == []
+    assert changes(copy.deepcopy(obj), None, off)[1] == []
+    assert visibility_objects(off) == []
+    assert changes(copy.deepcopy(obj), None, Config())[1] != []  # on by default
