@@ -225,7 +225,7 @@ def test_with_the_policy_left_to_the_nodes_nothing_is_hidden() -> None:
     from webhooks.apiserver_policies.visibility_mutation import changes
 
     off = Config.model_validate({"gpu": {"visibility_policy": False}})
-    obj, fields = fixture_request("pod-cpu-cuda-image.mutating.json")
+    obj, _fields = fixture_request("pod-cpu-cuda-image.mutating.json")
     assert gpu_visibility.policies(off) == []
     assert changes(copy.deepcopy(obj), None, off)[1] == []
     assert visibility_objects(off) == []
