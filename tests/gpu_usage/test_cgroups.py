@@ -41,6 +41,23 @@ WANTED = ContainerCgroup(UID, ID)
         # cgroup v1, systemd driver, the named systemd hierarchy beside the rest
         f"12:memory:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{SYSTEMD_UID}"
         f".slice/cri-containerd-{ID}.scope\n1:name=systemd:/system.slice/containerd.service\n",
+        # CRI-O, cgroupfs driver: `crio-<id>`, no scope (cri-o internal/config/cgmgr/cgroupfs.go)
+        f"0::/kubepods/burstable/pod{UID}/crio-{ID}\n",
+        # CRI-O, systemd driver, crun's `container` cgroup under the scope (crun's
+        # cgroup-systemd: the payload moved one level down so the scope can hold the monitor)
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{SYSTEMD_UID}.slice/"
+        f"crio-{ID}.scope/container\n",
+        # Read from a private cgroup namespace (cgroup v2: containerd's and CRI-O's default for
+        # unprivileged containers), the agent in a burstable pod, cgroupfs driver as k3s uses:
+        # the kernel shows the path relative to the reader's root (kernel's proc_cgroup_show)
+        f"0::/../../besteffort/pod{UID}/{ID}\n",
+        # the same, the agent in a Guaranteed pod: one level less to climb
+        f"0::/../pod{UID}/{ID}\n",
+        # the same with the systemd driver
+        f"0::/../../../kubepods-besteffort.slice/kubepods-besteffort-pod{SYSTEMD_UID}.slice/"
+        f"cri-containerd-{ID}.scope\n",
+        # a cgroup removed while the file was read
+        f"0::/kubepods/besteffort/pod{UID}/{ID} (deleted)\n",
     ],
     ids=[
         "v2-systemd-containerd",
@@ -51,6 +68,12 @@ WANTED = ContainerCgroup(UID, ID)
         "kind",
         "v1-cgroupfs",
         "v1-systemd",
+        "v2-cgroupfs-crio",
+        "v2-systemd-crio-crun",
+        "cgroupns-cgroupfs",
+        "cgroupns-cgroupfs-guaranteed",
+        "cgroupns-systemd",
+        "deleted",
     ],
 )
 def test_a_containers_process_names_its_pod_and_container(cgroup_file: str) -> None:
@@ -68,6 +91,8 @@ def test_a_containers_process_names_its_pod_and_container(cgroup_file: str) -> N
         f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{SYSTEMD_UID}.slice/"
         f"crio-conmon-{ID}.scope\n",
         f"0::/docker/{ID}\n",  # a container the kubelet did not start
+        f"0::/../../docker/{ID}\n",  # the same, seen from a private cgroup namespace
+        f"0::/{ID}\n",  # a container of the agent's own pod, seen from inside its namespace
         "",  # a process that ended while its file was read
     ],
 )
