@@ -31,6 +31,8 @@ from gpu_admission.metrics import Metrics
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_INTERVAL = 5.0
+DEFAULT_ALLOWANCE_MIB = 1024
+EXIT_DRIVER_CHANGED = 3  # the kubelet restarts the container, with the new driver's library
 log = logging.getLogger("gpu_admission.gpu_usage")
 
 
@@ -41,6 +43,16 @@ def _interval(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not 0.1 <= value <= 3600:
         raise argparse.ArgumentTypeError(f"{value:g} s is out of range (0.1 to 3600 seconds)")
+    return value
+
+
+def _allowance(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of MiB") from None
+    if not 0 <= value <= 65536:
+        raise argparse.ArgumentTypeError(f"{value} MiB is out of range (0 to 65536)")
     return value
 
 
@@ -68,6 +80,22 @@ def add_gpu_usage_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=DEFAULT_INTERVAL,
         metavar="S",
         help=f"seconds between sweeps (default {DEFAULT_INTERVAL:g})",
+    )
+    parser.add_argument(
+        "--context-allowance-mib",
+        type=_allowance,
+        default=DEFAULT_ALLOWANCE_MIB,
+        metavar="MIB",
+        help="GPU memory allowed per process above a container's share before it is over it: "
+        "one CUDA context with its libraries' kernels (default "
+        f"{DEFAULT_ALLOWANCE_MIB}; docs/gpu-usage.md has the measured sizes)",
+    )
+    parser.add_argument(
+        "--hold-nvml",
+        action="store_true",
+        help="keep NVML initialised between sweeps (default: released after each, so the "
+        "agent holds no GPU device file open that would keep a driver upgrade from unloading "
+        "the driver)",
     )
     parser.add_argument("--once", action="store_true", help="print the node's table and exit")
     parser.add_argument(
@@ -115,8 +143,10 @@ def _node_pods(args: argparse.Namespace, gpu: GpuConfig) -> Any:
 def gpu_usage_command(args: argparse.Namespace) -> int:
     from gpu_usage.agent import Agent
     from gpu_usage.host_processes import ProcessTable
-    from gpu_usage.nvml_reader import NvmlReader, NvmlUnavailable
+    from gpu_usage.nvml_reader import DriverChanged, NvmlReader, NvmlUnavailable
+    from gpu_usage.over_share import OverShareWatch
     from gpu_usage.table import render
+    from gpu_usage.units import MIB
 
     try:
         config = load_config(args.config, config_overrides(args))
@@ -128,7 +158,9 @@ def gpu_usage_command(args: argparse.Namespace) -> int:
     except ClusterConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    agent = Agent(NvmlReader(), ProcessTable(args.proc), pods, instance=args.node)
+    reader = NvmlReader(release_between_sweeps=not args.hold_nvml)
+    watch = OverShareWatch(args.context_allowance_mib * MIB)
+    agent = Agent(reader, ProcessTable(args.proc), pods, instance=args.node, watch=watch)
     if args.once:
         try:
             result = agent.sweep()
@@ -147,6 +179,9 @@ def gpu_usage_command(args: argparse.Namespace) -> int:
     except OSError as exc:  # the metrics port is taken
         log.error("cannot start: %s", exc)
         return EXIT_FAILED
+    except DriverChanged as exc:
+        log.error("exiting: %s", exc)
+        return EXIT_DRIVER_CHANGED
     return EXIT_OK
 
 
@@ -155,7 +190,9 @@ async def _serve(agent: Any, host: str, port: int, interval: float) -> None:
 
     metrics = Metrics()
     agent.metrics = AgentMetrics(metrics)
-    runner = web.AppRunner(create_metrics_app(metrics, agent.readiness), access_log=None)
+    runner = web.AppRunner(
+        create_metrics_app(metrics, agent.readiness, agent.liveness), access_log=None
+    )
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     stop = asyncio.Event()

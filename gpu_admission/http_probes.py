@@ -44,9 +44,16 @@ def get_only(handler: Handler) -> Handler:
     return guarded
 
 
-def health_handlers(readiness: Readiness) -> tuple[Handler, Handler]:
+def health_handlers(
+    readiness: Readiness, liveness: Readiness | None = None
+) -> tuple[Handler, Handler]:
+    """`liveness`: what only a restart mends (a hung call no timeout can undo); answering at
+    all proves the event loop runs, which is all liveness asks without it."""
+
     async def healthz(request: web.Request) -> web.StreamResponse:
-        # Answering at all proves the event loop runs; nothing else belongs in liveness.
+        failing = liveness() if liveness is not None else []
+        if failing:
+            return json_response(503, {"status": "failing", "failing": failing})
         return json_response(200, {"status": "ok"})
 
     async def readyz(request: web.Request) -> web.StreamResponse:
@@ -58,9 +65,11 @@ def health_handlers(readiness: Readiness) -> tuple[Handler, Handler]:
     return get_only(healthz), get_only(readyz)
 
 
-def create_metrics_app(metrics: Metrics, readiness: Readiness | None = None) -> web.Application:
+def create_metrics_app(
+    metrics: Metrics, readiness: Readiness | None = None, liveness: Readiness | None = None
+) -> web.Application:
     """Plain HTTP: GET /metrics in the Prometheus text format; with `readiness`, /healthz and
-    /readyz as well (the controller's probes)."""
+    /readyz as well (the controller's and the node agent's probes)."""
 
     async def exposition(request: web.Request) -> web.StreamResponse:
         return web.Response(
@@ -72,7 +81,7 @@ def create_metrics_app(metrics: Metrics, readiness: Readiness | None = None) -> 
     app = web.Application()
     app.router.add_route("*", METRICS_PATH, get_only(exposition))
     if readiness is not None:
-        healthz, readyz = health_handlers(readiness)
+        healthz, readyz = health_handlers(readiness, liveness)
         app.router.add_route("*", HEALTH_PATH, healthz)
         app.router.add_route("*", READY_PATH, readyz)
         paths += [HEALTH_PATH, READY_PATH]

@@ -2,9 +2,14 @@
 (the per-container view, the metrics, the over-share Events).
 
 A sweep runs on a worker thread (NVML and /proc block); the loop runs one every `interval`
-seconds. Without NVML the agent says why once (and again when the reason changes), answers
-not ready with it, and tries again each interval: a node whose driver is being installed or
-reloaded comes right without a restart, and the pod never crash-loops.
+seconds. What the metrics show is always the last sweep's, never older: a sweep that fails, or
+that has not returned when the next is due (an NVML call that hangs: a GPU fallen off the bus),
+takes the per-container series away at once and says why in readiness; one that has not
+returned within `hang_seconds` fails liveness too, so the kubelet restarts the agent (a hung
+call is not undone in-process). Without NVML the agent says why once (and again when the reason
+changes) and tries again each interval: a node whose driver is being installed comes right
+without a restart. A driver other than the one whose library this process loaded (an upgrade)
+ends the process (`DriverChanged`): only a new one reads it.
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ from gpu_usage.attribution import UsageRow, attribute
 from gpu_usage.containers import ContainerUsage, Peaks, by_container
 from gpu_usage.host_processes import ProcessTable
 from gpu_usage.node_pods import NodePods
-from gpu_usage.nvml_reader import Gpu, NvmlReader, NvmlUnavailable
+from gpu_usage.nvml_reader import DriverChanged, Fault, Gpu, NvmlReader, NvmlUnavailable
 from gpu_usage.over_share import OverShare, OverShareWatch
 from gpu_usage.usage_metrics import AgentMetrics, LatestSweep
 
 log = logging.getLogger("gpu_admission.gpu_usage")
 
 OVER_SHARE_REASON = "GPUMemoryOverShare"
+MIN_HANG_SECONDS = 30.0  # the slowest sweep seen is far under a second; a hang is not that
+MIN_STALE_SECONDS = 1.0
 
 
 @dataclass
@@ -36,6 +43,7 @@ class SweepResult:
     over_share: list[OverShare] = field(default_factory=list)  # new since the last sweep
     over_now: list[tuple[ContainerUsage, int]] = field(default_factory=list)  # and by how much
     seconds: dict[str, float] = field(default_factory=dict)  # nvml, proc, rest
+    faults: dict[str, Fault] = field(default_factory=dict)  # GPUs not read this sweep, and why
 
 
 class Agent:
@@ -46,13 +54,18 @@ class Agent:
         pods: NodePods | None,
         metrics: AgentMetrics | None = None,
         instance: str = "",
+        watch: OverShareWatch | None = None,
     ) -> None:
         self.reader, self.processes, self.pods = reader, processes, pods
         self.metrics = metrics
         self.instance = instance
         self.peaks = Peaks()
-        self.watch = OverShareWatch()
+        self.watch = watch or OverShareWatch()
         self.unavailable = "not swept yet"
+        self.min_hang_seconds = MIN_HANG_SECONDS
+        self.hang_seconds = MIN_HANG_SECONDS
+        self._sweep_started: float | None = None  # the running sweep's start, if one runs
+        self._faults: dict[str, Fault] = {}
 
     def sweep(self) -> SweepResult:
         """One sweep (blocking); raises NvmlUnavailable when NVML cannot be read."""
@@ -70,23 +83,36 @@ class Agent:
                 and h.container.container_id not in self.pods.index.container_ids
                 for h in hosts.values()
             )
+            self.pods.know_gpus(g.model for g in reading.gpus)
             self.pods.refresh(unknown)
             index = self.pods.index
             if not self.pods.error:
                 running = index.container_ids
         rows = attribute(reading, hosts, index)
-        containers = self.peaks.update(by_container(rows), running)
-        over = self.watch.update(containers)
+        # While the listing works, a container it does not name yet (started since) waits
+        # for the next one (at most REFRESH_SECONDS) rather than appear under its IDs first.
+        shown = [r for r in rows if r.named or running is None]
+        containers = self.peaks.update(by_container(shown), running)
+        over = self.watch.update(containers, running)
         total = time.perf_counter() - started
         seconds = {
             "nvml": reading.nvml_seconds,
             "proc": proc_seconds,
             "rest": max(0.0, total - reading.nvml_seconds - proc_seconds),
         }
-        return SweepResult(reading.gpus, rows, containers, over, self.watch.current, seconds)
+        return SweepResult(
+            reading.gpus,
+            rows,
+            containers,
+            over,
+            self.watch.current,
+            seconds,
+            dict(reading.faults),
+        )
 
     def record(self, result: SweepResult) -> None:
         """The sweep into the metrics, and its over-share findings into Events."""
+        self._say_faults(result.faults)
         if self.metrics is not None:
             self.metrics.usage.latest = LatestSweep(
                 result.containers,
@@ -94,43 +120,97 @@ class Agent:
                 [(g.uuid, g.model, g.memory_total) for g in result.gpus],
                 self.pods.index.holdings if self.pods is not None else [],
                 result.over_now,
+                result.faults,
             )
             self.metrics.nvml_up.set(1)
             for part, value in result.seconds.items():
                 self.metrics.sweep_seconds.labels(part).observe(value)
-            in_pods = sum(1 for r in result.rows if r.in_pod)
-            outside = sum(1 for r in result.rows if not r.in_pod and r.pid)
+            in_pods = unnamed = outside = 0
+            for r in result.rows:
+                if r.named:
+                    in_pods += 1
+                elif r.in_pod:
+                    unnamed += 1
+                elif r.pid:
+                    outside += 1
             self.metrics.processes.labels("pod").set(in_pods)
+            self.metrics.processes.labels("unnamed").set(unnamed)
             self.metrics.processes.labels("host").set(outside)
         for finding in result.over_share:
             u = finding.usage
             log.warning("%s/%s: %s", u.namespace, u.pod, finding.message())
             written = self.pods is not None and self.pods.event(
-                (u.namespace, u.pod), OVER_SHARE_REASON, finding.message(), self.instance
+                (u.namespace, u.pod),
+                OVER_SHARE_REASON,
+                finding.message(),
+                self.instance,
+                name=finding.event_name(),
             )
             if self.metrics is not None:
                 self.metrics.over_share_events.labels("written" if written else "failed").inc()
 
+    def _say_faults(self, faults: dict[str, Fault]) -> None:
+        for gpu, fault in faults.items():
+            if self._faults.get(gpu) != fault:
+                log.error("%s: not read this sweep: %s", gpu, fault.message)
+        for gpu in self._faults.keys() - faults.keys():
+            log.info("%s: read again", gpu)
+        self._faults = dict(faults)
+
+    def forget(self, why: str) -> None:
+        """Nothing of an older sweep is shown: the per-container series go at once."""
+        if why != self.unavailable:
+            log.error("%s", why)
+        self.unavailable = why
+        if self.metrics is not None:
+            self.metrics.usage.latest = LatestSweep()
+            self.metrics.nvml_up.set(0)
+
     def readiness(self) -> list[str]:
         return [f"nvml: {self.unavailable}"] if self.unavailable else []
 
+    def liveness(self) -> list[str]:
+        """Failing once no sweep has returned for `hang_seconds`: a hung NVML call is not
+        undone in-process, the kubelet's restart does."""
+        started = self._sweep_started
+        running = 0.0 if started is None else time.monotonic() - started
+        if running > self.hang_seconds:
+            return [f"a sweep has run for {running:.0f} s without returning (an NVML call hangs)"]
+        return []
+
     async def run(self, interval: float, stop: asyncio.Event) -> None:
+        """Sweep until `stop`; raises DriverChanged when the process must end."""
+        self.hang_seconds = max(self.min_hang_seconds, 6 * interval)
+        # A sweep takes milliseconds: one not back when the next is due serves nothing stale.
+        stale_after = max(MIN_STALE_SECONDS, interval)
+        pending: asyncio.Future[SweepResult] | None = None
         while not stop.is_set():
+            if pending is None:  # a hung sweep's thread is not started over
+                pending = asyncio.ensure_future(asyncio.to_thread(self.sweep))
+                self._sweep_started = time.monotonic()
             try:
-                result = await asyncio.to_thread(self.sweep)
+                result = await asyncio.wait_for(asyncio.shield(pending), stale_after)
+            except TimeoutError:
+                self.forget(
+                    f"a sweep has not returned in {stale_after:g} s: an NVML call hangs (a GPU "
+                    "fallen off the bus?); `nvidia-smi` on the node says more"
+                )
+                continue  # the same sweep, waited for again; liveness fails after hang_seconds
+            except DriverChanged:
+                self.forget("the NVIDIA driver changed")
+                raise
             except NvmlUnavailable as error:
-                if str(error) != self.unavailable:
-                    log.error("%s", error)
-                self.unavailable = str(error)
-                if self.metrics is not None:
-                    self.metrics.nvml_up.set(0)
+                self.forget(str(error))
             except Exception as error:  # a defect: said with its traceback, the loop goes on
                 log.exception("sweep failed")
-                self.unavailable = f"the last sweep failed: {error!r} (the log has the traceback)"
+                self.forget(f"the last sweep failed: {error!r} (the log has the traceback)")
             else:
                 if self.unavailable:
                     log.info("NVML answers: sweeping every %g s", interval)
                 self.unavailable = ""
                 await asyncio.to_thread(self.record, result)
+            finally:
+                if pending is not None and pending.done():
+                    pending, self._sweep_started = None, None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval)

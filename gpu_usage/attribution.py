@@ -15,6 +15,7 @@ from gpu_usage.nvml_reader import Gpu, Sweep
 from gpu_usage.pod_index import PodContainer, PodIndex
 
 UNLISTED = "(not listed by a process)"
+UNNAMED = "?"  # the namespace of a container in a pod the agent's listing does not name
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,11 @@ class UsageRow:
     def in_pod(self) -> bool:
         return bool(self.pod)
 
+    @property
+    def named(self) -> bool:
+        """In a pod the agent knows by name (not only by its UID and container ID)."""
+        return self.in_pod and self.namespace != UNNAMED
+
 
 def attribute(
     sweep: Sweep, processes: dict[int, HostProcess], pods: PodIndex | None
@@ -55,7 +61,9 @@ def attribute(
             continue  # it ended between NVML's list and /proc: its memory is being freed
         place = _place(host, pods)
         sm = sweep.sm_percent.get((gpu.uuid, process.pid))
-        if sm is None and gpu.uuid not in sweep.utilization_unsupported:
+        if process.mps_client:
+            sm = None  # its samples are the MPS server's: its own share is not known
+        elif sm is None and gpu.uuid not in sweep.utilization_unsupported:
             sm = 0.0  # sampled, and no sample for it: it did not compute since the last sweep
         rows.append(
             UsageRow(
@@ -92,4 +100,4 @@ def _place(host: HostProcess, pods: PodIndex | None) -> PodContainer:
         return found
     # In a pod this agent does not know (no API access, or not listed yet): name it by IDs.
     short = host.container.container_id[:13]
-    return PodContainer("?", f"uid {host.container.pod_uid}", short, None, False)
+    return PodContainer(UNNAMED, f"uid {host.container.pod_uid}", short, None, False)

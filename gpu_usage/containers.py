@@ -15,18 +15,20 @@ from gpu_usage.attribution import UsageRow
 from gpu_usage.nvml_reader import Gpu
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ContainerUsage:
+    """One sweep's; only `peak_bytes` is filled in after (Peaks.update)."""
+
     namespace: str
     pod: str
     container: str
     container_id: str
     gpu: Gpu
-    used_bytes: int
-    sm_percent: float | None  # None where the GPU gives no per-process utilization
+    used_bytes: int | None  # None where NVML could not tell a process's memory
+    sm_percent: float | None  # None where NVML cannot tell its share (MIG, MPS, older GPUs)
     share_bytes: int | None
     preallocated: bool
-    peak_bytes: int = 0
+    peak_bytes: int | None = None  # None while its memory has never been known
     pids: tuple[int, ...] = ()
     workload_kind: str = ""
     workload: str = ""
@@ -40,7 +42,7 @@ def by_container(rows: Iterable[UsageRow]) -> list[ContainerUsage]:
             continue
         key = (row.container_id, row.gpu.uuid)
         seen = sums.get(key)
-        used = row.used_bytes or 0
+        used = row.used_bytes
         if seen is None:
             sums[key] = ContainerUsage(
                 row.namespace,
@@ -60,9 +62,9 @@ def by_container(rows: Iterable[UsageRow]) -> list[ContainerUsage]:
         sm = seen.sm_percent
         if row.sm_percent is not None:
             sm = min(100.0, (sm or 0.0) + row.sm_percent)
-        sums[key] = replace(
-            seen, used_bytes=seen.used_bytes + used, sm_percent=sm, pids=(*seen.pids, row.pid)
-        )
+        # One process's memory unknown: the container's is unknown, not a lower bound.
+        total = None if used is None or seen.used_bytes is None else seen.used_bytes + used
+        sums[key] = replace(seen, used_bytes=total, sm_percent=sm, pids=(*seen.pids, row.pid))
     return list(sums.values())
 
 
@@ -83,6 +85,8 @@ class Peaks:
         filled = []
         for u in usage:
             key = (u.container_id, u.gpu.uuid)
-            self._peak[key] = max(self._peak.get(key, 0), u.used_bytes)
-            filled.append(replace(u, peak_bytes=self._peak[key]))
+            if u.used_bytes is not None:
+                self._peak[key] = max(self._peak.get(key, 0), u.used_bytes)
+            u.peak_bytes = self._peak.get(key)
+            filled.append(u)
         return filled

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kubernetes import client
@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from gpu_admission.cluster.events import event_body
 from gpu_admission.config import GpuConfig
 from gpu_usage.pod_index import PodIndex
+from gpu_usage.workloads import MIG_SLICES, mig_slices
 
 log = logging.getLogger("gpu_admission.gpu_usage")
 
@@ -48,6 +49,14 @@ class NodePods:
         self._listed_at: float | None = None
         self.index = PodIndex([])
         self.error = ""  # the last listing's failure, "" once one succeeds
+        self._mig_slices = MIG_SLICES
+
+    def know_gpus(self, models: Iterable[str]) -> None:
+        """The node's GPU models, as NVML names them: a MIG slice's share of a GPU depends on
+        them; the next refresh lists again when it changed."""
+        slices = mig_slices(models)
+        if slices != self._mig_slices:
+            self._mig_slices, self._listed_at = slices, None
 
     def refresh(self, unknown: bool) -> None:
         """List again if `unknown` containers were met and the list is older than
@@ -66,26 +75,40 @@ class NodePods:
             log.warning("%s", self.error)
             return
         pods = json.loads(answer).get("items") or []
-        self.index = PodIndex(pods, self._gpu)
+        self.index = PodIndex(pods, self._gpu, self._mig_slices)
         self.error = ""
 
-    def event(self, pod: tuple[str, str], reason: str, message: str, instance: str) -> bool:
-        """A Warning Event on the pod (namespace, name); False when it could not be written."""
-        namespace, name = pod
+    def event(
+        self,
+        pod: tuple[str, str],
+        reason: str,
+        message: str,
+        instance: str,
+        name: str | None = None,
+    ) -> bool:
+        """A Warning Event on the pod (namespace, name); False when it could not be written.
+        `name`: the Event's own, where the same finding must be written once: one that exists
+        already (409) was written, by this agent before a restart."""
+        namespace, pod_name = pod
         involved = {
             "apiVersion": "v1",
             "kind": "Pod",
             "namespace": namespace,
-            "name": name,
-            "uid": self.index.uid_of(namespace, name),
+            "name": pod_name,
+            "uid": self.index.uid_of(namespace, pod_name),
         }
         body = event_body(
-            involved, "Warning", reason, message, COMPONENT, instance, host=self._node
+            involved, "Warning", reason, message, COMPONENT, instance, name=name, host=self._node
         )
         try:
             self._call("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
-        except (ApiException, OSError) as error:
-            log.warning("could not write %s on pod %s/%s: %s", reason, namespace, name, error)
+        except ApiException as error:
+            if error.status == 409 and name is not None:
+                return True
+            log.warning("could not write %s on pod %s/%s: %s", reason, namespace, pod_name, error)
+            return False
+        except OSError as error:
+            log.warning("could not write %s on pod %s/%s: %s", reason, namespace, pod_name, error)
             return False
         return True
 

@@ -1,14 +1,26 @@
 """What NVML says of the node's GPUs and the processes on them, through nvidia-ml-py (`pynvml`).
 
 One sweep reads, per GPU (per MIG instance where MIG is on): its UUID, model and memory; each
-compute process on it (including MPS clients) with its PID as the node sees it and the memory
-NVML counts for it; and each process's SM utilization over the samples since the last sweep.
-Older GPUs and MIG instances answer per-process utilization with NOT_SUPPORTED: memory is still
-reported, utilization is None, and the question is not asked of that GPU again.
+process on it (compute, MPS clients and graphics, as `nvidia-smi` lists them) with its PID as the
+node sees it and the memory NVML counts for it (None where NVML cannot tell); each process's SM
+utilization samples since the last sweep, and the GPU's own utilization samples over the same
+time (idle periods included: NVML returns a process sample only for a period in which that
+process was busy). Older GPUs and MIG instances answer per-process utilization with
+NOT_SUPPORTED: memory is still reported, utilization is None, and the question is not asked of
+that GPU again.
 
-A driver reload (the library answers UNINITIALIZED, GPU_IS_LOST, DRIVER_NOT_LOADED or a
-library/driver version mismatch) makes the reader shut NVML down; the next sweep initialises it
-again. No library or no driver at all is `NvmlUnavailable`, with what to do.
+One GPU's fault is that GPU's: a GPU fallen off the bus (GPU_IS_LOST), a MIG instance the agent
+may not read (NO_PERMISSION), a process that started between the binding's two calls
+(INSUFFICIENT_SIZE: asked once more), a driver too old for the binding's process calls
+(`NVMLLibraryMismatchError`, not an NVMLError) are said in `Sweep.faults` and the other GPUs are
+read. Only what concerns the library as a whole stops the sweep: NVML uninitialised, no driver,
+no library, a driver whose library is not the one loaded (LIB_RM_VERSION_MISMATCH, after a
+driver upgrade: the binding keeps the library it loaded for the life of the process, so only a
+new process can read the new driver; `DriverChanged`).
+
+`release_between_sweeps`: NVML is shut down after each sweep, so the agent holds no
+`/dev/nvidia*` open between sweeps, which would keep the driver's module from unloading (the
+GPU Operator's driver manager unloads it without asking who holds it).
 """
 
 from __future__ import annotations
@@ -19,20 +31,29 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-# NVML return codes (nvml.h), by number, so the fake binding in the tests needs only these.
-NOT_SUPPORTED = 3
-NOT_FOUND = 6
+# NVML return codes (nvml.h), by number, so the played binding in the tests needs only these.
 UNINITIALIZED = 1
+NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+NOT_FOUND = 6
+INSUFFICIENT_SIZE = 7
 DRIVER_NOT_LOADED = 9
 LIBRARY_NOT_FOUND = 12
 GPU_IS_LOST = 15
 LIB_RM_VERSION_MISMATCH = 18
-_LOST = {UNINITIALIZED, DRIVER_NOT_LOADED, GPU_IS_LOST, LIB_RM_VERSION_MISMATCH}
+# What concerns the library, not one GPU.
+_WHOLE = {UNINITIALIZED, DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND, LIB_RM_VERSION_MISMATCH}
 MIG_ENABLED = 1
+GPU_UTILIZATION_SAMPLES = 1  # NVML_GPU_UTILIZATION_SAMPLES
 
 
 class NvmlUnavailable(Exception):
     """NVML cannot be read on this node; the message says why and what to do."""
+
+
+class DriverChanged(NvmlUnavailable):
+    """The driver is not the one whose library this process loaded: only a new process reads it
+    (the kubelet restarts the agent's container, with the library of the driver now loaded)."""
 
 
 @dataclass(frozen=True)
@@ -50,19 +71,32 @@ class GpuProcess:
     pid: int
     gpu_uuid: str
     used_bytes: int | None  # None where NVML cannot tell (it says "not available")
+    # An MPS client: its kernels run in the MPS server's context, whose PID carries the SM
+    # samples, so NVML cannot tell this process's share of the GPU's time.
+    mps_client: bool = False
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Why one GPU was not read: `reason` short, for a metric's label; `message` for people."""
+
+    reason: str  # gpu_lost, no_permission, old_driver, nvml_error
+    message: str
 
 
 @dataclass
 class Sweep:
     gpus: list[Gpu]
     processes: list[GpuProcess]
-    # (GPU UUID, PID) -> SM utilization, percent, over the samples since the last sweep.
+    # (GPU UUID, PID) -> its share of the window's sample periods the SMs ran its kernels,
+    # percent: the sum of its samples over the GPU's samples in the window (idle included).
     sm_percent: dict[tuple[str, int], float] = field(default_factory=dict)
     utilization_unsupported: frozenset[str] = frozenset()  # GPU UUIDs
+    faults: dict[str, Fault] = field(default_factory=dict)  # "GPU 3" or a UUID -> why
     nvml_seconds: float = 0.0
 
 
-def _code(error: Exception) -> int | None:
+def _code(error: BaseException) -> int | None:
     value = getattr(error, "value", None)
     return value if isinstance(value, int) else None
 
@@ -71,7 +105,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def unavailable_message(error: Exception) -> str:
+def unavailable_message(error: BaseException) -> str:
     code = _code(error)
     if code == LIBRARY_NOT_FOUND or isinstance(error, (OSError, ImportError)):
         return (
@@ -81,15 +115,42 @@ def unavailable_message(error: Exception) -> str:
         )
     if code == DRIVER_NOT_LOADED:
         return "the NVIDIA driver is not loaded on this node (nvidia-smi says the same): load it"
+    if code == LIB_RM_VERSION_MISMATCH:
+        return (
+            "the NVIDIA driver is not the one whose library this agent loaded (a driver "
+            "upgrade): restarting to load the new one"
+        )
     return f"NVML could not be initialised: {error}"
 
 
+def _fault(error: BaseException) -> Fault:
+    code = _code(error)
+    if code == GPU_IS_LOST:
+        return Fault(
+            "gpu_lost",
+            "the GPU is lost (fallen off the bus, or being reset): `nvidia-smi` on the node "
+            "says the same; drain the node and have the GPU checked",
+        )
+    if code == NO_PERMISSION:
+        return Fault("no_permission", "NVML refuses the agent this device (no permission)")
+    if code is None:  # NVMLLibraryMismatchError: the binding's process calls need R510+
+        return Fault(
+            "old_driver",
+            f"the driver is older than this NVML binding's process calls need ({error}): "
+            "upgrade the driver to R510 or later",
+        )
+    return Fault("nvml_error", f"NVML answered {error}")
+
+
 class NvmlReader:
-    def __init__(self, nvml: Any = None) -> None:
+    def __init__(self, nvml: Any = None, release_between_sweeps: bool = False) -> None:
         """`nvml`: the binding (default: nvidia-ml-py's `pynvml`, imported on first use)."""
         self._nvml = nvml
         self._started = False
-        self._last_seen: dict[str, int] = {}  # GPU UUID -> newest utilization sample, µs
+        self._worked = False  # NVML has answered once in this process
+        self.release_between_sweeps = release_between_sweeps
+        self._last_seen: dict[str, int] = {}  # GPU UUID -> newest process sample, µs
+        self._device_seen: dict[str, int] = {}  # GPU UUID -> newest device sample, µs
         self._no_utilization: set[str] = set()
 
     @property
@@ -102,15 +163,22 @@ class NvmlReader:
             self._nvml = pynvml
         return self._nvml
 
+    def _mismatch(self) -> tuple[type[BaseException], ...]:
+        found = getattr(self.nvml, "NVMLLibraryMismatchError", None)
+        return (found,) if isinstance(found, type) else ()
+
     def start(self) -> None:
         if self._started:
             return
         try:
             self.nvml.nvmlInit()
         except self.nvml.NVMLError as error:
+            if _code(error) == LIB_RM_VERSION_MISMATCH or (
+                self._worked and _code(error) in (DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND)
+            ):
+                raise DriverChanged(unavailable_message(error)) from error
             raise NvmlUnavailable(unavailable_message(error)) from error
         self._started = True
-        self._last_seen.clear()
 
     def stop(self) -> None:
         if self._started:
@@ -120,36 +188,55 @@ class NvmlReader:
                 self.nvml.nvmlShutdown()
 
     def sweep(self) -> Sweep:
-        """One reading of every GPU; NVML is initialised first when it is not (at start, or
-        after a driver reload)."""
+        """One reading of every GPU; NVML is initialised first when it is not (at start, after a
+        driver reload, or every sweep with `release_between_sweeps`)."""
         self.start()
         started = time.perf_counter()
         try:
             sweep = self._read()
         except self.nvml.NVMLError as error:
-            if _code(error) in _LOST:
-                self.stop()
-                raise NvmlUnavailable(
-                    f"NVML lost the driver mid-sweep ({error}); initialising it again next time"
-                ) from error
+            self.stop()
+            if _code(error) == LIB_RM_VERSION_MISMATCH:
+                raise DriverChanged(unavailable_message(error)) from error
             raise NvmlUnavailable(
-                f"NVML answered {error!r} while reading the GPUs; trying again next sweep"
+                f"NVML lost the driver mid-sweep ({error}); initialising it again next time"
             ) from error
+        finally:
+            if self.release_between_sweeps:
+                self.stop()
+        self._worked = True
         sweep.nvml_seconds = time.perf_counter() - started
         return sweep
 
     def _read(self) -> Sweep:
         nvml = self.nvml
-        gpus: list[Gpu] = []
-        processes: list[GpuProcess] = []
-        sm: dict[tuple[str, int], float] = {}
+        sweep = Sweep([], [])
         for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            for gpu, device in self._devices(handle, index):
-                gpus.append(gpu)
-                processes.extend(self._processes(device, gpu.uuid))
-                sm.update(self._utilization(device, gpu.uuid))
-        return Sweep(gpus, processes, sm, frozenset(self._no_utilization))
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                devices = self._devices(handle, index)
+            except nvml.NVMLError as error:
+                if _code(error) in _WHOLE:
+                    raise
+                sweep.faults[f"GPU {index}"] = _fault(error)
+                continue
+            for gpu, device in devices:
+                try:
+                    processes = self._processes(device, gpu.uuid)
+                    utilization = self._utilization(device, gpu.uuid)
+                except nvml.NVMLError as error:
+                    if _code(error) in _WHOLE:
+                        raise
+                    sweep.faults[gpu.uuid] = _fault(error)
+                    continue
+                except self._mismatch() as error:
+                    sweep.faults[gpu.uuid] = _fault(error)
+                    continue
+                sweep.gpus.append(gpu)
+                sweep.processes.extend(processes)
+                sweep.sm_percent.update(utilization)
+        sweep.utilization_unsupported = frozenset(self._no_utilization)
+        return sweep
 
     def _devices(self, handle: Any, index: int) -> list[tuple[Gpu, Any]]:
         """The GPU itself, or its MIG instances when MIG is on."""
@@ -187,10 +274,16 @@ class NvmlReader:
     def _processes(self, device: Any, gpu_uuid: str) -> list[GpuProcess]:
         nvml = self.nvml
         found: dict[int, int | None] = {}
-        calls = [nvml.nvmlDeviceGetComputeRunningProcesses]
-        if hasattr(nvml, "nvmlDeviceGetMPSComputeRunningProcesses"):
-            calls.append(nvml.nvmlDeviceGetMPSComputeRunningProcesses)
-        for call in calls:
+        mps: set[int] = set()
+        names = (
+            "nvmlDeviceGetComputeRunningProcesses",
+            "nvmlDeviceGetMPSComputeRunningProcesses",
+            "nvmlDeviceGetGraphicsRunningProcesses",  # a process using both lists in both
+        )
+        for name in names:
+            call = getattr(nvml, name, None)
+            if call is None:
+                continue
             try:
                 listed = call(device)
             except nvml.NVMLError as error:
@@ -200,24 +293,67 @@ class NvmlReader:
             for process in listed:
                 used = process.usedGpuMemory
                 found.setdefault(int(process.pid), None if used is None else int(used))
-        return [GpuProcess(pid, gpu_uuid, used) for pid, used in found.items()]
+                if "MPS" in name:
+                    mps.add(int(process.pid))
+        return [GpuProcess(pid, gpu_uuid, used, pid in mps) for pid, used in found.items()]
+
+    def _process_samples(self, device: Any, gpu_uuid: str) -> list[Any]:
+        nvml = self.nvml
+        for attempt in (1, 2):
+            try:
+                return list(
+                    nvml.nvmlDeviceGetProcessUtilization(device, self._last_seen.get(gpu_uuid, 0))
+                )
+            except nvml.NVMLError as error:
+                if _code(error) == NOT_FOUND:
+                    return []  # no process was busy since the last sweep
+                if _code(error) == INSUFFICIENT_SIZE and attempt == 1:
+                    continue  # a process started between the binding's two calls
+                raise
+        return []
+
+    def _device_periods(self, device: Any, gpu_uuid: str) -> int | None:
+        """How many sample periods the GPU has had since the last sweep (idle ones too); None
+        where it does not say (MIG instances)."""
+        nvml = self.nvml
+        try:
+            _, samples = nvml.nvmlDeviceGetSamples(
+                device, GPU_UTILIZATION_SAMPLES, self._device_seen.get(gpu_uuid, 0)
+            )
+        except nvml.NVMLError as error:
+            if _code(error) == NOT_FOUND:
+                return 0
+            if _code(error) == NOT_SUPPORTED:
+                return None
+            raise
+        stamps = [int(s.timeStamp) for s in samples]
+        if stamps:
+            self._device_seen[gpu_uuid] = max(stamps)
+        return len(stamps)
 
     def _utilization(self, device: Any, gpu_uuid: str) -> dict[tuple[str, int], float]:
         if gpu_uuid in self._no_utilization:
             return {}
-        nvml = self.nvml
         try:
-            samples = nvml.nvmlDeviceGetProcessUtilization(device, self._last_seen.get(gpu_uuid, 0))
-        except nvml.NVMLError as error:
+            samples = self._process_samples(device, gpu_uuid)
+            periods = self._device_periods(device, gpu_uuid)
+        except self.nvml.NVMLError as error:
             if _code(error) == NOT_SUPPORTED:
                 self._no_utilization.add(gpu_uuid)
                 return {}
-            if _code(error) == NOT_FOUND:
-                return {}  # no sample since the last sweep: nothing ran
+            if _code(error) == INSUFFICIENT_SIZE:
+                return {}  # still racing a starting process: next sweep
             raise
-        by_pid: dict[int, list[int]] = defaultdict(list)
-        for sample in samples:
-            by_pid[int(sample.pid)].append(int(sample.smUtil))
-            newest = max(self._last_seen.get(gpu_uuid, 0), int(sample.timeStamp))
-            self._last_seen[gpu_uuid] = newest
-        return {(gpu_uuid, pid): sum(v) / len(v) for pid, v in by_pid.items()}
+        if periods is None:
+            self._no_utilization.add(gpu_uuid)
+            return {}
+        busy: dict[int, int] = defaultdict(int)
+        newest = self._last_seen.get(gpu_uuid, 0)
+        for sample in samples:  # a sample per busy process per period: hundreds a sweep
+            busy[sample.pid] += sample.smUtil
+            if sample.timeStamp > newest:
+                newest = sample.timeStamp
+        self._last_seen[gpu_uuid] = newest
+        if not periods:
+            return {}  # no period elapsed: nothing to say yet
+        return {(gpu_uuid, pid): min(100.0, total / periods) for pid, total in busy.items()}

@@ -17,7 +17,7 @@ from gpu_admission.names import GPU_MEMORY_LIMIT_MIB, XLA_PYTHON_CLIENT_MEM_FRAC
 from gpu_admission.scheduler_gpus import fraction_held
 from gpu_usage.cgroups import ContainerCgroup, runtime_id
 from gpu_usage.units import MIB
-from gpu_usage.workloads import gpus_held, workload_of
+from gpu_usage.workloads import MIG_SLICES, gpus_held, workload_of
 
 XLA_PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
 
@@ -69,7 +69,13 @@ def _preallocated(env: Mapping[str, str]) -> bool:
 
 
 class PodIndex:
-    def __init__(self, pods: Iterable[Mapping[str, Any]], gpu: GpuConfig | None = None) -> None:
+    def __init__(
+        self,
+        pods: Iterable[Mapping[str, Any]],
+        gpu: GpuConfig | None = None,
+        mig_slices: int = MIG_SLICES,
+    ) -> None:
+        """`mig_slices`: the compute slices of the node's GPUs (workloads.mig_slices)."""
         gpu = gpu or GpuConfig()
         self._by_id: dict[str, PodContainer] = {}
         self._by_uid: dict[str, tuple[str, str, str, str]] = {}
@@ -105,7 +111,7 @@ class PodIndex:
                 continue  # GPUs are held from the start to the end of the run
             for container in spec.get("containers") or []:
                 # A GPU-sharing scheduler's fraction (KAI) holds its share, with no resource.
-                held = gpus_held(container, _env(container), gpu) or fraction_held(
+                held = gpus_held(container, _env(container), gpu, mig_slices) or fraction_held(
                     pod, container, gpu
                 )
                 if held > 0:

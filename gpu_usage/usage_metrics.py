@@ -16,13 +16,20 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from gpu_admission.metrics import Metrics
 from gpu_usage.attribution import UsageRow
 from gpu_usage.containers import ContainerUsage
+from gpu_usage.nvml_reader import Fault
 from gpu_usage.pod_index import Holding
 
 CONTAINER_LABELS = ("namespace", "pod", "container", "gpu_uuid", "gpu_model")
+# The kubelet's own labels on its container_accelerator_* series (cAdvisor's accelerator
+# collector: make "nvidia", model the device's name, acc_id its UUID), so a dashboard written
+# for the kubelet's series reads these unchanged.
+KUBELET_LABELS = ("make", "model", "acc_id")
+ACCELERATOR_LABELS = (*CONTAINER_LABELS, *KUBELET_LABELS)
 # Added to the kubelet's labels (a dashboard that sums by the old ones is unaffected): the
 # pod's workload, for the rules that size a workload's share and bill its namespace.
 WORKLOAD_LABELS = ("workload_kind", "workload")
-# The SM duty cycle, as the kubelet's was: percent of the interval the GPU computed for it.
+# The duty cycle, as the kubelet's was: percent of the window the GPU was busy with the
+# container's kernels.
 DUTY_CYCLE = "container_accelerator_duty_cycle"
 
 
@@ -35,6 +42,7 @@ class LatestSweep:
     gpus: list[tuple[str, str, int]] = field(default_factory=list)  # uuid, model, total bytes
     holdings: list[Holding] = field(default_factory=list)  # running containers' GPUs
     over_share: list[tuple[ContainerUsage, int]] = field(default_factory=list)  # bytes over
+    faults: dict[str, Fault] = field(default_factory=dict)  # GPUs not read, and why
 
 
 @dataclass(frozen=True)
@@ -53,19 +61,20 @@ POOL = ("preallocated",)
 MEMORY_USED = Family(
     "container_accelerator_memory_used_bytes",
     "GPU memory a container's processes use, by NVML's per-process count (a JAX container's "
-    'whole preallocated pool: preallocated="true").',
-    (*CONTAINER_LABELS, *POOL, *WORKLOAD_LABELS),
+    'whole preallocated pool: preallocated="true"; absent where NVML cannot tell).',
+    (*ACCELERATOR_LABELS, *POOL, *WORKLOAD_LABELS),
 )
 MEMORY_TOTAL = Family(
     "container_accelerator_memory_total_bytes",
     "Memory of the GPU (or MIG instance) the container uses.",
-    CONTAINER_LABELS,
+    ACCELERATOR_LABELS,
 )
 DUTY = Family(
     DUTY_CYCLE,
-    "Percent of the last interval the GPU's SMs ran the container's kernels (absent where the "
-    "GPU gives no per-process utilization: MIG, older GPUs).",
-    CONTAINER_LABELS,
+    "Percent of the last sweep's window the GPU was busy with the container's kernels, idle "
+    "time included (absent where NVML cannot tell one process's share: MIG instances, MPS "
+    "clients, older GPUs).",
+    (*ACCELERATOR_LABELS, *WORKLOAD_LABELS),
 )
 SHARE = Family(
     "gpu_admission_container_gpu_memory_share_bytes",
@@ -100,13 +109,24 @@ GPU_TOTAL = Family(
     "Memory of each GPU (each MIG instance) on the node, whether used or not.",
     ("gpu_uuid", "gpu_model"),
 )
+GPU_FAULT = Family(
+    "gpu_usage_gpu_fault",
+    "1 for each GPU (or MIG instance) NVML could not read at the last sweep, with why; its "
+    "containers have no series meanwhile.",
+    ("gpu", "reason"),
+)
 FAMILIES = (
     MEMORY_USED, MEMORY_TOTAL, DUTY, SHARE, PEAK, HELD, OVER_SHARE, OUTSIDE_PODS, GPU_TOTAL,
+    GPU_FAULT,
 )  # fmt: skip
 
 
 def _container(u: ContainerUsage) -> list[str]:
     return [u.namespace, u.pod, u.container, u.gpu.uuid, u.gpu.model]
+
+
+def _accelerator(u: ContainerUsage) -> list[str]:
+    return [*_container(u), "nvidia", u.gpu.model, u.gpu.uuid]
 
 
 def _workload(u: ContainerUsage | Holding) -> list[str]:
@@ -124,13 +144,15 @@ class UsageCollector:
         latest = self.latest  # one sweep's, though the next may replace it meanwhile
         out = {family: family.empty() for family in FAMILIES}
         for u in latest.containers:
-            labels, workload = _container(u), _workload(u)
+            labels, accelerator, workload = _container(u), _accelerator(u), _workload(u)
             pool = "true" if u.preallocated else "false"
-            out[MEMORY_USED].add_metric([*labels, pool, *workload], u.used_bytes)
-            out[MEMORY_TOTAL].add_metric(labels, u.gpu.memory_total)
-            out[PEAK].add_metric([*labels, pool, *workload], u.peak_bytes)
+            if u.used_bytes is not None:
+                out[MEMORY_USED].add_metric([*accelerator, pool, *workload], u.used_bytes)
+            out[MEMORY_TOTAL].add_metric(accelerator, u.gpu.memory_total)
+            if u.peak_bytes is not None:
+                out[PEAK].add_metric([*labels, pool, *workload], u.peak_bytes)
             if u.sm_percent is not None:
-                out[DUTY].add_metric(labels, u.sm_percent)
+                out[DUTY].add_metric([*accelerator, *workload], u.sm_percent)
             if u.share_bytes is not None:
                 out[SHARE].add_metric([*labels, *workload], u.share_bytes)
         for h in latest.holdings:
@@ -145,6 +167,8 @@ class UsageCollector:
             out[OUTSIDE_PODS].add_metric(list(key), value)
         for uuid, model, total_bytes in latest.gpus:
             out[GPU_TOTAL].add_metric([uuid, model], total_bytes)
+        for gpu, fault in latest.faults.items():
+            out[GPU_FAULT].add_metric([gpu, fault.reason], 1)
         yield from out.values()
 
 
@@ -164,7 +188,9 @@ class AgentMetrics:
         )
         self.processes = metrics.gauge(
             "gpu_usage_processes",
-            "GPU processes on this node at the last sweep, by place.",
+            "GPU processes on this node at the last sweep, by place: pod, host, or unnamed (in "
+            "a container the agent's last pod listing does not name yet; its series wait for "
+            "the next listing).",
             ["place"],
         )
         self.over_share_events = metrics.counter(

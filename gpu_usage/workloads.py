@@ -13,14 +13,15 @@ reading the owners (the agent may list pods, nothing else):
 What a container holds of the GPUs, for GPU-hours: a whole GPU counts 1, a time-sliced replica
 1/replicas (`GPU_SHARED_REPLICAS`, which the memory-share policy writes into its env; without
 it, the replica counts as a whole GPU, which is what it may use), a MIG slice `mig-<g>g.*`
-g/7 (the seven compute slices of an A100, H100, H200 or B200), a GPU-sharing scheduler's
-fraction (KAI's `gpu-fraction`) its share (gpu_admission/scheduler_gpus.py).
+g/slices of its GPU (`mig_slices`: 7 on an A100, H100, H200, B200; 4 on an A30 and an RTX PRO
+6000, as the GPU Operator's MIG profiles have them), a GPU-sharing scheduler's fraction (KAI's
+`gpu-fraction`) its share (gpu_admission/scheduler_gpus.py).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpu_admission.config import GpuConfig
@@ -29,6 +30,9 @@ from gpu_admission.names import GPU_SHARED_REPLICAS
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 TEMPLATE_HASH_LABEL = "pod-template-hash"
 MIG_SLICES = 7
+# GPUs of fewer compute slices, by a word of NVML's device name (the GPU Operator's default
+# mig-parted profiles: "A30-24GB all-1g.6gb: 4", "RTX-PRO-6000-96GB all-1g.24gb.gfx: 4").
+_FOUR_SLICES = ("A30", "RTX PRO 6000")
 _MIG = re.compile(r"mig-(\d+)g\.")
 
 
@@ -55,7 +59,17 @@ def _quantity(value: Any) -> float:
         return 0.0
 
 
-def gpus_held(container: Mapping[str, Any], env: Mapping[str, str], gpu: GpuConfig) -> float:
+def mig_slices(models: Iterable[str]) -> int:
+    """Compute slices of the node's GPUs, from NVML's names of them (or of their instances)."""
+    return 4 if any(word in m for m in models for word in _FOUR_SLICES) else MIG_SLICES
+
+
+def gpus_held(
+    container: Mapping[str, Any],
+    env: Mapping[str, str],
+    gpu: GpuConfig,
+    slices: int = MIG_SLICES,
+) -> float:
     """The GPUs a container holds, as GPU-hours count them (see the module's note)."""
     resources = container.get("resources") or {}
     asked = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
@@ -66,7 +80,7 @@ def gpus_held(container: Mapping[str, Any], env: Mapping[str, str], gpu: GpuConf
         count = _quantity(value)
         mig = _MIG.search(name)
         if mig is not None:
-            held += count * int(mig.group(1)) / MIG_SLICES
+            held += count * int(mig.group(1)) / slices
         elif gpu.is_shared_resource(name):
             replicas = _quantity(env.get(GPU_SHARED_REPLICAS, "1")) or 1.0
             held += count / max(1.0, replicas)

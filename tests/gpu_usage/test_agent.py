@@ -1,4 +1,5 @@
-"""The agent's sweep into metrics under the kubelet's old names, its readiness without NVML,
+"""The agent's sweep into metrics under the kubelet's old names and labels, its readiness
+without NVML, nothing stale served after a failed or hung sweep, its exit on a driver change,
 and `gpu-usage --once` on this machine's real /proc."""
 
 from __future__ import annotations
@@ -6,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -15,9 +18,10 @@ from commands.parser import main as cli
 from gpu_admission.metrics import Metrics
 from gpu_usage.agent import Agent
 from gpu_usage.host_processes import ProcessTable
-from gpu_usage.nvml_reader import NvmlReader
+from gpu_usage.nvml_reader import DriverChanged, NvmlReader
 from gpu_usage.usage_metrics import AgentMetrics
 from tests.gpu_usage.fake_nvml import FakeGpu, FakeNvml
+from tests.support.ports import free_port
 
 GIB = 1024**3
 UID = "00000000-0000-0000-0000-00000000000a"
@@ -33,12 +37,25 @@ class StaticPods:
         self.index = PodIndex(pods)
         self.error = ""
         self.events: list[tuple[tuple[str, str], str, str]] = []
+        self.event_names: list[str | None] = []
+        self.models: list[str] = []
+
+    def know_gpus(self, models: Iterable[str]) -> None:
+        self.models = list(models)
 
     def refresh(self, unknown: bool) -> None:
         pass
 
-    def event(self, pod: tuple[str, str], reason: str, message: str, instance: str) -> bool:
+    def event(
+        self,
+        pod: tuple[str, str],
+        reason: str,
+        message: str,
+        instance: str,
+        name: str | None = None,
+    ) -> bool:
         self.events.append((pod, reason, message))
+        self.event_names.append(name)
         return True
 
 
@@ -100,12 +117,16 @@ def test_a_sweep_shows_under_the_kubelets_old_names(tmp_path: Path) -> None:
         "gpu_uuid": "GPU-a",
         "gpu_model": "NVIDIA H200",
     }
+    # The kubelet's own labels (cAdvisor's accelerator collector) beside them.
+    kubelet = {"make": "nvidia", "model": "NVIDIA H200", "acc_id": "GPU-a"}
     used = samples["container_accelerator_memory_used_bytes"][0]
     workload = {"workload_kind": "Deployment", "workload": "train"}
-    assert used.labels == {**labels, "preallocated": "false", **workload}
+    assert used.labels == {**labels, **kubelet, "preallocated": "false", **workload}
     assert used.value == 3 * GIB
-    assert samples["container_accelerator_memory_total_bytes"][0].value == 80 * GIB
-    assert samples["container_accelerator_duty_cycle"][0].value == 60
+    total = samples["container_accelerator_memory_total_bytes"][0]
+    assert total.labels == {**labels, **kubelet} and total.value == 80 * GIB
+    duty = samples["container_accelerator_duty_cycle"][0]
+    assert duty.labels == {**labels, **kubelet, **workload} and duty.value == 60
     assert samples["gpu_admission_container_gpu_memory_share_bytes"][0].value == 4 * GIB
     assert samples["gpu_admission_container_gpu_memory_peak_bytes"][0].value == 3 * GIB
     held = samples["gpu_admission_container_gpus_held"][0]
@@ -160,6 +181,178 @@ def test_without_nvml_it_is_not_ready_with_the_reason_and_keeps_trying(tmp_path:
     asyncio.run(asyncio.wait_for(two_tries(), 30))
     assert agent.readiness() == []
     assert _samples(metrics)["gpu_admission_gpu_usage_nvml_up"][0].value == 1
+
+
+async def _until(condition: object, what: str) -> None:
+    """Wait for `condition()` (the agent's loop runs meanwhile)."""
+    for _ in range(3000):
+        if condition():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{what}: not within 30 s")
+
+
+def _run(agent: Agent, interval: float, steps: object) -> None:
+    """The agent's loop, while `steps` (an async function) acts and waits on it."""
+
+    async def both() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(agent.run(interval, stop))
+        try:
+            await steps()  # type: ignore[operator]
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+
+    asyncio.run(both())
+
+
+def test_a_failed_sweep_takes_every_container_series_away(tmp_path: Path) -> None:
+    agent, _, _ = _agent(tmp_path, 3 * GIB)
+    nvml = agent.reader.nvml
+    metrics = Metrics(process_metrics=False)
+    agent.metrics = AgentMetrics(metrics)
+
+    async def steps() -> None:
+        await _until(lambda: _samples(metrics)["container_accelerator_memory_used_bytes"], "a")
+        nvml.lose_driver = True
+        await _until(lambda: agent.unavailable, "the failed sweep")
+        samples = _samples(metrics)
+        for family in ("memory_used_bytes", "duty_cycle", "memory_total_bytes"):
+            assert samples[f"container_accelerator_{family}"] == [], family
+        assert samples["gpu_admission_container_gpus_held"] == []
+        assert samples["gpu_admission_gpu_usage_nvml_up"][0].value == 0
+
+    _run(agent, 0.05, steps)
+
+
+class HangingNvml(FakeNvml):
+    """NVML whose device count blocks while `hang` is set, as on a GPU fallen off the bus."""
+
+    def __init__(self, gpus: list[FakeGpu]) -> None:
+        super().__init__(gpus)
+        self.hang = threading.Event()
+        self.release = threading.Event()
+
+    def nvmlDeviceGetCount(self) -> int:
+        if self.hang.is_set():
+            self.release.wait(30)
+        return super().nvmlDeviceGetCount()
+
+
+def test_a_hung_sweep_fails_liveness_and_serves_nothing_stale(tmp_path: Path) -> None:
+    agent, _, gpu = _agent(tmp_path, 3 * GIB)
+    nvml = HangingNvml([gpu])
+    agent.reader = NvmlReader(nvml)
+    agent.min_hang_seconds = 0.3
+    metrics = Metrics(process_metrics=False)
+    agent.metrics = AgentMetrics(metrics)
+
+    async def steps() -> None:
+        await _until(lambda: _samples(metrics)["container_accelerator_duty_cycle"], "a sweep")
+        assert agent.liveness() == []
+        nvml.hang.set()
+        await _until(lambda: agent.liveness() and agent.unavailable, "liveness failing")
+        assert "hangs" in agent.liveness()[0] and "hangs" in agent.readiness()[0]
+        assert _samples(metrics)["container_accelerator_memory_used_bytes"] == []
+        nvml.hang.clear()
+        nvml.release.set()  # the call returns after all: the same sweep is taken
+        await _until(lambda: not agent.unavailable, "the sweep returned")
+        assert agent.liveness() == []
+
+    _run(agent, 0.01, steps)
+
+
+def test_a_driver_change_ends_the_loop_with_nothing_shown(tmp_path: Path) -> None:
+    agent, _, _ = _agent(tmp_path, 3 * GIB)
+    agent.reader.release_between_sweeps = True
+    nvml = agent.reader.nvml
+    metrics = Metrics(process_metrics=False)
+    agent.metrics = AgentMetrics(metrics)
+    agent.record(agent.sweep())
+    assert nvml.initialised is False  # released between sweeps: no device file held
+    nvml.init_error = 18  # LIB_RM_VERSION_MISMATCH: the driver was upgraded under us
+
+    async def loop() -> None:
+        await agent.run(0.01, asyncio.Event())
+
+    with pytest.raises(DriverChanged):
+        asyncio.run(asyncio.wait_for(loop(), 30))
+    assert _samples(metrics)["container_accelerator_memory_used_bytes"] == []
+
+
+def test_the_command_exits_on_a_driver_change_for_the_kubelet_to_restart_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeNvml([])
+    fake.init_error = 18
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    args = ["gpu-usage", "--metrics-port", str(free_port()), "--log-format", "text"]
+    assert cli(args) == 3
+
+
+def test_the_over_share_event_keeps_its_name_across_a_restart(tmp_path: Path) -> None:
+    first, pods, gpu = _agent(tmp_path, 6 * GIB)
+    first.record(first.sweep())
+    restarted = Agent(NvmlReader(FakeNvml([gpu])), ProcessTable(tmp_path), pods)  # type: ignore[arg-type]
+    restarted.record(restarted.sweep())
+    assert len(pods.event_names) == 2 and pods.event_names[0] == pods.event_names[1]
+    assert pods.event_names[0] and pods.event_names[0].startswith("train-7d9f8-x2x4q.")
+    # Between two workers the container has no process: the same rise, no new Event.
+    processes = dict(gpu.processes)
+    gpu.processes.clear()
+    restarted.record(restarted.sweep())
+    gpu.processes.update(processes)
+    restarted.record(restarted.sweep())
+    assert len(pods.events) == 2
+
+
+def test_one_lost_gpu_is_that_gpus_and_said(tmp_path: Path) -> None:
+    agent, _, gpu = _agent(tmp_path, 3 * GIB)
+    lost = FakeGpu("GPU-b", faults={"nvmlDeviceGetHandleByIndex": 15})
+    agent.reader = NvmlReader(FakeNvml([gpu, lost]))
+    metrics = Metrics(process_metrics=False)
+    agent.metrics = AgentMetrics(metrics)
+    agent.record(agent.sweep())
+    samples = _samples(metrics)
+    assert [s.labels["gpu_uuid"] for s in samples["container_accelerator_memory_used_bytes"]] == [
+        "GPU-a"
+    ]
+    (fault,) = samples["gpu_usage_gpu_fault"]
+    assert fault.labels == {"gpu": "GPU 1", "reason": "gpu_lost"}
+    assert samples["gpu_admission_gpu_usage_nvml_up"][0].value == 1
+
+
+def test_memory_nvml_cannot_tell_is_absent_not_zero(tmp_path: Path) -> None:
+    agent, pods, gpu = _agent(tmp_path, 6 * GIB)
+    gpu.processes[7] = None  # NVML: "not available"
+    metrics = Metrics(process_metrics=False)
+    agent.metrics = AgentMetrics(metrics)
+    agent.record(agent.sweep())
+    samples = _samples(metrics)
+    assert samples["container_accelerator_memory_used_bytes"] == []
+    assert samples["gpu_admission_container_gpu_memory_peak_bytes"] == []
+    assert samples["container_accelerator_duty_cycle"][0].value == 60  # the rest is known
+    assert pods.events == []  # not judged
+
+
+def test_a_container_the_listing_does_not_name_yet_waits_for_it(tmp_path: Path) -> None:
+    agent, _, gpu = _agent(tmp_path, 3 * GIB)
+    (tmp_path / "8").mkdir()
+    other = "d" * 64
+    (tmp_path / "8" / "cgroup").write_text(f"0::/kubepods/pod{UID.replace('a', 'b')}/{other}\n")
+    (tmp_path / "8" / "comm").write_text("python\n")
+    gpu.processes[8] = GIB
+    metrics = Metrics(process_metrics=False)
+    agent.metrics = AgentMetrics(metrics)
+    agent.record(agent.sweep())
+    samples = _samples(metrics)
+    assert [s.labels["pod"] for s in samples["container_accelerator_memory_used_bytes"]] == [
+        "train-7d9f8-x2x4q"
+    ]
+    places = {s.labels["place"]: s.value for s in samples["gpu_admission_gpu_usage_processes"]}
+    assert places == {"pod": 1, "unnamed": 1, "host": 0}
 
 
 def test_once_prints_this_machines_processes_as_host_processes(

@@ -150,3 +150,13 @@ def test_hundreds_of_processes_each_read_once(tmp_path: Path) -> None:
     named = {row.pod for row in rows if row.pid}
     assert named == {f"p-{i}" for i in range(500)}
     assert table.reads == 500
+
+
+def test_an_mps_clients_share_of_the_gpu_is_unknown_not_zero(tmp_path: Path) -> None:
+    """Its kernels run in the MPS server's context, whose PID carries the samples."""
+    _proc(tmp_path, 101, "python", f"0::/kubepods/burstable/pod{TRAIN_UID}/{TRAIN_ID}\n")
+    gpu = FakeGpu("GPU-a", mps_clients={101: GIB}, sm={999: 80})  # 999: the MPS server
+    table, pods = ProcessTable(tmp_path), PodIndex([_pod("train", TRAIN_UID, TRAIN_ID, [])])
+    sweep = NvmlReader(FakeNvml([gpu])).sweep()
+    (row,) = [r for r in attribute(sweep, {101: table.lookup(101)}, pods) if r.pid]
+    assert (row.pod, row.used_bytes, row.sm_percent) == ("train", GIB, None)

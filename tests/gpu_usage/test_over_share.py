@@ -106,3 +106,25 @@ def test_a_jax_pool_of_its_share_is_not_over() -> None:
 def test_a_container_without_a_share_is_never_over() -> None:
     whole = _usage("c1", 100 * GIB, share_bytes=None)
     assert OverShareWatch().update([whole]) == []
+
+
+def test_one_process_of_unknown_memory_makes_the_containers_unknown() -> None:
+    rows = [_row(1, "c1", 10 * GIB), _row(2, "c1", None)]  # type: ignore[arg-type]
+    (usage,) = by_container(rows)
+    assert usage.used_bytes is None and usage.pids == (1, 2)
+    assert OverShareWatch().update([usage]) == []  # not judged
+    assert Peaks().update([usage], {"c1"})[0].peak_bytes is None
+
+
+def test_the_allowance_is_the_watchs_and_a_rise_outlives_a_sweep_without_process() -> None:
+    watch = OverShareWatch(allowance=2 * GIB)
+    assert watch.update([_usage("c1", 35 * GIB + 1536 * MIB)], {"c1"}) == []  # under 2 GiB
+    (first,) = watch.update([_usage("c1", 38 * GIB)], {"c1"})
+    assert first.rise == 0 and first.limit_bytes == 37 * GIB
+    assert watch.update([], {"c1"}) == []  # between two workers, still running
+    assert watch.update([_usage("c1", 38 * GIB)], {"c1"}) == []  # the same rise
+    watch.update([_usage("c1", 30 * GIB)], {"c1"})
+    (second,) = watch.update([_usage("c1", 38 * GIB)], {"c1"})
+    assert second.rise == 1 and second.event_name() != first.event_name()
+    watch.update([], set())  # ended: forgotten
+    assert watch.update([_usage("c1", 38 * GIB)], {"c1"})[0].rise == 0

@@ -201,33 +201,36 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
         )
     )
     metrics_port, prometheus_port = free_port(), free_port()
-    agent_log = (tmp_path / "agent.log").open("wb")
-    agent = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "commands",
-            "gpu-usage",
-            "--kubeconfig",
-            str(real_cluster.kubeconfig),
-            "--node",
-            NODE,
-            "--proc",
-            str(proc),
-            "--metrics-port",
-            str(metrics_port),
-            "--interval",
-            "0.5",
-        ],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(map(str, (SHIM, SHIM.parent, ROOT))),
-            "GPU_USAGE_FAKE_NVML": str(nvml),
-        },
-        stdout=agent_log,
-        stderr=subprocess.STDOUT,
-    )
+
+    def start_agent(log_name: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "commands",
+                "gpu-usage",
+                "--kubeconfig",
+                str(real_cluster.kubeconfig),
+                "--node",
+                NODE,
+                "--proc",
+                str(proc),
+                "--metrics-port",
+                str(metrics_port),
+                "--interval",
+                "0.5",
+            ],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(map(str, (SHIM, SHIM.parent, ROOT))),
+                "GPU_USAGE_FAKE_NVML": str(nvml),
+            },
+            stdout=(tmp_path / log_name).open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+
+    agent = start_agent("agent.log")
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule_spec(), sort_keys=False))
     (tmp_path / "prometheus.yml").write_text(
         yaml.safe_dump(
@@ -269,9 +272,10 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
         missing = [name for name in named_series(agent=True) if name not in exposition]
         assert not missing, missing
         assert (
-            'container_accelerator_memory_used_bytes{container="main",gpu_model="NVIDIA H200",'
-            'gpu_uuid="GPU-a",namespace="gpu-usage-team",pod="train-0",'
-            'preallocated="false",workload="train-0",workload_kind="Pod"} 6.442450944e+09'
+            'container_accelerator_memory_used_bytes{acc_id="GPU-a",container="main",'
+            'gpu_model="NVIDIA H200",gpu_uuid="GPU-a",make="nvidia",model="NVIDIA H200",'
+            'namespace="gpu-usage-team",pod="train-0",preallocated="false",workload="train-0",'
+            'workload_kind="Pod"} 6.442450944e+09'
         ) in exposition
         # The over-share Event, on the real pod, with the numbers.
         core = client.CoreV1Api(api)
@@ -286,6 +290,7 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
         # Prometheus scraped it and evaluated the rules.
         for record in (
             "gpu_admission:workload_gpu_memory_used_bytes:max5m",
+            "gpu_admission:workload_gpu_duty_cycle:avg5m",
             "gpu_admission:namespace_gpus_held:sum",
             "gpu_admission:namespace_gpu_memory_used_bytes:sum",
         ):
@@ -329,6 +334,26 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
         assert ns == NAMESPACE
         assert 0 < float(gpu_hours) <= 1.25 * 120 / 3600
         assert 0 < float(memory_hours) <= 26 * 120 / 3600
+
+        # The agent restarts with the container still over its share: the same rise, so the
+        # same Event's name, which the API server has; it counts as written, and no second.
+        agent.terminate()
+        agent.wait(timeout=30)
+        agent = running["agent"] = start_agent("agent-restarted.log")
+        while_running(
+            lambda: _text(
+                f"http://127.0.0.1:{metrics_port}/metrics",
+                'gpu_admission_gpu_usage_over_share_events_total{result="written"} 1.0',
+            ),
+            "the restarted agent's judgement",
+            running,
+            TIMEOUT,
+            tmp_path / "agent-restarted.log",
+        )
+        events = core.list_namespaced_event(
+            NAMESPACE, field_selector="involvedObject.name=train-0,reason=GPUMemoryOverShare"
+        ).items
+        assert len(events) == 1, [e.metadata.name for e in events]
     finally:
         for process in (agent, server):
             process.terminate()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpu_admission.config import GpuConfig
-from gpu_usage.workloads import gpus_held, workload_of
+from gpu_usage.workloads import gpus_held, mig_slices, workload_of
 
 
 def _pod(owner: tuple[str, str] | None, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -54,6 +54,14 @@ def test_the_workload_is_followed_as_far_as_the_pod_tells(pod: dict, workload: t
 def test_gpus_held(limits: dict, env: dict, held: float) -> None:
     container = {"name": "main", "resources": {"limits": limits}}
     assert gpus_held(container, env, GpuConfig()) == pytest.approx(held)
+
+
+def test_a_mig_slice_is_its_share_of_its_gpus_compute_slices() -> None:
+    """An A30 has four compute slices, not seven (the GPU Operator's `all-1g.6gb: 4`)."""
+    container = {"name": "main", "resources": {"limits": {"nvidia.com/mig-1g.6gb": "1"}}}
+    slices = mig_slices(["NVIDIA A30 MIG 1g.6gb"])
+    assert slices == 4 and mig_slices(["NVIDIA H100 80GB HBM3"]) == 7
+    assert gpus_held(container, {}, GpuConfig(), slices) == pytest.approx(0.25)
 
 
 def test_the_configured_gpu_resource_names_count() -> None:

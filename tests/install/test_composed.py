@@ -366,8 +366,9 @@ def test_the_gpu_usage_agent_names_each_gpu_process_and_warns_a_pod_over_its_sha
         ).stdout
         for pod_name, size in (("train", "8.589934592e+09"), ("serve", "2.147483648e+09")):
             assert (
-                'container_accelerator_memory_used_bytes{container="main",gpu_model="NVIDIA A10G",'
-                f'gpu_uuid="GPU-5d1c0e6a-install",namespace="{TENANTS}",pod="{pod_name}",'
+                'container_accelerator_memory_used_bytes{acc_id="GPU-5d1c0e6a-install",'
+                'container="main",gpu_model="NVIDIA A10G",gpu_uuid="GPU-5d1c0e6a-install",'
+                f'make="nvidia",model="NVIDIA A10G",namespace="{TENANTS}",pod="{pod_name}",'
                 f'preallocated="false",workload="{pod_name}",workload_kind="Pod"}} {size}'
             ) in metrics
         over = [

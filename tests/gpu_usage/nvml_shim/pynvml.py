@@ -15,13 +15,35 @@ in tests/gpu_usage/test_nvml_reader.py). Marked processes compute at 50 % SM.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fake_nvml import FakeGpu, FakeNvml, NVMLError  # type: ignore[import-not-found]
+
+def _load_real_binding() -> None:
+    """nvidia-ml-py's own module, as `pynvml_real`, so the played calls raise its error classes
+    (this file shadows `pynvml` on the path)."""
+    this = Path(__file__).resolve()  # a ConfigMap's file is a link into its data folder
+    for folder in sys.path:
+        candidate = Path(folder or ".") / "pynvml.py"
+        if not candidate.is_file() or candidate.resolve() == this:
+            continue
+        spec = importlib.util.spec_from_file_location("pynvml_real", candidate)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["pynvml_real"] = module
+        spec.loader.exec_module(module)
+        return
+    raise ImportError("nvidia-ml-py is not installed beside the played NVML")
+
+
+_load_real_binding()
+
+from fake_nvml import FakeGpu, FakeNvml, NVMLError  # type: ignore[import-not-found]  # noqa: E402
 
 __all__ = ["NVMLError"]
 
