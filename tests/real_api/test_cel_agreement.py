@@ -23,7 +23,7 @@ from kubernetes import client
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config import Config, FailureMode
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
-from tests.real_api.test_pod_checks import EXEMPT, pods
+from tests.real_api.test_pod_checks import EXEMPT, expected, pods, stored
 from tests.support.waits import while_running
 from tests.webhooks.policy_helpers import make_request
 from tests.world.harness import delete_policy
@@ -190,6 +190,41 @@ def test_the_printed_policy_of_any_valid_config_is_accepted(
         },
     }
     registration.create_validating_admission_policy(probe, dry_run="All")
+
+
+# -- the policy matches only the pods it refuses ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def condition_probe(core: client.CoreV1Api) -> Iterator[str]:
+    """A probe policy in PROBES whose one validation is the shipped pods policy's matchCondition,
+    negated: it refuses exactly the pods that condition matches."""
+    registration = client.AdmissionregistrationV1Api(core.api_client)
+    policy, binding = probe_policy(Config(), "matched-probe")
+    (condition,) = policy["spec"].pop("matchConditions")
+    policy["spec"].pop("variables")
+    policy["spec"]["validations"] = [
+        {"expression": f"!({condition['expression']})", "message": "matched"}
+    ]
+    registration.create_validating_admission_policy(policy)
+    registration.create_validating_admission_policy_binding(binding)
+    refused = env_pod("nvidia.com/gpu")  # the env guard's case: matched
+    in_force(lambda: denial(lambda: core.create_namespaced_pod(PROBES, refused, dry_run="All")))
+    yield condition["name"]
+    delete_policy(registration, "matched-probe")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=FIXTURES)
+@given(pod=pods())
+def test_the_pods_policy_matches_only_the_pods_it_refuses(
+    core: client.CoreV1Api, condition_probe: str, pod: dict[str, Any]
+) -> None:
+    """The pods policy's matchCondition is its refusal, exactly: kube-apiserver evaluates a
+    matched policy's validations and then every messageExpression, each over a conversion of
+    the pod of its own, so a valid pod (one with a shared GPU, say) must not match."""
+    made = denial(lambda: core.create_namespaced_pod(PROBES, pod, dry_run="All"))
+    matched = made is not None and made.endswith(": matched")
+    assert matched is (expected(stored(core, pod)) is not None), (condition_probe, pod, made)
 
 
 # -- resource-name patterns ---------------------------------------------------------------------

@@ -72,6 +72,12 @@ def pod_lists(lst: str) -> str:
     return f"variables.{lst}"
 
 
+def object_lists(lst: str) -> str:
+    """A container list of the pod being created, read from the object itself: where no
+    variable can be read (a matchCondition)."""
+    return f"(has(object.spec.{lst}) ? object.spec.{lst} : [])"
+
+
 def env_guard_problems(gpu: GpuConfig, lists: Callable[[str], str] = pod_lists) -> str:
     """One line per GPU container that sets a guarded env name (a list of strings)."""
     guarded = sorted(set(gpu.guarded_env))
@@ -218,7 +224,7 @@ def admission_policy(
     ]
     policy = policy_object(name, config, rules, variables, validation(used, FALLBACK_MESSAGE))
     policy["spec"]["matchConditions"] = [
-        {"name": "may-be-refused", "expression": refusable_condition(gpu, checks)}
+        {"name": "a-check-fails", "expression": refused_condition(gpu, checks)}
     ]
     return policy
 
@@ -247,6 +253,21 @@ def refusable_condition(gpu: GpuConfig, checks: tuple[str, ...] = POD_CHECKS) ->
         for lst in ("initContainers", "containers")
     )
     return f"request.operation == 'CREATE' && ({named})"
+
+
+def refused_condition(gpu: GpuConfig, checks: tuple[str, ...] = POD_CHECKS) -> str:
+    """CEL true exactly when `checks` refuse the pod being created: the negation of the policy's
+    validation, from the same problem lists. Only the pods it refuses match the policy, because
+    kube-apiserver makes a matched policy's validations, and then every messageExpression with
+    its variables, each from a conversion of the pod of its own, whether the validation failed
+    or not (`validating/validator.go` in its sources): a valid pod with a shared GPU pays for the
+    condition alone. The cheap `refusable_condition` goes first, so most pods stop there."""
+    failing = []
+    if ENV_GUARD in checks:
+        failing.append(f"size({env_guard_problems(gpu, object_lists)}) > 0")
+    if SHARED_GPU_LIMIT in checks:
+        failing.append(f"size({shared_limit_problems(gpu, object_lists)}) > 0")
+    return f"({refusable_condition(gpu, checks)}) && ({' || '.join(failing)})"
 
 
 def policy_object(

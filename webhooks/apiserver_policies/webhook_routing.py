@@ -36,13 +36,10 @@ from gpu_admission.policy_modes import PolicyMode
 from webhooks.apiserver_policies.cel import cel_string, is_gpu_test, requests_gpu_test
 from webhooks.apiserver_policies.credential_namespaces import binds
 from webhooks.apiserver_policies.pod_checks import (
-    ENV_GUARD,
     POD_CHECKS,
-    SHARED_GPU_LIMIT,
-    env_guard_problems,
+    object_lists,
     policy_denial,
-    refusable_condition,
-    shared_limit_problems,
+    refused_condition,
 )
 from webhooks.policies.containers import iter_containers
 from webhooks.policies.quantity import parse_quantity
@@ -102,10 +99,6 @@ def webhook_sees(pod: Mapping[str, Any], gpu: GpuConfig) -> bool:
 # -- the mutating webhook ---------------------------------------------------------------------
 
 
-def _created(lst: str) -> str:
-    return f"(has(object.spec.{lst}) ? object.spec.{lst} : [])"
-
-
 def _annotation_names(key: str) -> str:
     """CEL true when the pod's annotation `key` names any Secret (comma-separated)."""
     at = cel_string(key)
@@ -132,7 +125,7 @@ def needs_state_condition(config: Config) -> str:
     """CEL true for the pods whose admission needs cluster state (the module's list)."""
     names = config.names
     gpu = " || ".join(
-        f"{_created(lst)}.exists(c, {requests_gpu_test(config.gpu)})"
+        f"{object_lists(lst)}.exists(c, {requests_gpu_test(config.gpu)})"
         for lst in ("initContainers", "containers")
     )
     loader = _label_is(names.data_load_label, "true")
@@ -150,18 +143,11 @@ def enforced_checks(config: Config) -> tuple[str, ...]:
 
 def checks_pass_condition(config: Config) -> str | None:
     """CEL true when the enforced stateless checks pass (None: none is enforced): a pod they
-    refuse is left to the policy."""
+    refuse is left to the policy, whose own condition this negates."""
     checks = enforced_checks(config)
     if not checks:
         return None
-    parts = []
-    if ENV_GUARD in checks:
-        parts.append(f"size({env_guard_problems(config.gpu, _created)}) == 0")
-    if SHARED_GPU_LIMIT in checks:
-        parts.append(f"size({shared_limit_problems(config.gpu, _created)}) == 0")
-    # The checks themselves only for a pod they may refuse: the rest pass at once.
-    refusable = refusable_condition(config.gpu, checks)
-    return f"!({refusable}) || ({' && '.join(parts)})"
+    return f"!({refused_condition(config.gpu, checks)})"
 
 
 NOT_A_MIRROR_POD = (
