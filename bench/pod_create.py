@@ -1,7 +1,8 @@
 """Pod-create latency through a real kube-apiserver: what admission adds to a CPU-only pod and to a
 pod that needs the webhook, against no admission at all and against a Go webhook pair, in one run.
 
-    python -m bench.pod_create [--pods 200] [--rounds 5] [--dry-run] [--json FILE]
+    python -m bench.pod_create [--pods 200] [--rounds 5] [--dry-run] [--kind KIND] [--variant NAME]
+                               [--json FILE]
 
 Needs KUBEBUILDER_ASSETS (the real control plane) and Go (`apt-get install golang-go`). Three
 admission set-ups, applied in turn, in a rotated order each round, on one API server:
@@ -15,8 +16,10 @@ admission set-ups, applied in turn, in a rotated order each round, on one API se
   the project's service (`bench.project_server`, every policy on, cluster state from
   examples/cluster-state.yaml).
 
-Each round creates `--pods` CPU-only pods and as many GPU pods (`nvidia.com/gpu: 1`, which the
-project's routing sends to its webhook: its memory share depends on the nodes) one at a time over
+Each round creates `--pods` pods of each `--kind` (default `cpu` and `gpu`): CPU-only pods, GPU pods
+(`nvidia.com/gpu: 1`, which the project's routing sends to its webhook: its memory share depends on
+the nodes, which time-slice it in the example cluster, and the Go pair is told so) and shared-GPU
+pods (`shared`: `nvidia.com/gpu.shared: 1`, which the pods policy judges too), one at a time over
 one kept-alive connection, and times each create. A set-up counts once the API server applies it
 (probed with dry runs: its own informers pick admission configuration up a moment after it is
 written), then `--warm-up` untimed creates of each kind (200: the first hundred or so creates after
@@ -49,7 +52,12 @@ import yaml
 
 from bench.admission import _free_port, _start
 from bench.admission_tail import build_go_peer
-from bench.policy_forms import apply_configuration, routing_without_checks
+from bench.policy_forms import (
+    apply_configuration,
+    coarse_pod_policy,
+    routing_without_checks,
+    without_pod_checks_webhook,
+)
 from bench.server_side import GoPeerConnections, Snapshot, figures, http_text, read_all
 from certs.issue import CertBundle, ServingSpec, issue_bundle
 from gpu_admission.config import Config
@@ -62,10 +70,16 @@ CUDA = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 WAIT_SECONDS = 60.0
 
 
+# The pods created, by kind: CPU-only; a whole GPU under the plain name (the webhook's); a
+# time-sliced GPU under its renamed name (the webhook's, and the one the pods policy judges).
+KINDS = ("cpu", "gpu", "shared")
+_GPU_RESOURCE = {"gpu": "nvidia.com/gpu", "shared": "nvidia.com/gpu.shared"}
+
+
 def pod(kind: str) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "main", "image": CUDA}
-    if kind == "gpu":
-        container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    if kind in _GPU_RESOURCE:
+        container["resources"] = {"limits": {_GPU_RESOURCE[kind]: "1"}}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -92,9 +106,12 @@ class Api:
 
     def text(self, path: str) -> str:
         """A GET answered in text: the server's /metrics."""
+        return self.raw(path).decode()
+
+    def raw(self, path: str) -> bytes:
+        """A GET's body as sent: a profile, /metrics."""
         self._connection.request("GET", path, headers=self._headers)
-        answer = self._connection.getresponse()
-        return answer.read().decode()
+        return self._connection.getresponse().read()
 
     def create_pod(self, body: dict[str, Any], dry_run: bool) -> tuple[int, Any]:
         path = f"/api/v1/namespaces/{NAMESPACE}/pods" + ("?dryRun=All" if dry_run else "")
@@ -183,9 +200,7 @@ def answered_as(api: Api, setup: str) -> bool:
     without the other, so the set-up before has gone; a policy left over from the project would
     give the Go peer's CPU pod a second entry)."""
     cpu_status, cpu = api.create_pod(pod("cpu"), dry_run=True)
-    shared = pod("gpu")
-    shared["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu.shared": "1"}}
-    shared_status, made = api.create_pod(shared, dry_run=True)
+    shared_status, made = api.create_pod(pod("shared"), dry_run=True)
     if cpu_status != 201 or shared_status != 201:
         return False
     cpu_env = cpu["spec"]["containers"][0].get("env") or []
@@ -209,7 +224,7 @@ def wait_until(check: Callable[[], bool], what: str) -> None:
 @dataclass
 class Sample:
     setup: str
-    kind: str  # cpu | gpu
+    kind: str  # one of KINDS
     round: int
     latencies_ms: list[float] = field(repr=False)
     # Where the servers measure, over the same creates (bench.server_side.figures).
@@ -251,6 +266,10 @@ VARIANTS = {
     "project-applyconfig": Variant(objects=apply_configuration),
     # The webhook's routing without its stateless-checks half (bench/policy_forms.py).
     "project-routing-without-checks": Variant(objects=routing_without_checks),
+    # The pods policy matching every pod it may refuse, as before its exact condition.
+    "project-coarse-pod-policy": Variant(objects=coarse_pod_policy),
+    # No validating webhook for pods: the most folding it into the mutating one could save.
+    "project-without-pod-checks-webhook": Variant(objects=without_pod_checks_webhook),
 }
 
 
@@ -282,9 +301,14 @@ def serving_certificates(tmp: Path) -> CertBundle:
     return bundle
 
 
+# examples/cluster-state.yaml, which the project's service reads, has nodes that time-slice GPUs
+# under the plain name: the service writes a memory share for a `gpu` pod, and so must the pair.
+SHARED_PLAIN = "nvidia.com/gpu"
+
+
 def go_peer_command(tmp: Path, port: int) -> list[str]:
     """The Go webhook pair, built into `tmp`, serving on `port` with `serving_certificates`."""
-    command = [str(build_go_peer(tmp)), "-addr", f"127.0.0.1:{port}"]
+    command = [str(build_go_peer(tmp)), "-addr", f"127.0.0.1:{port}", "-shared", SHARED_PLAIN]
     return [*command, "-cert", str(tmp / "tls.crt"), "-key", str(tmp / "tls.key")]
 
 
@@ -355,9 +379,9 @@ def measure(args: argparse.Namespace) -> list[Sample]:
                 for setup in order:
                     apply(api, made[setup])
                     wait_until(lambda s=setup: answered_as(api, s), f"{setup} to be applied")
-                    timed_creates(api, "cpu", args.warm_up, args.dry_run)
-                    timed_creates(api, "gpu", args.warm_up, args.dry_run)
-                    for kind in ("cpu", "gpu"):
+                    for kind in args.kind:
+                        timed_creates(api, kind, args.warm_up, args.dry_run)
+                    for kind in args.kind:
                         before = snapshot(setup)
                         latencies = timed_creates(api, kind, args.pods, args.dry_run)
                         measured = figures(before, snapshot(setup), args.pods)
@@ -410,7 +434,7 @@ def report(samples: list[Sample]) -> str:
     by = {(s.setup, s.kind, s.round): s for s in samples}
     setups = _setups(samples)
     lines = ["median and p99 per round, ms: median (min - max) over rounds"]
-    for kind in ("cpu", "gpu"):
+    for kind in [k for k in KINDS if any(s.kind == k for s in samples)]:
         for setup in setups:
             chosen = [by[(setup, kind, r)] for r in rounds]
             lines.append(
@@ -464,7 +488,7 @@ def server_report(samples: list[Sample]) -> list[str]:
     rounds = sorted({s.round for s in samples})
     by = {(s.setup, s.kind, s.round): s for s in samples}
     lines = ["", "where the servers measure, per timed block: median (min - max) over rounds"]
-    for kind in ("cpu", "gpu"):
+    for kind in [k for k in KINDS if any(s.kind == k for s in samples)]:
         for setup in _setups(samples):
             chosen = [by[(setup, kind, r)] for r in rounds if (setup, kind, r) in by]
             for key in sorted({k for s in chosen for k in s.server if k.startswith(SHOWN)}):
@@ -500,8 +524,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(VARIANTS),
         help="also this set-up of the project (see VARIANTS), paired with `project` each round",
     )
+    parser.add_argument(
+        "--kind", action="append", choices=KINDS, help="default: cpu and gpu (repeatable)"
+    )
     parser.add_argument("--json", type=Path, help="also write every latency here")
     args = parser.parse_args(argv)
+    args.kind = args.kind or ["cpu", "gpu"]
     missing = missing_prerequisite()
     if missing:
         print(missing, file=sys.stderr)

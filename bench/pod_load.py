@@ -1,6 +1,7 @@
 """Pod creates under load through a real kube-apiserver: many clients at once, not one at a time.
 
     python -m bench.pod_load [--clients 16] [--seconds 60] [--rounds 3] [--kind gpu]
+                             [--setup NAME] [--variant NAME] [--profile DIR]
                              [--sweep 16,32,64,128,256] [--sweep-seconds 20] [--store]
                              [--json FILE]
 
@@ -17,15 +18,22 @@ API server in a rotated order each round:
   (SO_REUSEPORT), so the kernel spreads the API server's connections over them, as kube-proxy
   spreads a Service's.
 
+`--setup` picks some of these (default: all); `--variant` adds the project with other admission
+objects (`bench.pod_create`'s VARIANTS that change only the objects), calling the one replica,
+paired with `project` round by round.
+
 For each set-up and `--kind` (`gpu`: `nvidia.com/gpu: 1`, a pod the project's routing sends to its
-webhook; `cpu`: a CPU-only pod, which meets only the admission policies), `--clients` clients
+webhook; `shared`: `nvidia.com/gpu.shared: 1`, which the pods policy judges too; `cpu`: a CPU-only
+pod, which meets only the admission policies), `--clients` clients
 create pods back to back for `--seconds`, each over a connection of its own, after a short untimed
 warm-up. Figures per run: creates per second, latency percentiles, CPU per created pod of the API
 server and of the webhook server(s) (from /proc), and the API server's own time per webhook call
 (`apiserver_admission_webhook_admission_duration_seconds`). The creates are server-side dry runs
 (`?dryRun=All`: every admission step, no write to etcd), so each set-up meets the same store and
 a run of tens of thousands of pods leaves nothing to delete; `--store` writes them, and deletes
-them after each run.
+them after each run. `--profile DIR` also takes the API server's own CPU profile over each run
+(Go's pprof, which kube-apiserver serves while `--profiling` is on, its default), for
+`go tool pprof -top -cum DIR/project-gpu-16-0.pprof`.
 
 Then the sweep: for each set-up, `--sweep` client counts in turn, `--sweep-seconds` each, until
 the p99 passes `--p99-limit-ms` (100): the load where each set-up stops answering in time.
@@ -44,6 +52,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,7 +61,9 @@ from typing import Any
 from bench.admission import Server, _cpu_seconds, _free_port
 from bench.admission_tail import build_go
 from bench.pod_create import (
+    KINDS,
     NAMESPACE,
+    VARIANTS,
     Api,
     answered_as,
     apiserver_webhook_ms,
@@ -68,6 +79,7 @@ from bench.pod_create import (
     wait_until,
 )
 from bench.server_side import apiserver_snapshot, figures
+from gpu_admission.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 GO_LOAD = Path(__file__).resolve().parent / "go_load" / "main.go"
@@ -140,9 +152,17 @@ def servers(tmp: Path) -> Iterator[Running]:
 
 
 class Bench:
-    def __init__(self, plane: Any, running: Running, tmp: Path, token: str, store: bool) -> None:
+    def __init__(
+        self,
+        plane: Any,
+        running: Running,
+        tmp: Path,
+        token: str,
+        store: bool,
+        profile: Path | None = None,
+    ) -> None:
         self.plane, self.running, self.tmp, self.token = plane, running, tmp, token
-        self.store = store
+        self.store, self.profile = store, profile
         self.api = Api(plane.url, token, plane.ca_path)
 
     def objects(self, setup: str) -> list[dict[str, Any]]:
@@ -150,6 +170,12 @@ class Bench:
             return []
         if setup == "go":
             return go_objects(self.running.go_port, self.running.ca)
+        if setup in VARIANTS:  # other admission objects, calling the one replica
+            form = VARIANTS[setup].objects
+            assert form is not None, setup
+            return form(
+                project_objects(self.running.project_ports["project"], self.running.ca), Config()
+            )
         return project_objects(self.running.project_ports[setup], self.running.ca)
 
     @contextmanager
@@ -182,11 +208,12 @@ class Bench:
         processes = {
             "apiserver": [self.plane.apiserver.pid],
             "etcd": [p.pid for p in self.plane.processes if Path(str(p.args[0])).name == "etcd"],
-            "webhook": self.running.pids[setup],
+            "webhook": self.running.pids["project" if setup in VARIANTS else setup],
         }
         cpu_before = {k: sum(_cpu_seconds(p) for p in pids) for k, pids in processes.items()}
         before = apiserver_snapshot(self.api.text("/metrics"))
-        answer, client_cpu = self.load(kind, clients, seconds)
+        with self.profiled(f"{setup}-{kind}-{clients}-{round_}", seconds):
+            answer, client_cpu = self.load(kind, clients, seconds)
         after = apiserver_snapshot(self.api.text("/metrics"))
         created = max(1, answer["created"])
         cpu = {
@@ -210,6 +237,23 @@ class Bench:
             figures(before, after, created),
             answer.get("first_failure", ""),
         )
+
+    @contextmanager
+    def profiled(self, name: str, seconds: float) -> Iterator[None]:
+        """With --profile: the API server's own CPU profile (Go's pprof, served at
+        /debug/pprof/profile while --profiling is on, its default) over most of the run, written
+        as DIR/NAME.pprof for `go tool pprof -top`."""
+        if self.profile is None:
+            yield
+            return
+        span = max(1, int(seconds) - 2)
+        path = f"/debug/pprof/profile?seconds={span}"
+        api = Api(self.plane.url, self.token, self.plane.ca_path)  # a connection of its own
+        with ThreadPoolExecutor(1) as pool:
+            taken = pool.submit(api.raw, path)
+            yield
+            self.profile.mkdir(parents=True, exist_ok=True)
+            (self.profile / f"{name}.pprof").write_bytes(taken.result())
 
     def delete_pods(self) -> None:
         """Delete the run's pods (none was given a node, so each goes at once); a collection of
@@ -240,20 +284,21 @@ def measure(args: argparse.Namespace) -> tuple[list[Load], list[Load]]:
     try:
         with tempfile.TemporaryDirectory() as tmpdir, servers(Path(tmpdir)) as running:
             token = control_plane.ADMIN_TOKEN
-            bench = Bench(plane, running, Path(tmpdir), token, args.store)
+            bench = Bench(plane, running, Path(tmpdir), token, args.store, args.profile)
             status, answer = bench.api.call(
                 "POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}
             )
             assert status == 201, answer
             wait_until(lambda: bench.api.create_pod(pod("cpu"), True)[0] == 201, "the namespace")
+            setups = [*(args.setup or SETUPS), *(args.variant or [])]
             for index in range(args.rounds):
-                order = SETUPS[index % len(SETUPS) :] + SETUPS[: index % len(SETUPS)]
+                order = setups[index % len(setups) :] + setups[: index % len(setups)]
                 for setup in order:
                     with bench.applied(setup):
                         for kind in args.kind:
                             loads.append(bench.run(setup, kind, index, args.clients, args.seconds))
                 _progress(f"round {index + 1}/{args.rounds} done")
-            for setup in SETUPS if args.sweep else ():
+            for setup in (args.setup or SETUPS) if args.sweep else ():
                 with bench.applied(setup):
                     for clients in args.sweep:
                         step = bench.run(setup, "gpu", 0, clients, args.sweep_seconds)
@@ -279,8 +324,9 @@ def report(loads: list[Load]) -> list[str]:
     rounds = sorted({x.round for x in loads})
     clients = loads[0].clients
     lines = [f"{clients} clients at once: median (min - max) over {len(rounds)} rounds"]
+    setups = [*SETUPS, *sorted({x.setup for x in loads} - set(SETUPS))]
     for kind in sorted({x.kind for x in loads}):
-        for setup in SETUPS:
+        for setup in setups:
             runs = [by[(setup, kind, r)] for r in rounds if (setup, kind, r) in by]
             if not runs:
                 continue
@@ -302,7 +348,9 @@ def report(loads: list[Load]) -> list[str]:
             if failed:
                 line += f"  failed {failed}: {next(x.first_failure for x in runs if x.failed)}"
             lines.append(line)
-        for mine, other in (("project", "go"), ("project-2", "go"), ("project-2", "project")):
+        pairs = [("project", "go"), ("project-2", "go"), ("project-2", "project")]
+        pairs += [(v, "project") for v in setups if v in VARIANTS]
+        for mine, other in pairs:
             pairs = [(by.get((mine, kind, r)), by.get((other, kind, r))) for r in rounds]
             present = [(a, b) for a, b in pairs if a and b]
             if not present:
@@ -344,9 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=60.0, help="per set-up, kind and round")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--kind", action="append", choices=("gpu", "cpu"), help="default: gpu (repeatable)"
-    )
+    parser.add_argument("--kind", action="append", choices=KINDS, help="default: gpu (repeatable)")
     parser.add_argument(
         "--sweep",
         type=_counts,
@@ -361,7 +407,22 @@ def main(argv: list[str] | None = None) -> int:
         help="store the pods (deleted after each run); default: server-side dry runs, admission "
         "without etcd",
     )
+    parser.add_argument(
+        "--setup", action="append", choices=SETUPS, help="default: every one (repeatable)"
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        choices=sorted(n for n, v in VARIANTS.items() if v.objects and not v.server_args),
+        help="also the project with these admission objects (bench.pod_create's VARIANTS), "
+        "paired with `project` each round",
+    )
     parser.add_argument("--json", type=Path, help="also write every run here")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="write the API server's CPU profile of each run into this folder (go tool pprof)",
+    )
     args = parser.parse_args(argv)
     args.kind = args.kind or ["gpu"]
     missing = missing_prerequisite()

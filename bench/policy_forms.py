@@ -1,6 +1,6 @@
-"""Other forms of the GPU-visibility MutatingAdmissionPolicy, for `bench.pod_create --variant` to
-price against the shipped one on the same API server, round by round: what a CPU-only pod pays
-is kube-apiserver's own work for the policy it matches.
+"""Other forms of the admission objects, for `bench.pod_create --variant` and
+`bench.pod_load --variant` to price against the shipped ones on the same API server, round by
+round: what a pod pays there is kube-apiserver's own work for each object it matches.
 
 - `apply-configuration`: the same change as an ApplyConfiguration (a structured merge of
   `NVIDIA_VISIBLE_DEVICES=none` into each hidden container's env, keyed by name) in place of
@@ -12,6 +12,12 @@ is kube-apiserver's own work for the policy it matches.
   its second half (the stateless checks passing, so that a pod the policy refuses is never sent
   to the service). Not the same routing: priced to know what that half costs the API server for
   every pod that needs state.
+- `coarse-pod-policy`: the pods ValidatingAdmissionPolicy matching every pod its checks may
+  refuse (any shared GPU, any GPU container setting a guarded env name), as it did before its
+  condition became the exact one: the same verdicts, priced against the shipped condition.
+- `without-pod-checks-webhook`: no validating webhook for pods. Not the same checks (pods with
+  DRA claims or more than one plain GPU go unjudged): the most that folding those checks into
+  the mutating webhook could save each pod.
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ from typing import Any
 from gpu_admission.config import Config
 from gpu_admission.names import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
 from webhooks.apiserver_policies.cel import cel_string
+from webhooks.apiserver_policies.pod_checks import POLICY_NAME as POD_POLICY_NAME
+from webhooks.apiserver_policies.pod_checks import refusable_condition
 from webhooks.apiserver_policies.visibility_mutation import POLICY_NAME, hidden_test
+from webhooks.apiserver_policies.webhook_configurations import POD_CHECKS_WEBHOOK
 from webhooks.apiserver_policies.webhook_routing import POD_MUTATIONS, needs_state_condition
 
 
@@ -69,4 +78,26 @@ def routing_without_checks(objects: list[dict[str, Any]], config: Config) -> lis
             for condition in entry["matchConditions"]:
                 if condition["name"] == "needs-cluster-state":
                     condition["expression"] = needs_state_condition(config)
+    return changed
+
+
+def coarse_pod_policy(objects: list[dict[str, Any]], config: Config) -> list[dict[str, Any]]:
+    """`objects` with the pods policy matching every pod its checks may refuse."""
+    changed = copy.deepcopy(objects)
+    for obj in changed:
+        if (obj["kind"], obj["metadata"]["name"]) == ("ValidatingAdmissionPolicy", POD_POLICY_NAME):
+            obj["spec"]["matchConditions"] = [
+                {"name": "may-be-refused", "expression": refusable_condition(config.gpu)}
+            ]
+    return changed
+
+
+def without_pod_checks_webhook(
+    objects: list[dict[str, Any]], config: Config
+) -> list[dict[str, Any]]:
+    """`objects` without the pods validating webhook."""
+    changed = copy.deepcopy(objects)
+    for obj in changed:
+        if obj["kind"] == "ValidatingWebhookConfiguration":
+            obj["webhooks"] = [w for w in obj["webhooks"] if w["name"] != POD_CHECKS_WEBHOOK]
     return changed

@@ -1,10 +1,12 @@
 // A Go peer for the admission benchmark: the mutating pod webhook's core logic in Go's net/http,
 // standard library only. It decodes the AdmissionReview, walks the pod's init and app
 // containers, and answers with a JSON Patch: NVIDIA_VISIBLE_DEVICES=none for every container
-// without a GPU resource, and, for a container on a time-sliced GPU, the memory-share env and
-// the two summary annotations (values from -fraction and -replicas: the share is not computed
-// from nodes here). It is the cost of a compiled webhook doing the same shape of work, to compare
-// the Python service's latency with, not a second implementation of the policies.
+// without a GPU resource, and, for a container on a time-sliced GPU (a `.shared` name, or one
+// -shared names because the cluster's nodes share it under its plain name), the three
+// memory-share env entries and the three summary annotations the service writes (values from
+// -fraction, -replicas and -limit-mib: the share is not computed from nodes here). It is the
+// cost of a compiled webhook doing the same shape of work, to compare the Python service's
+// latency with, not a second implementation of the policies.
 package main
 
 import (
@@ -46,9 +48,24 @@ type op struct {
 }
 
 var (
-	fraction = flag.String("fraction", "0.2375", "GPU memory fraction written for shared GPUs")
+	fraction = flag.String("fraction", "0.237", "GPU memory fraction written for shared GPUs")
 	replicas = flag.String("replicas", "4", "replicas written for shared GPUs")
+	limitMiB = flag.String("limit-mib", "9707", "GPU memory limit written for shared GPUs")
+	sharing  = flag.String("sharing", "mps,time-slicing", "sharing strategies written")
+	plain    = flag.String("shared", "", "plain resource names the nodes share, comma-separated")
 )
+
+func isShared(name string) bool {
+	if strings.HasSuffix(name, ".shared") {
+		return true
+	}
+	for _, shared := range strings.Split(*plain, ",") {
+		if name == shared {
+			return true
+		}
+	}
+	return false
+}
 
 func isGPU(name string) bool {
 	return name == "nvidia.com/gpu" || name == "nvidia.com/gpu.shared" ||
@@ -91,7 +108,7 @@ func mutate(pod map[string]interface{}) []op {
 			for _, name := range resourceNames(container) {
 				if isGPU(name) {
 					gpu = true
-					share = share || strings.HasSuffix(name, ".shared")
+					share = share || isShared(name)
 				}
 			}
 			switch {
@@ -101,7 +118,9 @@ func mutate(pod map[string]interface{}) []op {
 			case share:
 				ops = append(ops, envOps(path, container, []map[string]string{
 					{"name": "GPU_MEMORY_FRACTION", "value": *fraction},
-					{"name": "GPU_REPLICAS", "value": *replicas}})...)
+					// The service names it GPU_SHARED_REPLICAS: the benchmark tells them apart by it.
+					{"name": "GPU_REPLICAS", "value": *replicas},
+					{"name": "GPU_MEMORY_LIMIT_MIB", "value": *limitMiB}})...)
 				name, _ := container["name"].(string)
 				shared = append(shared, name)
 			}
@@ -121,7 +140,8 @@ func mutate(pod map[string]interface{}) []op {
 		}
 		ops = append(ops,
 			op{"add", "/metadata/annotations/gpu-admission.io~1gpu-memory-fraction", summary(*fraction)},
-			op{"add", "/metadata/annotations/gpu-admission.io~1gpu-replicas", summary(*replicas)})
+			op{"add", "/metadata/annotations/gpu-admission.io~1gpu-replicas", summary(*replicas)},
+			op{"add", "/metadata/annotations/gpu-admission.io~1gpu-sharing", *sharing})
 	}
 	return ops
 }

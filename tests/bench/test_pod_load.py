@@ -78,3 +78,16 @@ def test_the_sweep_names_the_first_load_past_the_limit() -> None:
     assert _line(lines, "project ").startswith("project   passed at 16 clients")
     assert _line(lines, "project-2").startswith("project-2 not passed up to 32 clients")
     assert "none" not in "".join(lines[2:])  # a set-up not swept is not shown
+
+
+def test_a_variant_is_reported_and_paired_with_the_project_round_by_round() -> None:
+    variant = "project-coarse-pod-policy"
+    loads = [
+        _load("project", 0, 400, 90),
+        _load(variant, 0, 200, 90),  # half the project's rate in round 0
+        _load("project", 1, 100, 90),  # a busy machine in round 1
+        _load(variant, 1, 100, 90),
+    ]
+    lines = report(loads)
+    assert _line(lines, f"gpu {variant} creates/s")
+    assert "creates/s ratio 0.75 (0.50 - 1.00)" in _line(lines, f"gpu {variant}/project")

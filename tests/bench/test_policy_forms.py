@@ -1,0 +1,37 @@
+"""The benchmark's other forms of the admission objects change what they say and nothing else."""
+
+from __future__ import annotations
+
+from bench.pod_create import project_objects
+from bench.policy_forms import coarse_pod_policy, without_pod_checks_webhook
+from gpu_admission.config import Config
+from webhooks.apiserver_policies.pod_checks import POLICY_NAME, refusable_condition
+from webhooks.apiserver_policies.webhook_configurations import POD_CHECKS_WEBHOOK
+
+CONFIG = Config()
+
+
+def _objects() -> list[dict]:
+    return project_objects(8443, "Q0E=")
+
+
+def test_the_coarse_form_matches_every_pod_the_checks_may_refuse() -> None:
+    shipped, coarse = _objects(), coarse_pod_policy(_objects(), CONFIG)
+    changed = [(a, b) for a, b in zip(shipped, coarse, strict=True) if a != b]
+    ((before, after),) = changed
+    assert (after["kind"], after["metadata"]["name"]) == ("ValidatingAdmissionPolicy", POLICY_NAME)
+    assert after["spec"]["matchConditions"] == [
+        {"name": "may-be-refused", "expression": refusable_condition(CONFIG.gpu)}
+    ]
+    assert before["spec"]["matchConditions"] != after["spec"]["matchConditions"]
+
+
+def test_without_the_pods_validating_webhook_only_that_entry_goes() -> None:
+    shipped, without = _objects(), without_pod_checks_webhook(_objects(), CONFIG)
+    names = {d["kind"]: [w["name"] for w in d["webhooks"]] for d in shipped if "webhooks" in d}
+    left = {d["kind"]: [w["name"] for w in d["webhooks"]] for d in without if "webhooks" in d}
+    assert POD_CHECKS_WEBHOOK in names["ValidatingWebhookConfiguration"]
+    assert left["ValidatingWebhookConfiguration"] == [
+        n for n in names["ValidatingWebhookConfiguration"] if n != POD_CHECKS_WEBHOOK
+    ]
+    assert left["MutatingWebhookConfiguration"] == names["MutatingWebhookConfiguration"]
