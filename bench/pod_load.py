@@ -33,7 +33,8 @@ server and of the webhook server(s) (from /proc), and the API server's own time 
 a run of tens of thousands of pods leaves nothing to delete; `--store` writes them, and deletes
 them after each run. `--profile DIR` also takes the API server's own CPU profile over each run
 (Go's pprof, which kube-apiserver serves while `--profiling` is on, its default), for
-`go tool pprof -top -cum DIR/project-gpu-16-0.pprof`.
+`go tool pprof -top -cum DIR/project-gpu-16-0.pprof`, and runs the one-replica service under
+cProfile over the whole benchmark (DIR/service.prof, for `python -m pstats`).
 
 Then the sweep: for each set-up, `--sweep` client counts in turn, `--sweep-seconds` each, until
 the p99 passes `--p99-limit-ms` (100): the load where each set-up stops answering in time.
@@ -123,7 +124,7 @@ class Running:
 
 
 @contextmanager
-def servers(tmp: Path) -> Iterator[Running]:
+def servers(tmp: Path, profile: Path | None = None) -> Iterator[Running]:
     """The Go pair, one project replica on a port of its own and two sharing another; none
     pinned to a core (two replicas are there to use two)."""
     bundle = serving_certificates(tmp)
@@ -131,7 +132,11 @@ def servers(tmp: Path) -> Iterator[Running]:
     go_port, one, two = _free_port(), _free_port(), _free_port()
     started = [_start("go", go_peer_command(tmp, go_port), go_port)]
     project = [sys.executable, "-m", "bench.project_server", "--cert-dir", str(tmp)]
-    started.append(_start("project", [*project, "--port", str(one)], one))
+    profiled = []
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+        profiled = ["--profile", str(profile / "service.prof")]
+    started.append(_start("project", [*project, "--port", str(one), *profiled], one))
     for _ in range(2):
         started.append(_start("project-2", [*project, "--port", str(two), "--reuse-port"], two))
     pids: dict[str, list[int]] = {"none": []}
@@ -282,7 +287,10 @@ def measure(args: argparse.Namespace) -> tuple[list[Load], list[Load]]:
     loads: list[Load] = []
     sweep: list[Load] = []
     try:
-        with tempfile.TemporaryDirectory() as tmpdir, servers(Path(tmpdir)) as running:
+        with (
+            tempfile.TemporaryDirectory() as tmpdir,
+            servers(Path(tmpdir), args.profile) as running,
+        ):
             token = control_plane.ADMIN_TOKEN
             bench = Bench(plane, running, Path(tmpdir), token, args.store, args.profile)
             status, answer = bench.api.call(

@@ -5,12 +5,15 @@ runner settings, the same event-loop lag monitor and the same frozen start-up he
 With `--stats-port`, plain HTTP on that port: `/metrics` (the process's registry: admission
 metrics and `gpu_admission_event_loop_lag_seconds`) and `/connections` (the connections the
 clients opened, each a TLS handshake, and the reviews by HTTP version), which the pod-create
-benchmark reads before and after each timed block."""
+benchmark reads before and after each timed block. With `--profile FILE`, the process runs under
+cProfile and writes its statistics to FILE when terminated (`python -m pstats FILE`)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import signal
 import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -76,7 +79,9 @@ async def serve(
         await web.TCPSite(stats_runner, "127.0.0.1", stats_port).start()
     await LoopLag(metrics).start()
     freeze_long_lived("started")  # as `serve` does once started and its caches are full
-    await asyncio.Event().wait()  # until the benchmark terminates the process
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()  # until the benchmark terminates the process
 
 
 def main() -> None:
@@ -97,7 +102,11 @@ def main() -> None:
         help="share --port with other processes started so (SO_REUSEPORT: the kernel spreads new "
         "connections over them, as kube-proxy spreads them over a Service's replicas)",
     )
+    parser.add_argument("--profile", type=Path, help="run under cProfile, written here at the end")
     args = parser.parse_args()
+    profile = cProfile.Profile() if args.profile else None
+    if profile is not None:
+        profile.enable()
     main_task = serve(
         args.port, args.cert_dir, args.cluster_state, args.stats_port, args.reuse_port
     )
@@ -107,6 +116,9 @@ def main() -> None:
         event_loop.run(main_task)
     else:
         asyncio.run(main_task)
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(args.profile)
 
 
 if __name__ == "__main__":
