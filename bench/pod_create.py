@@ -182,6 +182,14 @@ def project_objects(port: int, ca: str) -> list[dict[str, Any]]:
     return admission_policy_objects(Config()) + configurations
 
 
+def setup_objects(setup: str, port: int, ca: str) -> list[dict[str, Any]]:
+    """The project's admission objects calling `port`, in the form `setup` (a variant's, if it
+    changes them) gives them."""
+    objects = project_objects(port, ca)
+    form = VARIANTS[setup].objects if setup in VARIANTS else None
+    return objects if form is None else form(objects, Config())
+
+
 def apply(api: Api, objects: list[dict[str, Any]]) -> None:
     for obj in objects:
         status, answer = api.call("POST", f"{REGISTRATION}/{COLLECTIONS[obj['kind']]}", obj)
@@ -368,10 +376,7 @@ def measure(args: argparse.Namespace) -> list[Sample]:
             wait_until(lambda: api.create_pod(pod("cpu"), dry_run=True)[0] == 201, "the namespace")
             made = {"none": [], "go": go_objects(running.go_port, running.ca)}
             for name, project in running.projects.items():
-                made[name] = project_objects(project.port, running.ca)
-                form = VARIANTS[name].objects if name in VARIANTS else None
-                if form is not None:
-                    made[name] = form(made[name], Config())
+                made[name] = setup_objects(name, project.port, running.ca)
             setups = [*SETUPS, *variants]
             for index in range(args.rounds):
                 turn = index % len(setups)

@@ -73,14 +73,13 @@ from bench.pod_create import (
     go_peer_command,
     missing_prerequisite,
     pod,
-    project_objects,
     remove,
     serving_certificates,
+    setup_objects,
     spread,
     wait_until,
 )
 from bench.server_side import apiserver_snapshot, figures
-from gpu_admission.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 GO_LOAD = Path(__file__).resolve().parent / "go_load" / "main.go"
@@ -175,13 +174,9 @@ class Bench:
             return []
         if setup == "go":
             return go_objects(self.running.go_port, self.running.ca)
-        if setup in VARIANTS:  # other admission objects, calling the one replica
-            form = VARIANTS[setup].objects
-            assert form is not None, setup
-            return form(
-                project_objects(self.running.project_ports["project"], self.running.ca), Config()
-            )
-        return project_objects(self.running.project_ports[setup], self.running.ca)
+        # A variant's other admission objects call the one replica.
+        port = self.running.project_ports.get(setup, self.running.project_ports["project"])
+        return setup_objects(setup, port, self.running.ca)
 
     @contextmanager
     def applied(self, setup: str) -> Iterator[None]:
@@ -359,8 +354,8 @@ def report(loads: list[Load]) -> list[str]:
         pairs = [("project", "go"), ("project-2", "go"), ("project-2", "project")]
         pairs += [(v, "project") for v in setups if v in VARIANTS]
         for mine, other in pairs:
-            pairs = [(by.get((mine, kind, r)), by.get((other, kind, r))) for r in rounds]
-            present = [(a, b) for a, b in pairs if a and b]
+            both = [(by.get((mine, kind, r)), by.get((other, kind, r))) for r in rounds]
+            present = [(a, b) for a, b in both if a and b]
             if not present:
                 continue
             lines.append(
