@@ -294,8 +294,8 @@ def scans(plane: Any, api: Any, count: int) -> list[dict[str, Any]]:
     from commands.controller import audit_scan
     from controllers.reports.scanner import AuditScanner, ScanMetrics
     from gpu_admission.cluster.live_view import LiveClusterView
-    from gpu_admission.config import Config
-    from gpu_admission.metrics import Metrics
+    from gpu_admission.config.model import Config
+    from gpu_admission.process.metrics import Metrics
 
     config = Config.model_validate({"audit": {"interval": 3600}})
     view = LiveClusterView(api, config)

@@ -17,8 +17,8 @@ SOURCE = "s3://bench-data/{i}"
 def loader_job(name: str, uid: str, source: str, namespace: str, config: Any) -> dict[str, Any]:
     """The Job the controller makes for a fresh dataset PVC of `source`, with no credentials."""
     from controllers.dataset.jobspec import LoaderJobInputs, build_loader_job
-    from gpu_admission.dataset_load import DatasetContent, DatasetLoad
-    from gpu_admission.datasource import parse_data_source
+    from gpu_admission.datasets.load import DatasetContent, DatasetLoad
+    from gpu_admission.datasets.source import parse_data_source
 
     inputs = LoaderJobInputs(
         job_name=DatasetLoad(name, uid, DatasetContent(source)).job,

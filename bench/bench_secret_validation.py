@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.core.review import AdmissionRequest
 from webhooks.policies.credential_secrets import policies
 

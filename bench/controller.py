@@ -111,7 +111,7 @@ def pvc_body(name: str, source: str, loadable: bool, prefix: str) -> dict[str, A
 
 
 def bench_config(max_loads: int, workers: int, prefix: str) -> Any:
-    from gpu_admission.config import Config
+    from gpu_admission.config.model import Config
 
     return Config.model_validate(
         {
@@ -202,7 +202,7 @@ def seed(api: Any, count: int, with_jobs: bool, prefix: str) -> None:
     or, `with_jobs`, with its unfinished loader Job."""
     from kubernetes import client
 
-    from gpu_admission.dataset_load import dataset_load
+    from gpu_admission.datasets.load import dataset_load
     from gpu_admission.names import PHASE_PENDING, PHASE_SUCCEEDED
 
     config = bench_config(max_loads=10, workers=1, prefix=prefix)
@@ -319,7 +319,7 @@ async def controller_main(args: argparse.Namespace) -> None:
     build_parser()
     from controllers.dataset import DatasetController
     from gpu_admission.cluster.kube import api_client
-    from gpu_admission.heap import freeze_long_lived
+    from gpu_admission.process.heap import freeze_long_lived
 
     api = api_client(Path(args.kubeconfig))  # as `gpu-admission controller` builds it
     controller = DatasetController(
@@ -378,7 +378,7 @@ async def controller_main(args: argparse.Namespace) -> None:
 
 def run_controller(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    from gpu_admission import event_loop  # the deployed process's loop
+    from gpu_admission.process import event_loop  # the deployed process's loop
 
     if args.profile is None:
         event_loop.run(controller_main(args))

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_admission.cluster.view import NodeInfo, StaticClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.core.review import AdmissionRequest
 from webhooks.dispatch import chain
 from webhooks.dispatch.registry import build_policy_set

@@ -35,7 +35,7 @@ CHILD = """
 import json, sys, time
 from kubernetes import config
 from controllers.install_check.live import LiveInstall
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.apiserver_policies.install_expectation import InstallExpectation
 
 def rss():

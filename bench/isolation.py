@@ -160,8 +160,8 @@ def load_command(url: str, ca: Path, rate: float, duration: float) -> list[str]:
 async def same_process(config_overrides: dict[str, Any]) -> None:
     from commands.serve import AdmissionServer, cluster_client
     from controllers.dataset import DatasetController
-    from gpu_admission.config import load_config
-    from gpu_admission.metrics import Metrics
+    from gpu_admission.config.model import load_config
+    from gpu_admission.process.metrics import Metrics
 
     config = load_config(overrides=config_overrides)
     api = cluster_client(config)
@@ -179,7 +179,7 @@ async def same_process(config_overrides: dict[str, Any]) -> None:
 
 
 def run_same_process(args: argparse.Namespace) -> int:
-    from gpu_admission.logging_setup import setup_logging
+    from gpu_admission.process.logging_setup import setup_logging
 
     setup_logging("warning", "text")
     overrides = {

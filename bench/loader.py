@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpu_admission.config import DatasetConfig
-from gpu_admission.datasource import DataSource, parse_data_source
+from gpu_admission.config.model import DatasetConfig
+from gpu_admission.datasets.source import DataSource, parse_data_source
 from loaders.rclone import rclone_command
 from loaders.sources import REMOTE, rclone_env
 from tests.world.stand_ins.objectstores import S3Store, dataset_files, s3_store

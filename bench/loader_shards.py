@@ -51,8 +51,8 @@ from bench.loader import (
     tree_size,
     upload,
 )
-from gpu_admission.config import DatasetConfig
-from gpu_admission.datasource import parse_data_source
+from gpu_admission.config.model import DatasetConfig
+from gpu_admission.datasets.source import parse_data_source
 from tests.world.stand_ins.objectstores import s3_store
 
 SHARD_COUNTS = (1, 2, 4)

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.loader import MIB, timed, tree_size
-from gpu_admission.config import DatasetConfig
-from gpu_admission.datasource import parse_data_source
+from gpu_admission.config.model import DatasetConfig
+from gpu_admission.datasets.source import parse_data_source
 from loaders.rclone import rclone_command
 from loaders.sources import rclone_env
 from tests.world.stand_ins.azurite import ACCOUNT, KEY, azurite

@@ -60,7 +60,7 @@ from bench.policy_forms import (
 )
 from bench.server_side import GoPeerConnections, Snapshot, figures, http_text, read_all
 from certs.issue import CertBundle, ServingSpec, issue_bundle
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.apiserver_policies.bindings import admission_policy_objects
 
 ROOT = Path(__file__).resolve().parent.parent

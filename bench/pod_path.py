@@ -17,7 +17,7 @@ from pathlib import Path
 
 from commands.review_inputs import load_cluster_state
 from gpu_admission.cluster.view import ClusterView
-from gpu_admission.config import FailureMode, load_config
+from gpu_admission.config.model import FailureMode, load_config
 from webhooks.core.patch import Patch
 from webhooks.core.review import parse_review, response_body
 from webhooks.dispatch import chain

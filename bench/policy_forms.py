@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from gpu_admission.names import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
 from webhooks.apiserver_policies.cel import cel_string
 from webhooks.apiserver_policies.pod_checks import POLICY_NAME as POD_POLICY_NAME

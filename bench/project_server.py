@@ -22,11 +22,11 @@ from pathlib import Path
 from aiohttp import web
 
 from commands.review_inputs import load_cluster_state
-from gpu_admission.config import load_config
-from gpu_admission.heap import freeze_long_lived
-from gpu_admission.http_probes import create_metrics_app
-from gpu_admission.loop_lag import LoopLag
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import load_config
+from gpu_admission.process.heap import freeze_long_lived
+from gpu_admission.process.http_probes import create_metrics_app
+from gpu_admission.process.loop_lag import LoopLag
+from gpu_admission.process.metrics import Metrics
 from webhooks.dispatch.registry import build_policy_set
 from webhooks.service.server import create_app, make_runner
 
@@ -111,7 +111,7 @@ def main() -> None:
         args.port, args.cert_dir, args.cluster_state, args.stats_port, args.reuse_port
     )
     if args.loop == "uvloop":
-        from gpu_admission import event_loop
+        from gpu_admission.process import event_loop
 
         event_loop.run(main_task)
     else:

@@ -59,8 +59,8 @@ def event(i: int) -> dict[str, Any]:
 
 
 def controller_writer(api: Any, requests: int, concurrency: int) -> float:
-    """On the loop the controller runs on (gpu_admission.event_loop: uvloop)."""
-    from gpu_admission import event_loop
+    """On the loop the controller runs on (gpu_admission.process.event_loop: uvloop)."""
+    from gpu_admission.process import event_loop
 
     return event_loop.run(writer_burst(api, requests, concurrency))
 
@@ -90,7 +90,7 @@ async def writer_burst(api: Any, requests: int, concurrency: int) -> float:
 
 def aiohttp_session(api: Any, requests: int, concurrency: int) -> float:
     """The writer's transport before: one aiohttp ClientSession, the same headers and bytes."""
-    from gpu_admission import event_loop
+    from gpu_admission.process import event_loop
 
     return event_loop.run(aiohttp_burst(api, requests, concurrency))
 

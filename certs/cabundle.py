@@ -22,8 +22,8 @@ from kubernetes.client.exceptions import ApiException
 
 from certs.issue import CertBundle
 from gpu_admission.cluster.informer import describe_error
-from gpu_admission.quiet_log import QuietLog
-from gpu_admission.reachability import unreachable_reason
+from gpu_admission.process.quiet_log import QuietLog
+from gpu_admission.process.reachability import unreachable_reason
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ from certs.issue import (
 from certs.pem import CertificateError, check_key_matches, load_certificate
 from certs.store import CertStore, content_fingerprint
 from gpu_admission.cluster.informer import describe_error
-from gpu_admission.quiet_log import QuietLog
-from gpu_admission.reachability import unreachable_reason
+from gpu_admission.process.quiet_log import QuietLog
+from gpu_admission.process.reachability import unreachable_reason
 
 log = logging.getLogger(__name__)
 

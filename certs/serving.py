@@ -21,8 +21,8 @@ from certs.issue import CertBundle, KeyType, ServingSpec
 from certs.pem import CertificateError
 from certs.reloader import DEFAULT_POLL_INTERVAL, CertReloader
 from certs.store import CertStore, FileStore, SecretStore
-from gpu_admission.config import CertConfig, ConfigError
-from gpu_admission.reachability import API_SERVER, unreachable_reason
+from gpu_admission.config.model import CertConfig, ConfigError
+from gpu_admission.process.reachability import API_SERVER, unreachable_reason
 
 log = logging.getLogger(__name__)
 

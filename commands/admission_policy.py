@@ -27,8 +27,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from gpu_admission.config import ConfigError, load_config
-from gpu_admission.installed_admission import MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS
+from gpu_admission.admission.installed import MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS
+from gpu_admission.config.model import ConfigError, load_config
 from webhooks.apiserver_policies.install_expectation import LAYOUT_NAMES, expected_objects
 from webhooks.apiserver_policies.webhook_configurations import Layout
 from webhooks.apiserver_policies.webhook_routing import mutating_pod_webhooks, webhook_condition

@@ -42,10 +42,10 @@ from controllers.dataset.source_version_audit import (
     SourceChecks,
     list_loaded,
 )
+from gpu_admission.admission.findings import Finding
 from gpu_admission.cluster.kube import ClusterConfigError, api_client
 from gpu_admission.cluster.own_image import loader_image, with_loader_image
-from gpu_admission.config import Config, ConfigError, load_config
-from gpu_admission.findings import Finding
+from gpu_admission.config.model import Config, ConfigError, load_config
 from webhooks.audit.cluster import audit_cluster
 from webhooks.dispatch.registry import build_policy_set
 

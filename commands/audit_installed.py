@@ -13,11 +13,11 @@ from typing import Any, TextIO
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from gpu_admission.admission.installed import InstallReport, ObjectState
 from gpu_admission.cluster.informer import describe_error
 from gpu_admission.cluster.installed_objects import read_installed, with_running_counts
 from gpu_admission.cluster.pages import Pages
-from gpu_admission.config import Config
-from gpu_admission.installed_admission import InstallReport, ObjectState
+from gpu_admission.config.model import Config
 from webhooks.apiserver_policies.install_expectation import check_install, lacks_credentials
 
 TITLE = "installed admission objects"

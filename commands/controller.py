@@ -34,11 +34,11 @@ from controllers.install_check import InstallChecker
 from controllers.reports import AuditScanner
 from controllers.reports.scanner import ScanMetrics, ScanResult
 from gpu_admission.cluster.live_view import LiveClusterView
-from gpu_admission.config import Config
-from gpu_admission.heap import freeze_long_lived
-from gpu_admission.http_probes import create_metrics_app
-from gpu_admission.metrics import Metrics
-from gpu_admission.stop_signals import stop_signals
+from gpu_admission.config.model import Config
+from gpu_admission.process.heap import freeze_long_lived
+from gpu_admission.process.http_probes import create_metrics_app
+from gpu_admission.process.metrics import Metrics
+from gpu_admission.process.stop_signals import stop_signals
 from webhooks.apiserver_policies.install_expectation import InstallExpectation, lacks_credentials
 from webhooks.audit.cluster import audit_cluster, exempt_namespaces
 from webhooks.dispatch.registry import build_policy_set

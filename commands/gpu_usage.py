@@ -24,10 +24,10 @@ from aiohttp import web
 
 from commands.flags import config_overrides, port
 from gpu_admission.cluster.kube import ClusterConfigError, api_client, in_cluster
-from gpu_admission.config import ConfigError, GpuConfig, load_config
-from gpu_admission.http_probes import create_metrics_app
-from gpu_admission.logging_setup import LOG_FORMATS, LOG_LEVELS, setup_logging
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import ConfigError, GpuConfig, load_config
+from gpu_admission.process.http_probes import create_metrics_app
+from gpu_admission.process.logging_setup import LOG_FORMATS, LOG_LEVELS, setup_logging
+from gpu_admission.process.metrics import Metrics
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_INTERVAL = 5.0

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_admission.datasource import DataSource, DataSourceError, parse_data_source
+from gpu_admission.datasets.source import DataSource, DataSourceError, parse_data_source
 from gpu_admission.names import DATA_MOUNT_PATH
 from loaders.digest_only import run_digest_only
 from loaders.hub import run_hub_load

@@ -25,8 +25,8 @@ from commands.review import add_review_parser
 from commands.usage import add_usage_parser
 from gpu_admission import __version__
 from gpu_admission.cluster.kube import ClusterConfigError, api_client
-from gpu_admission.config import Config, ConfigError, load_config
-from gpu_admission.logging_setup import LOG_FORMATS, LOG_LEVELS, setup_logging
+from gpu_admission.config.model import Config, ConfigError, load_config
+from gpu_admission.process.logging_setup import LOG_FORMATS, LOG_LEVELS, setup_logging
 
 log = logging.getLogger("gpu_admission")
 
@@ -119,7 +119,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
 def controller_command(args: argparse.Namespace) -> int:
     from commands.controller import run_controller
-    from gpu_admission import event_loop
+    from gpu_admission.process import event_loop
 
     config = _configured(args)
     if config is None:

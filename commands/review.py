@@ -26,8 +26,8 @@ from commands.review_inputs import (
     manifest_claims,
 )
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.config import Config, ConfigError, load_config
-from gpu_admission.config_workloads import PodChecksIn
+from gpu_admission.config.model import Config, ConfigError, load_config
+from gpu_admission.config.workloads import PodChecksIn
 from webhooks.dispatch.registry import build_policy_set
 from webhooks.offline.review import (
     POD_CHECKS_POLICY,

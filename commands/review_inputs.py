@@ -24,7 +24,7 @@ from gpu_admission.cluster.view import (
     secret_info,
     service_account_info,
 )
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.offline.state import ClusterState, Document
 
 LIVE_SYNC_TIMEOUT_SECONDS = 30.0

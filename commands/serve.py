@@ -28,12 +28,12 @@ from certs.serving import ServingCertificates
 from gpu_admission.cluster.kube import api_client, has_cluster_config
 from gpu_admission.cluster.live_view import LiveClusterView
 from gpu_admission.cluster.view import ClusterView, MissResolver, StaticClusterView
-from gpu_admission.config import Config
-from gpu_admission.heap import freeze_long_lived
-from gpu_admission.http_probes import create_metrics_app
-from gpu_admission.loop_lag import LoopLag
-from gpu_admission.metrics import NOT_KNOWN, Metrics
-from gpu_admission.stop_signals import stop_signals
+from gpu_admission.config.model import Config
+from gpu_admission.process.heap import freeze_long_lived
+from gpu_admission.process.http_probes import create_metrics_app
+from gpu_admission.process.loop_lag import LoopLag
+from gpu_admission.process.metrics import NOT_KNOWN, Metrics
+from gpu_admission.process.stop_signals import stop_signals
 from webhooks.dispatch.registry import build_policy_set
 from webhooks.policies.interface import PolicySet
 from webhooks.service.draining import DRAIN, Drain, close_gracefully

@@ -24,9 +24,9 @@ from kubernetes.client.exceptions import ApiException
 
 from controllers.writes.raw import write
 from gpu_admission.cluster.informer import describe_error
-from gpu_admission.metrics import Metrics
-from gpu_admission.quiet_log import QuietLog
-from gpu_admission.reachability import unreachable_reason
+from gpu_admission.process.metrics import Metrics
+from gpu_admission.process.quiet_log import QuietLog
+from gpu_admission.process.reachability import unreachable_reason
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpu_admission.cluster.events import event_body
-from gpu_admission.config import GpuConfig
+from gpu_admission.config.model import GpuConfig
 from gpu_usage.pod_index import PodIndex
 from gpu_usage.workloads import MIG_SLICES, mig_slices
 

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_admission.config import GpuConfig
+from gpu_admission.config.model import GpuConfig
+from gpu_admission.gpus.scheduler_gpus import fraction_held
 from gpu_admission.names import GPU_MEMORY_LIMIT_MIB, XLA_PYTHON_CLIENT_MEM_FRACTION
-from gpu_admission.scheduler_gpus import fraction_held
 from gpu_usage.cgroups import ContainerCgroup, runtime_id
 from gpu_usage.units import MIB
 from gpu_usage.workloads import MIG_SLICES, gpus_held, workload_of

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from gpu_admission.metrics import Metrics
+from gpu_admission.process.metrics import Metrics
 from gpu_usage.attribution import UsageRow
 from gpu_usage.containers import ContainerUsage
 from gpu_usage.nvml_reader import Fault

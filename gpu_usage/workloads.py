@@ -15,7 +15,7 @@ What a container holds of the GPUs, for GPU-hours: a whole GPU counts 1, a time-
 it, the replica counts as a whole GPU, which is what it may use), a MIG slice `mig-<g>g.*`
 g/slices of its GPU (`mig_slices`: 7 on an A100, H100, H200, B200; 4 on an A30 and an RTX PRO
 6000, as the GPU Operator's MIG profiles have them), a GPU-sharing scheduler's fraction (KAI's
-`gpu-fraction`) its share (gpu_admission/scheduler_gpus.py).
+`gpu-fraction`) its share (gpu_admission/gpus/scheduler_gpus.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpu_admission.config import GpuConfig
+from gpu_admission.config.model import GpuConfig
 from gpu_admission.names import GPU_SHARED_REPLICAS
 
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"

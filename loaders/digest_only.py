@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any
 
-from gpu_admission.datasource import DataSource
+from gpu_admission.datasets.source import DataSource
 from loaders.hub import hub_settings, list_hub
 from loaders.hub_errors import HubFailure
 from loaders.report import classify, token_identity, write_summary

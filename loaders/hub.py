@@ -12,7 +12,7 @@ the commit, so shards that resolved a moving branch to different commits fail th
 huggingface_hub is imported here only, when a loader runs: the webhook service never loads it.
 Its files go straight into the volume (`local_dir`), with its bookkeeping under `.cache/huggingface`
 there, so a later load of the same volume (a refresh, or a clone of a snapshot) fetches only files
-that changed. Progress lines are the same as rclone loads print (gpu_admission.load_progress),
+that changed. Progress lines are the same as rclone loads print (gpu_admission.datasets.progress),
 computed from the bytes on the volume.
 """
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from gpu_admission.datasource import DEFAULT_REVISION, DataSource, include_patterns
-from gpu_admission.load_progress import Progress
+from gpu_admission.datasets.progress import Progress
+from gpu_admission.datasets.source import DEFAULT_REVISION, DataSource, include_patterns
 from gpu_admission.names import HF_DEFAULT_ENDPOINT, HF_ENDPOINT, HF_TOKEN
 from loaders.hub_errors import HubFailure, classified
 from loaders.report import write_summary

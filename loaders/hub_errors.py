@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from gpu_admission.datasource import DEFAULT_REVISION, DataSource
+from gpu_admission.datasets.source import DEFAULT_REVISION, DataSource
 
 
 class HubFailure(Exception):

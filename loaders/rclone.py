@@ -2,7 +2,7 @@
 (`RCLONE_CONFIG_SRC_*`, set by the Job from the PVC's credentials Secret by reference).
 
 Around rclone this adds what a Job needs: rclone's JSON log streamed to stdout with a progress
-line after each stats tick (gpu_admission.load_progress), and on exit a compact JSON summary
+line after each stats tick (gpu_admission.datasets.progress), and on exit a compact JSON summary
 (bytes, files, duration and, on failure, the cause in plain words) written to the
 termination-message file, so the controller can report it on the PVC without reading logs.
 rclone's exit code is the Job's exit code, except for failures that trying again cannot fix
@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import IO, Any
 
-from gpu_admission.datasource import DataSource
-from gpu_admission.load_progress import from_stats, human_bytes
+from gpu_admission.datasets.progress import from_stats, human_bytes
+from gpu_admission.datasets.source import DataSource
 from gpu_admission.names import LOADER_PERMANENT_EXIT_CODE
 from loaders.report import RunLog, summary, token_identity, write_summary
 from loaders.reuse import CloneLoad, begin, decide, finish, marker_path, resume

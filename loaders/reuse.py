@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 
-from gpu_admission.digests import short_digest as short
+from gpu_admission.datasets.digests import short_digest as short
 from loaders.shards import AFRESH_MARKER
 from loaders.source_digest import SourceDigest
 

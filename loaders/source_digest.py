@@ -20,8 +20,8 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpu_admission.datasource import DataSource
-from gpu_admission.digests import DIGEST_PREFIX
+from gpu_admission.datasets.digests import DIGEST_PREFIX
+from gpu_admission.datasets.source import DataSource
 from loaders.shards import SourceObject
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpu_admission.datasource import RCLONE_BACKEND, DataSource
+from gpu_admission.datasets.source import RCLONE_BACKEND, DataSource
 from gpu_admission.names import (
     AZURE_CLIENT_ID,
     AZURE_FEDERATED_TOKEN_FILE,

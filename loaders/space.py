@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_admission.load_progress import human_bytes
+from gpu_admission.datasets.progress import human_bytes
 from loaders.shards import SourceObject
 
 MARGIN_FRACTION = 0.01

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpu_admission.load_progress import human_bytes, human_duration
+from gpu_admission.datasets.progress import human_bytes, human_duration
 
 PROGRESS_KEYS = ("bytes", "checks", "transfers", "listed", "deletes", "renames")
 

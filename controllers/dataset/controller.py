@@ -26,8 +26,8 @@ from controllers.dataset.records import PvcRecord
 from controllers.leader import LeaderElector
 from controllers.writes.dataset import ApiWriter
 from gpu_admission.cluster.own_image import in_pod, loader_image, with_loader_image
-from gpu_admission.config import Config
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import Config
+from gpu_admission.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from controllers.dataset.records import JobRecord, PvcRecord
-from gpu_admission.load_progress import LoadProgress
+from gpu_admission.datasets.progress import LoadProgress
 from gpu_admission.names import PHASE_FAILED, PHASE_LOADING, PHASE_PENDING, PHASE_SUCCEEDED
 
 REASON_WAITING_FOR_CAPACITY = "WaitingForCapacity"

@@ -15,8 +15,8 @@ from controllers.dataset.loader_env import SCRATCH_PATH, loader_env
 from controllers.dataset.records import PvcRecord
 from controllers.dataset.trusted_ca import trusted_ca
 from gpu_admission.cluster.own_image import BUILT_IMAGE
-from gpu_admission.config import Config
-from gpu_admission.datasource import DataSource
+from gpu_admission.config.model import Config
+from gpu_admission.datasets.source import DataSource
 from gpu_admission.keyless import TokenRequest, aws_web_identity, azure_workload_identity
 from gpu_admission.names import (
     DATA_MOUNT_PATH,

@@ -16,8 +16,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from controllers.dataset.records import PvcRecord
-from gpu_admission.metrics import METRIC_PREFIX
 from gpu_admission.names import PHASE_FAILED, PHASE_LOADING, PHASE_PENDING
+from gpu_admission.process.metrics import METRIC_PREFIX
 
 PVC_LABELS = ["namespace", "persistentvolumeclaim"]
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_admission.config import Config
-from gpu_admission.datasource import RCLONE_BACKEND, DataSource
+from gpu_admission.config.model import Config
+from gpu_admission.datasets.source import RCLONE_BACKEND, DataSource
 from gpu_admission.keyless import TokenRequest
 from gpu_admission.names import (
     AWS_ACCESS_KEY_ID,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_admission.metrics import Metrics
+from gpu_admission.process.metrics import Metrics
 
 # Loads take seconds to hours.
 LOAD_DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600)

@@ -1,6 +1,6 @@
 """A running load's progress, read from its loader pods and summed over shards.
 
-Each loader pod prints a progress line per stats tick (gpu_admission.load_progress); the reader
+Each loader pod prints a progress line per stats tick (gpu_admission.datasets.progress); the reader
 takes the tail of each running pod's log through `pods/log` (tailLines, limitBytes: a bounded
 read) and, for shards already done, their termination summaries from the loader pods informer
 (no call). Reads are spaced: at most one per load per `interval`, whatever wakes the reconcile,
@@ -18,7 +18,7 @@ from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.records import JobRecord, LoaderPod, PvcRecord
 from controllers.writes.dataset import ApiWriter
 from gpu_admission.cluster.informer import Informer
-from gpu_admission.load_progress import LoadProgress, Progress, combine, last_progress
+from gpu_admission.datasets.progress import LoadProgress, Progress, combine, last_progress
 
 TAIL_LINES = 20  # a progress line follows each of rclone's stats lines
 LIMIT_BYTES = 64 * 1024

@@ -53,9 +53,9 @@ from controllers.workqueue import RateLimitedQueue, ShutDown
 from controllers.writes.background import BackgroundWrites
 from controllers.writes.dataset import ApiWriter, NamespaceTerminating
 from gpu_admission.cluster.informer import EventType, Informer, describe_error
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from gpu_admission.names import PHASE_FAILED, PHASE_SUCCEEDED
-from gpu_admission.quiet_log import QuietLog
+from gpu_admission.process.quiet_log import QuietLog
 
 log = logging.getLogger(__name__)
 

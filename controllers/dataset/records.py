@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_admission.dataset_load import DatasetContent, DatasetLoad, dataset_load
-from gpu_admission.datasource import DataSource, parse_data_source
+from gpu_admission.datasets.load import DatasetContent, DatasetLoad, dataset_load
+from gpu_admission.datasets.parallelism import load_parallelism
+from gpu_admission.datasets.source import DataSource, parse_data_source
 from gpu_admission.keyless import TokenRequest, path_problem
-from gpu_admission.load_parallelism import load_parallelism
 from gpu_admission.names import LOADING_CONDITION, Names
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -31,7 +31,8 @@ class Condition:
 @dataclass(frozen=True, slots=True)
 class PvcRecord:
     namespace: str
-    # Its name and uid, what it holds, the Job that loads it, its phase: gpu_admission.dataset_load.
+    # Its name and uid, what it holds, the Job that loads it, its phase
+    # (gpu_admission.datasets.load).
     load: DatasetLoad
     sync: bool = False
     deleting: bool = False

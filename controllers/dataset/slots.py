@@ -18,7 +18,7 @@ from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.records import JobRecord, PvcRecord
 from controllers.writes.dataset import ApiWriter
 from gpu_admission.cluster.informer import Informer
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 
 
 class LoadSlots:

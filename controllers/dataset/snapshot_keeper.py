@@ -3,7 +3,7 @@ few snapshots per (source, credentials) are kept in each namespace.
 
 After a load succeeds, the PVC gets a VolumeSnapshot named after its load (`ds-...`, one per
 load, so a restarted controller finds it rather than taking another), labelled with the cache
-key (gpu_admission.dataset_load: content and credentials), annotated with the
+key (gpu_admission.datasets.load: content and credentials), annotated with the
 source, the credentials' name and the PVC's StorageClass, and owned by the PVC, so that deleting
 the PVC deletes its snapshots (nothing dangles). Its class is `dataset.cache.volume_snapshot_class`
 or the VolumeSnapshotClass whose driver provisions the PVC's StorageClass (the default-marked one
@@ -30,7 +30,7 @@ from gpu_admission.cluster.dataset_snapshots import (
     snapshot_informer,
 )
 from gpu_admission.cluster.informer import describe_error
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from gpu_admission.names import MANAGED_BY, MANAGED_BY_LABEL
 
 log = logging.getLogger(__name__)

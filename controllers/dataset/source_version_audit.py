@@ -42,11 +42,11 @@ from controllers.dataset.records import (
     loader_pod,
     pvc_record,
 )
+from gpu_admission.admission.findings import COULD_NOT_CHECK, SOURCE_CHANGED, Finding
 from gpu_admission.cluster.informer import describe_error
 from gpu_admission.cluster.pages import Pages
-from gpu_admission.config import Config
-from gpu_admission.digests import short_digest
-from gpu_admission.findings import COULD_NOT_CHECK, SOURCE_CHANGED, Finding
+from gpu_admission.config.model import Config
+from gpu_admission.datasets.digests import short_digest
 from gpu_admission.names import PHASE_SUCCEEDED
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controllers.dataset.records import PvcRecord
-from gpu_admission.load_progress import LoadProgress
+from gpu_admission.datasets.progress import LoadProgress
 from gpu_admission.names import LOADING_CONDITION, PHASE_FAILED, PHASE_SUCCEEDED, Names
 
 

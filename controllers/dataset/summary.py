@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from controllers.dataset.records import JobRecord, LoaderPod
-from gpu_admission.digests import short_digest
+from gpu_admission.datasets.digests import short_digest
 
 CLONE_LOADS = ("afresh", "refreshed", "reused")  # loaders.reuse.CloneLoad, strongest first
 SOURCE_CHANGED = (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 
 TRUSTED_CA_VOLUME = "trusted-ca"
 TRUSTED_CA_DIR = "/etc/gpu-admission/trusted-ca"

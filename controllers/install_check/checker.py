@@ -28,11 +28,11 @@ from kubernetes.client.exceptions import ApiException
 from controllers.install_check.live import LiveInstall
 from controllers.install_check.report import InstallMetrics, InstallReporter
 from controllers.writes.dataset import ApiWriter
+from gpu_admission.admission.installed import InstallReport, LiveAdmission
 from gpu_admission.cluster.informer import describe_error
 from gpu_admission.cluster.installed_objects import Lacks, with_running_counts
-from gpu_admission.config import Config
-from gpu_admission.installed_admission import InstallReport, LiveAdmission
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import Config
+from gpu_admission.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ admission kinds (the two policy kinds and their bindings optional: older API ser
 which is what tells their layout), Namespaces (only the two routing labels kept) and
 ServiceAccounts (only those that carry the credentials annotation kept), DaemonSets and
 Deployments (only those with a container that wants the node's GPUs kept, trimmed:
-gpu_admission/gpu_daemons.py).
+gpu_admission/gpus/daemons.py).
 
 Each informer tells `on_change` of every change on its own thread; `snapshot()` reads the
 caches as they are, on any thread.
@@ -16,11 +16,7 @@ from typing import Any, TypedDict
 
 from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api
 
-from gpu_admission.cluster.informer import EventType, Informer
-from gpu_admission.cluster.installed_objects import admission_list_call, routing_labels
-from gpu_admission.config import Config
-from gpu_admission.gpu_daemons import WORKLOAD_KINDS, WorkloadRecord, workload_record
-from gpu_admission.installed_admission import (
+from gpu_admission.admission.installed import (
     ADMISSION_KINDS,
     AccountRecord,
     LiveAdmission,
@@ -28,6 +24,10 @@ from gpu_admission.installed_admission import (
     namespace_labels,
     own_record,
 )
+from gpu_admission.cluster.informer import EventType, Informer
+from gpu_admission.cluster.installed_objects import admission_list_call, routing_labels
+from gpu_admission.config.model import Config
+from gpu_admission.gpus.daemons import WORKLOAD_KINDS, WorkloadRecord, workload_record
 
 ON_CHANGE = Callable[[], None]
 ADMISSION_PAGE_SIZE = 50

@@ -14,13 +14,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gpu_admission.gpu_daemons import DAEMON_BLINDED
-from gpu_admission.installed_admission import (
+from gpu_admission.admission.installed import (
     CREDENTIALS_NOT_ROUTED,
     InstallReport,
     ObjectState,
 )
-from gpu_admission.metrics import Metrics
+from gpu_admission.gpus.daemons import DAEMON_BLINDED
+from gpu_admission.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_admission.findings import COULD_NOT_CHECK, WOULD_CHANGE, Finding
+from gpu_admission.admission.findings import COULD_NOT_CHECK, WOULD_CHANGE, Finding
 from gpu_admission.names import MANAGED_BY, MANAGED_BY_LABEL
 
 SOURCE = MANAGED_BY

@@ -23,10 +23,10 @@ from kubernetes.client.exceptions import ApiException
 
 from controllers.reports.build import REPORT_KINDS, desired_reports
 from controllers.reports.store import ReportStore
+from gpu_admission.admission.findings import Finding
 from gpu_admission.cluster.pages import Pages
-from gpu_admission.config import Config
-from gpu_admission.findings import Finding
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import Config
+from gpu_admission.process.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

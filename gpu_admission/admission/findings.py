@@ -23,7 +23,7 @@ class Finding:
     namespace: str
     name: str
     message: str
-    mode: str = "enforce"  # the policy's mode (gpu_admission.policy_modes)
+    mode: str = "enforce"  # the policy's mode (gpu_admission.config.policy_modes)
     uid: str = ""
     api_version: str = "v1"  # of the object: a workload's is its group's (apps/v1, ...)
 

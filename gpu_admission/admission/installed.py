@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gpu_admission.gpu_daemons import DaemonFinding, WorkloadRecord
+from gpu_admission.gpus.daemons import DaemonFinding, WorkloadRecord
 
 GROUP = "admissionregistration.k8s.io"
 VERSION = "v1"

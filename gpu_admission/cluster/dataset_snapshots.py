@@ -2,7 +2,7 @@
 PVCs, as the admission webhook and the controller both see them.
 
 A snapshot holds one (content, credentials) pair's data, in one namespace: its `dataset-key`
-label is a hash of both (`gpu_admission.dataset_load.DatasetContent.cache_key`), so a PVC
+label is a hash of both (`gpu_admission.datasets.load.DatasetContent.cache_key`), so a PVC
 naming other credentials for the same source never matches a snapshot loaded with these (one
 team's private data is never handed to a PVC that names other credentials), and a
 VolumeSnapshot can only be restored in its own namespace anyway.

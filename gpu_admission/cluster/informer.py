@@ -40,7 +40,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from gpu_admission.reachability import API_SERVER, Reachability, unreachable_reason
+from gpu_admission.process.reachability import API_SERVER, Reachability, unreachable_reason
 
 log = logging.getLogger(__name__)
 

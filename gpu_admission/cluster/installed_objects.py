@@ -15,10 +15,7 @@ from typing import Any
 from kubernetes.client import AdmissionregistrationV1Api, ApiClient, AppsV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
-from gpu_admission.cluster.pages import Pages
-from gpu_admission.config import Config
-from gpu_admission.gpu_daemons import WORKLOAD_KINDS, workload_record
-from gpu_admission.installed_admission import (
+from gpu_admission.admission.installed import (
     ADMISSION_KINDS,
     AdmissionKind,
     CredentialsFinding,
@@ -27,6 +24,9 @@ from gpu_admission.installed_admission import (
     namespace_labels,
     own_record,
 )
+from gpu_admission.cluster.pages import Pages
+from gpu_admission.config.model import Config
+from gpu_admission.gpus.daemons import WORKLOAD_KINDS, workload_record
 
 _SINGULAR = {
     "mutatingadmissionpolicies": "mutating_admission_policy",

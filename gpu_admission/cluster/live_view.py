@@ -66,7 +66,7 @@ from gpu_admission.cluster.view import (
     secret_info,
     service_account_record,
 )
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from gpu_admission.names import CREDENTIAL_TYPES
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import urllib3
 from kubernetes import client
 
 from gpu_admission import __version__
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 
 log = logging.getLogger(__name__)
 

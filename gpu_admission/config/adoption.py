@@ -1,5 +1,5 @@
 """Configuration for adopting the policies on a running cluster: each policy's mode
-(`policies.<name>.mode`, gpu_admission.policy_modes) and the controller's background audit."""
+(`policies.<name>.mode`, policy_modes.py) and the controller's background audit."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from gpu_admission.config_base import _Model
-from gpu_admission.policy_modes import TUNABLE_POLICIES, PolicyMode
+from gpu_admission.config.base import _Model
+from gpu_admission.config.policy_modes import TUNABLE_POLICIES, PolicyMode
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(s|m|h)")
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}

@@ -1,5 +1,5 @@
 """The `install` configuration section: what the install itself is made of. The kustomize
-components write it (each adds a layer to the ConfigMap, gpu_admission/config_files.py), so the
+components write it (each adds a layer to the ConfigMap, gpu_admission/config/files.py), so the
 programs know the install they run in: the install's self-check expects the admission objects of
 its layout and names its components in the command that mends it."""
 
@@ -9,7 +9,7 @@ from enum import StrEnum
 
 from pydantic import Field, field_validator
 
-from gpu_admission.config_base import _Model
+from gpu_admission.config.base import _Model
 
 # Every component under manifests/components/, as the install's kustomization names it.
 COMPONENTS = (

@@ -1,4 +1,4 @@
-"""One configuration model, loaded from a YAML file (or a folder of layers: config_files.py),
+"""One configuration model, loaded from a YAML file (or a folder of layers: files.py),
 environment variables and flags, in that order.
 
 Later sources win. Environment variables are `GPU_ADMISSION_<FIELD>`, with `__` between nested
@@ -19,21 +19,21 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from gpu_admission.config_adoption import AuditConfig, PolicySettings, known_policy_names
-from gpu_admission.config_base import _Model
-from gpu_admission.config_environ import ENV_PREFIX, UnknownSetting, read_environ
-from gpu_admission.config_files import ConfigFileError, Layer, merged, read_layers, source_of
-from gpu_admission.config_install import InstallConfig
-from gpu_admission.config_schedulers import KAI_SCHEDULER, SchedulerGpus
-from gpu_admission.config_workloads import WorkloadsConfig
-from gpu_admission.names import DEFAULT_PREFIX, HF_DEFAULT_ENDPOINT, Names
-from gpu_admission.policy_modes import (
+from gpu_admission.config.adoption import AuditConfig, PolicySettings, known_policy_names
+from gpu_admission.config.base import _Model
+from gpu_admission.config.environ import ENV_PREFIX, UnknownSetting, read_environ
+from gpu_admission.config.files import ConfigFileError, Layer, merged, read_layers, source_of
+from gpu_admission.config.install import InstallConfig
+from gpu_admission.config.policy_modes import (
     TUNABLE_POLICIES,
     VARIANT_OF,
     PolicyMode,
     allowed_modes,
     family,
 )
+from gpu_admission.config.schedulers import KAI_SCHEDULER, SchedulerGpus
+from gpu_admission.config.workloads import WorkloadsConfig
+from gpu_admission.names import DEFAULT_PREFIX, HF_DEFAULT_ENDPOINT, Names
 
 _TEMPLATE_FIELDS = ("fraction", "replicas", "limit_mib")
 
@@ -154,7 +154,7 @@ class GpuConfig(_Model):
     """Schedulers that hand out GPUs themselves, without a GPU resource: a pod of one that carries
     its mark keeps the NVIDIA_VISIBLE_DEVICES the scheduler gives it (from its ConfigMap), where
     a CPU-only pod's is replaced by none. Default: KAI-Scheduler's GPU fractions
-    (gpu_admission/config_schedulers.py)."""
+    (gpu_admission/config/schedulers.py)."""
 
     @field_validator("resource_patterns", "shared_suffixes")
     @classmethod
@@ -470,7 +470,7 @@ def load_config(
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Config:
-    """Build the config from a YAML file or a folder of layers (gpu_admission/config_files.py),
+    """Build the config from a YAML file or a folder of layers (gpu_admission/config/files.py),
     then `GPU_ADMISSION_*` variables, then flag overrides; each merged over the ones before."""
     try:
         layers = read_layers(Path(path)) if path is not None else []

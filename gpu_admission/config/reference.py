@@ -4,7 +4,7 @@ Every key with its type, limits, default, environment variable and description (
 docstring), then every default as one YAML file. A test fails when the document and the model
 drift apart; regenerate with:
 
-    python -m gpu_admission.config_reference > docs/configuration.md
+    python -m gpu_admission.config.reference > docs/configuration.md
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from gpu_admission.config import ENV_PREFIX, Config
+from gpu_admission.config.model import ENV_PREFIX, Config
 
 INTRODUCTION = """\
 # Configuration
 
-<!-- Generated from gpu_admission/config.py by
-     `python -m gpu_admission.config_reference > docs/configuration.md`; do not edit. -->
+<!-- Generated from gpu_admission/config/model.py by
+     `python -m gpu_admission.config.reference > docs/configuration.md`; do not edit. -->
 
 One YAML file, or a folder of them (`--config`), then `GPU_ADMISSION_*` environment variables,
 then flags; later sources win, each merged over the ones before mapping by mapping, so a source

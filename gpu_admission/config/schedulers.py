@@ -19,7 +19,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from gpu_admission.config_base import _Model
+from gpu_admission.config.base import _Model
 
 
 class SchedulerGpus(_Model):

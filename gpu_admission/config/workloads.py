@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
-from gpu_admission.config_base import _Model
+from gpu_admission.config.base import _Model
 
 # A template path: dotted field names; `[]` after a name takes every item of a list, `.*` every
 # value of a map: `spec.replicatedJobs[].template.spec.template`,

@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from gpu_admission.datasource import DataSourceError, include_patterns, parse_data_source
+from gpu_admission.datasets.source import DataSourceError, include_patterns, parse_data_source
 from gpu_admission.names import PHASE_FAILED, PHASE_PENDING, PHASE_SUCCEEDED, Names
 
 ANONYMOUS = ""

@@ -1,4 +1,4 @@
-"""Containers whose GPU a scheduler gives (`gpu.schedulers`; gpu_admission/config_schedulers.py):
+"""Containers whose GPU a scheduler gives (`gpu.schedulers`; gpu_admission/config/schedulers.py):
 the pod is the scheduler's (`spec.schedulerName`), carries its mark (an annotation), was not
 placed by hand (no `spec.nodeName` when it is created, which would skip the scheduler), and the
 container's NVIDIA_VISIBLE_DEVICES (the entry it gets: the last of the name) comes from the
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_admission.config import GpuConfig
-from gpu_admission.config_schedulers import SchedulerGpus
+from gpu_admission.config.model import GpuConfig
+from gpu_admission.config.schedulers import SchedulerGpus
 from gpu_admission.names import NVIDIA_VISIBLE_DEVICES
 
 

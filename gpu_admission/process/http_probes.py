@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gpu_admission.metrics import EXPOSITION_CONTENT_TYPE, Metrics
+from gpu_admission.process.metrics import EXPOSITION_CONTENT_TYPE, Metrics
 
 JSON_CONTENT_TYPE = "application/json"
 HEALTH_PATH = "/healthz"

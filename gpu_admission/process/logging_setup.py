@@ -57,7 +57,7 @@ class ClientRetriesAtDebug(logging.Filter):
     """urllib3 warns on every retry of every request while the API server is away ("Retrying
     (Retry(total=2, ...)) after connection broken by ...", 500+ characters, several a second with
     a few informers). The process says the outage itself, once when it begins and once when it
-    ends (gpu_admission/reachability.py), so these records become DEBUG: seen only when asked for.
+    ends (reachability.py), so these records become DEBUG: seen only when asked for.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:

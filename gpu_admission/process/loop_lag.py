@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from gpu_admission.metrics import Metrics
+from gpu_admission.process.metrics import Metrics
 
 INTERVAL_SECONDS = 0.1
 LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)

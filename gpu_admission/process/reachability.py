@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-log = logging.getLogger("gpu_admission.cluster")
+log = logging.getLogger(__name__)
 
 
 def unreachable_reason(error: BaseException) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bench.pod_create import project_objects
 from bench.policy_forms import coarse_pod_policy, without_pod_checks_webhook
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.apiserver_policies.pod_checks import POLICY_NAME, refusable_condition
 from webhooks.apiserver_policies.webhook_configurations import POD_CHECKS_WEBHOOK
 

@@ -17,7 +17,7 @@ from certs.issue import ServingSpec, issue_bundle, renew_bundle
 from certs.pem import CertificateError
 from certs.serving import ServingCertificates
 from certs.store import FileStore, SecretStore
-from gpu_admission.config import CertConfig, ConfigError
+from gpu_admission.config.model import CertConfig, ConfigError
 from tests.world.namespaces import namespace_ready
 
 NAMESPACE = "gpu-system"

@@ -20,7 +20,7 @@ from kubernetes import client
 
 from commands import cli, parser
 from commands.serve import AdmissionServer
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests import ROOT
 from tests.support.ports import free_port
 from tests.support.waits import while_running

@@ -22,7 +22,7 @@ print(" ".join(sorted(sys.modules)))
 """
 
 RUNS = {
-    "controller": ["commands.controller", "gpu_admission.event_loop"],
+    "controller": ["commands.controller", "gpu_admission.process.event_loop"],
     "serve": ["commands.serve", "certs.pem"],
 }
 NOT_IMPORTED = {

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from commands.cli import main
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.dispatch.workload_checks import STATE_DEPENDENT
 
 SECRET = """

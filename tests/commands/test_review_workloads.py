@@ -10,7 +10,7 @@ import sys
 import yaml
 
 from commands.cli import main
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.apiserver_policies.pod_checks import denial_text
 from webhooks.apiserver_policies.workload_templates import WORKLOAD_POLICY_NAME, workload_denial
 from webhooks.core.workload_kinds import BUILT_IN

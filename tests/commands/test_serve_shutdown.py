@@ -16,8 +16,8 @@ import pytest
 
 from commands.serve import SHUTTING_DOWN, AdmissionServer
 from gpu_admission.cluster.view import ClusterView, ObjectRef, StaticClusterView
-from gpu_admission.config import Config
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import Config
+from gpu_admission.process.metrics import Metrics
 from tests.support.ports import free_port
 from tests.webhooks.server_helpers import fixture_bytes
 from webhooks.core.patch import Patch

@@ -20,8 +20,8 @@ import commands.controller as controller_module
 import commands.serve as serve_module
 from commands.controller import ControllerProcess
 from commands.serve import AdmissionServer
-from gpu_admission.config import Config
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import Config
+from gpu_admission.process.metrics import Metrics
 from tests import ROOT
 from tests.support.ports import free_port
 from tests.world.harness import register_webhooks, wait_in_force

@@ -1,5 +1,5 @@
 """Dataset PVC records for the controller's unit tests, made as the informer makes them: from a
-PVC's annotations, through `gpu_admission.dataset_load`."""
+PVC's annotations, through `gpu_admission.datasets.load`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from controllers.dataset.records import PvcRecord
-from gpu_admission.dataset_load import dataset_load
+from gpu_admission.datasets.load import dataset_load
 from gpu_admission.names import Names
 
 NAMES = Names()

@@ -15,8 +15,8 @@ from controllers.dataset.snapshot_keeper import (
 )
 from gpu_admission.cluster.dataset_snapshots import SnapshotInfo
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.config import Config
-from gpu_admission.dataset_load import DatasetContent
+from gpu_admission.config.model import Config
+from gpu_admission.datasets.load import DatasetContent
 from tests.controllers.pvc_records import changed
 from tests.controllers.test_dataset_units import PVC
 from tests.webhooks.policy_helpers import mutate_twice

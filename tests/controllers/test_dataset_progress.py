@@ -9,8 +9,8 @@ from typing import Any
 from controllers.dataset.metrics import DatasetMetrics
 from controllers.dataset.progress import ProgressReader
 from controllers.dataset.records import LoaderPod
-from gpu_admission.load_progress import Progress
-from gpu_admission.metrics import Metrics
+from gpu_admission.datasets.progress import Progress
+from gpu_admission.process.metrics import Metrics
 from tests.controllers.test_dataset_units import PVC, job
 
 

@@ -13,8 +13,8 @@ from controllers.dataset.recorder import LoadRecorder
 from controllers.dataset.records import Condition, LoaderPod
 from controllers.writes.dataset import ApiWriter
 from gpu_admission.cluster.informer import Informer
-from gpu_admission.config import Config
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import Config
+from gpu_admission.process.metrics import Metrics
 from tests.controllers.pvc_records import changed, dataset_pvc
 
 PVC = dataset_pvc(resource_version="1")

@@ -19,8 +19,14 @@ from controllers.dataset.summary import (
     last_failure_cause,
     summary_from_pods,
 )
-from gpu_admission.datasource import parse_data_source
-from gpu_admission.load_progress import LoadProgress, Progress, combine, from_stats, last_progress
+from gpu_admission.datasets.progress import (
+    LoadProgress,
+    Progress,
+    combine,
+    from_stats,
+    last_progress,
+)
+from gpu_admission.datasets.source import parse_data_source
 from tests.controllers.pvc_records import changed
 from tests.controllers.test_dataset_units import CONFIG, NAMES, PVC, job
 

@@ -17,8 +17,8 @@ from controllers.dataset.records import (
 )
 from controllers.dataset.status import status_patch
 from controllers.dataset.summary import summary_from_pods
-from gpu_admission.config import Config
-from gpu_admission.datasource import parse_data_source
+from gpu_admission.config.model import Config
+from gpu_admission.datasets.source import parse_data_source
 from tests.controllers.pvc_records import changed, dataset_pvc
 
 CONFIG = Config()

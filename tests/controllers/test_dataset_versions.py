@@ -14,7 +14,7 @@ from controllers.dataset.status import annotations
 from controllers.dataset.summary import SOURCE_CHANGED, success_message, summary_from_pods
 from gpu_admission.cluster.dataset_snapshots import snapshot_info
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.datasource import parse_data_source
+from gpu_admission.datasets.source import parse_data_source
 from tests.controllers.test_dataset_cache import CONFIG, NAMES, policies, pvc, snap
 from tests.controllers.test_dataset_units import job
 from tests.webhooks.policy_helpers import mutate_twice

@@ -14,7 +14,7 @@ from controllers.dataset.jobspec import LoaderJobInputs, build_loader_job
 from controllers.dataset.records import job_record, pvc_record
 from controllers.dataset.watched_fields import DatasetPvc, LoaderJob
 from gpu_admission.cluster.informer import meta_namespace_key, shaped_decoders
-from gpu_admission.datasource import parse_data_source
+from gpu_admission.datasets.source import parse_data_source
 from tests.controllers.test_dataset_units import CONFIG, NAMES
 from tests.world.namespaces import namespace_ready
 

@@ -9,14 +9,14 @@ import math
 import pytest
 
 from controllers.install_check.report import InstallMetrics, InstallReporter
-from gpu_admission.gpu_daemons import DaemonFinding
-from gpu_admission.installed_admission import (
+from gpu_admission.admission.installed import (
     CredentialsFinding,
     InstallReport,
     ObjectFinding,
     ObjectState,
 )
-from gpu_admission.metrics import Metrics
+from gpu_admission.gpus.daemons import DaemonFinding
+from gpu_admission.process.metrics import Metrics
 
 MAP = ("MutatingAdmissionPolicy", "gpu-admission-gpu-visibility")
 

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from controllers.dataset import DatasetController
 from controllers.leader import LeaderElector
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.world.namespaces import namespace_ready
 
 pytestmark = pytest.mark.e2e  # runs real processes or waits on real time: not in the fast tier

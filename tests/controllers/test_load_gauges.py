@@ -9,7 +9,7 @@ from prometheus_client.utils import floatToGoString
 
 from controllers.dataset.load_gauges import LoadStateCollector, load_states
 from controllers.dataset.records import Condition, PvcRecord
-from gpu_admission.metrics import Metrics
+from gpu_admission.process.metrics import Metrics
 from tests.controllers.pvc_records import changed, dataset_pvc
 
 BASE = dataset_pvc()

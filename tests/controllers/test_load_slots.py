@@ -13,8 +13,8 @@ from controllers.dataset.records import JobRecord, PvcRecord
 from controllers.dataset.slots import LoadSlots
 from controllers.writes.dataset import ApiWriter
 from gpu_admission.cluster.informer import Informer
-from gpu_admission.config import Config
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import Config
+from gpu_admission.process.metrics import Metrics
 from tests.controllers.pvc_records import dataset_pvc
 
 PLAN = Plan(phase="Pending", reason="JobCreated", message="loading", create_job=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from controllers.dataset.jobspec import LoaderJobInputs, build_loader_job
-from gpu_admission.config import Config
-from gpu_admission.datasource import parse_data_source
+from gpu_admission.config.model import Config
+from gpu_admission.datasets.source import parse_data_source
 
 
 def job(source: str, secret: str | None = None, config: Config | None = None, **kw: Any) -> dict:

@@ -19,8 +19,8 @@ from controllers.writes.raw import (
     retry_after_seconds,
     tls_context,
 )
-from gpu_admission import event_loop
 from gpu_admission.cluster.api_connections import Proxy
+from gpu_admission.process import event_loop
 from tests.world.namespaces import namespace_ready
 
 NS = "raw-writes"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from controllers.reports.build import REPORT_KINDS, desired_reports, unchanged
-from gpu_admission.findings import COULD_NOT_CHECK, WOULD_CHANGE, WOULD_REFUSE, Finding
+from gpu_admission.admission.findings import COULD_NOT_CHECK, WOULD_CHANGE, WOULD_REFUSE, Finding
 
 OMITTED = "gpu-admission.io/results-omitted"
 POLICY_REPORT, OPEN_REPORT = REPORT_KINDS["policyreport"], REPORT_KINDS["openreports"]

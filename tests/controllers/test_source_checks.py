@@ -14,8 +14,8 @@ from controllers.dataset.source_version_audit import (
     check_job_name,
     loaded_pvcs,
 )
-from gpu_admission.config import Config
-from gpu_admission.findings import COULD_NOT_CHECK, SOURCE_CHANGED
+from gpu_admission.admission.findings import COULD_NOT_CHECK, SOURCE_CHANGED
+from gpu_admission.config.model import Config
 
 CONFIG = Config()
 NAMES = CONFIG.names

@@ -21,10 +21,10 @@ from commands.controller import ControllerProcess
 from commands.parser import build_parser
 from commands.review import review_command
 from commands.serve import AdmissionServer
-from gpu_admission.config import Config
-from gpu_admission.config_reference import missing_descriptions, render
-from gpu_admission.metrics import AdmissionMetrics, Metrics
+from gpu_admission.config.model import Config
+from gpu_admission.config.reference import missing_descriptions, render
 from gpu_admission.names import DEFAULT_PREFIX, Names
+from gpu_admission.process.metrics import AdmissionMetrics, Metrics
 from tests import ROOT
 from tests.support.markdown import code_blocks
 from tests.world.harness import KUBECTL, installed_config
@@ -77,9 +77,11 @@ def test_the_readme_is_a_front_page() -> None:
 def test_the_configuration_reference_is_generated_from_the_model() -> None:
     assert DOCS["configuration.md"] == render(), (
         "docs/configuration.md drifted from the configuration model; regenerate it with "
-        "python -m gpu_admission.config_reference > docs/configuration.md"
+        "python -m gpu_admission.config.reference > docs/configuration.md"
     )
-    assert missing_descriptions() == [], "every key needs a docstring in gpu_admission/config.py"
+    assert missing_descriptions() == [], (
+        "every key needs a docstring in gpu_admission/config/model.py"
+    )
     blocks = code_blocks(DOCS["configuration.md"], "yaml")
     assert yaml.safe_load(blocks[-1]) == Config().model_dump(mode="json")
     keys = set(re.findall(r"^\| `([a-z_.]+)` \|", DOCS["configuration.md"], re.M))
@@ -194,7 +196,7 @@ def test_quoted_denials_are_the_real_messages(example_denials, subject):
 
 def test_the_reference_command_prints_the_document() -> None:
     printed = subprocess.run(
-        [sys.executable, "-m", "gpu_admission.config_reference"],
+        [sys.executable, "-m", "gpu_admission.config.reference"],
         capture_output=True,
         text=True,
         check=True,

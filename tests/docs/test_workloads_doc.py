@@ -8,7 +8,7 @@ import re
 import jsonpatch
 import yaml
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests import ROOT
 from tests.world.harness import render
 from webhooks.core.workload_kinds import BUILT_IN, template_kinds

@@ -21,7 +21,7 @@ from typing import Any
 from kubernetes import client
 
 from controllers.dataset import DatasetController
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.world.containers.engine import IMAGE, Unavailable, engine
 from tests.world.kubelet.image_run import Images
 from tests.world.kubelet.node import HOST_PATH

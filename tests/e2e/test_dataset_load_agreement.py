@@ -26,7 +26,7 @@ from controllers.dataset.records import pvc_record as controller_record
 from controllers.dataset.status import annotations as status_annotations
 from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.cluster.view import pvc_record as webhook_record
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from gpu_admission.names import PHASE_FAILED, PHASE_LOADING, PHASE_PENDING, PHASE_SUCCEEDED
 from tests.webhooks.policy_helpers import make_request
 from webhooks.core.patch import Patch

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from commands.parser import main as cli
-from gpu_admission.metrics import Metrics
+from gpu_admission.process.metrics import Metrics
 from gpu_usage.agent import Agent
 from gpu_usage.host_processes import ProcessTable
 from gpu_usage.nvml_reader import DriverChanged, NvmlReader

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpu_admission.config import GpuConfig
+from gpu_admission.config.model import GpuConfig
 from gpu_usage.workloads import gpus_held, mig_slices, workload_of
 
 

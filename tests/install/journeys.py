@@ -223,7 +223,7 @@ def warnings_on(cluster: InstallCluster, name: str) -> list[client.CoreV1Event]:
 def consumers_of_a_loaded_dataset_run(cluster: InstallCluster, claim: str) -> None:
     """Pods created after `claim` loaded: never gated, and one pinned to the node (which
     cannot wait behind a gate) admitted and run: the webhook reads the load the controller
-    recorded as loaded (gpu_admission.dataset_load)."""
+    recorded as loaded (gpu_admission.datasets.load)."""
     cluster.apply([consumer(f"{claim}-after", claim, "true")])
     after = cluster.core.read_namespaced_pod(f"{claim}-after", NS)
     assert not after.spec.scheduling_gates, after.spec.scheduling_gates

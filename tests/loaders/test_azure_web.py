@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_admission.datasource import parse_data_source
+from gpu_admission.datasets.source import parse_data_source
 from loaders.rclone import PERMANENT_EXIT_CODE
 from loaders.report import classify
 from loaders.sources import rclone_env

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from controllers.dataset.jobspec import LoaderJobInputs, loader_args
-from gpu_admission.config import Config
-from gpu_admission.datasource import parse_data_source
+from gpu_admission.config.model import Config
+from gpu_admission.datasets.source import parse_data_source
 from loaders.rclone import PERMANENT_EXIT_CODE, STALLED_EXIT_CODE
 from loaders.shards import SourceObject
 from loaders.space import Needed, shortfall, still_to_fetch, with_margin

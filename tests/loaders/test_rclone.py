@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_admission.datasource import parse_data_source
+from gpu_admission.datasets.source import parse_data_source
 from loaders.rclone import PERMANENT_EXIT_CODE, run_load
 from loaders.report import MAX_SUMMARY_BYTES, RunLog, encode_summary, plain_cause
 from loaders.sources import rclone_env

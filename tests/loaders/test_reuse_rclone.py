@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_admission.datasource import parse_data_source
+from gpu_admission.datasets.source import parse_data_source
 from loaders.digest_only import run_digest_only
 from loaders.rclone import PERMANENT_EXIT_CODE
 from tests.loaders.test_rclone import BIN, gcs, load, s3, s3_env  # noqa: F401  (the fixtures)

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu_admission.datasource import parse_data_source
-from gpu_admission.load_progress import last_progress
+from gpu_admission.datasets.progress import last_progress
+from gpu_admission.datasets.source import parse_data_source
 from loaders.rclone import run_load
 from loaders.shards import (
     PER_OBJECT_COST,

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from gpu_admission.config_install import COMPONENTS
+from gpu_admission.config.install import COMPONENTS
 from tests import ROOT
 from tests.world.harness import KUBECTL, WAIT_SECONDS
 

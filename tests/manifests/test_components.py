@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_admission.config_install import COMPONENTS
-from gpu_admission.installed_admission import (
+from gpu_admission.admission.installed import (
     ADMISSION_KINDS,
     MUTATING_POLICY,
     MUTATING_WEBHOOKS,
@@ -19,7 +18,8 @@ from gpu_admission.installed_admission import (
     VALIDATING_WEBHOOKS,
     LiveAdmission,
 )
-from gpu_admission.policy_modes import audit_mode
+from gpu_admission.config.install import COMPONENTS
+from gpu_admission.config.policy_modes import audit_mode
 from tests import ROOT
 from tests.manifests.compositions import (
     FEATURES,

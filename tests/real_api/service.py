@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes import config as kube_config
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.world.control_plane import ControlPlane
 from tests.world.harness import (
     body,

@@ -15,7 +15,7 @@ import yaml
 from kubernetes import client
 
 from commands.audit import EXIT_CLEAN, EXIT_FINDINGS, audit_command
-from gpu_admission.dataset_load import DatasetContent
+from gpu_admission.datasets.load import DatasetContent
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from tests.real_api.nodes import renamed_shared_node
 from tests.world.control_plane import ControlPlane

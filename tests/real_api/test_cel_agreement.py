@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kubernetes import client
 
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.config import Config, FailureMode
+from gpu_admission.config.model import Config, FailureMode
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from tests.real_api.test_pod_checks import EXEMPT, expected, pods, stored
 from tests.support.waits import while_running

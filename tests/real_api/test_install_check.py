@@ -21,9 +21,9 @@ from kubernetes import client
 from commands.audit import audit_command
 from commands.controller import ControllerProcess
 from controllers.install_check import InstallChecker
-from gpu_admission.config import Config
-from gpu_admission.installed_admission import InstallReport, ObjectState
-from gpu_admission.metrics import Metrics
+from gpu_admission.admission.installed import InstallReport, ObjectState
+from gpu_admission.config.model import Config
+from gpu_admission.process.metrics import Metrics
 from tests.real_api.conftest import WEBHOOK_KINDS, Kubectl, apply_base, namespace_ready
 from tests.world.control_plane import ControlPlane
 from tests.world.harness import render

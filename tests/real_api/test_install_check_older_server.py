@@ -21,8 +21,8 @@ from kubernetes import config as kube_config
 
 from commands.audit import EXIT_FINDINGS, audit_command
 from commands.controller import ControllerProcess
-from gpu_admission.config import Config
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import Config
+from gpu_admission.process.metrics import Metrics
 from tests import ROOT
 from tests.real_api.test_install_check import _until
 from tests.world import control_plane

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from controllers.dataset import DatasetController
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.e2e.datasets import eventually
 from tests.real_api.conftest import namespace_ready
 from tests.world.control_plane import ControlPlane

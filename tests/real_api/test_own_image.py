@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from gpu_admission.cluster.own_image import BUILT_IMAGE, CONTROLLER_DEPLOYMENT, loader_image
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.real_api.conftest import namespace_ready
 
 PUSHED = "registry.example.com/ml/gpu-admission:0.1.0"

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from kubernetes import client
 
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.config import Config, FailureMode
+from gpu_admission.config.model import Config, FailureMode
 from tests import ROOT
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from tests.webhooks.policy_helpers import make_request

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpu_admission.config import Config
-from gpu_admission.policy_modes import MUTATING_POLICIES, VALIDATING_POLICIES
+from gpu_admission.config.model import Config
+from gpu_admission.config.policy_modes import MUTATING_POLICIES, VALIDATING_POLICIES
 from tests.real_api.admission_answers import Answer, audit_annotations, create
 from tests.real_api.conftest import namespace_ready
 from tests.real_api.nodes import renamed_shared_node

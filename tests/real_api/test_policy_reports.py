@@ -21,8 +21,8 @@ from kubernetes import client
 
 from commands.audit import audit_command
 from commands.controller import ControllerProcess
-from gpu_admission.config import Config
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import Config
+from gpu_admission.process.metrics import Metrics
 from tests import ROOT
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from tests.world.control_plane import ControlPlane

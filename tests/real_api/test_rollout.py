@@ -27,8 +27,8 @@ from certs.issue import ServingSpec, issue_serving
 from certs.reloader import CertPaths
 from commands.serve import AdmissionServer
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.config import Config
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import Config
+from gpu_admission.process.metrics import Metrics
 from tests.real_api.balancer import Balancer
 from tests.real_api.conftest import namespace_ready
 from tests.support.ports import free_port

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.real_api.conftest import namespace_ready
 from tests.real_api.service import served
 from tests.world.control_plane import ControlPlane

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from kubernetes import client
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from tests.support.waits import while_running
 from tests.webhooks.pod_strategies import DEBUGGERS, admission_pods

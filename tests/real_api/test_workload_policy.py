@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kubernetes import client, dynamic
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from tests.real_api.test_pod_checks import pods
 from tests.support.waits import while_running

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from kubernetes import client, dynamic
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
 from tests.real_api.service import served
 from tests.support.waits import while_running

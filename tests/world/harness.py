@@ -49,8 +49,8 @@ from kubernetes import config as kube_config
 from certs.issue import CertBundle, ServingSpec, issue_bundle
 from certs.reloader import CertReloader
 from gpu_admission.cluster.live_view import LiveClusterView
-from gpu_admission.config import Config, load_config
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import Config, load_config
+from gpu_admission.process.metrics import Metrics
 from tests import ROOT
 from tests.support.loops import run_until_stopped
 from tests.world.faults import Faults

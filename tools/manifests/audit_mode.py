@@ -25,7 +25,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from gpu_admission.config import Config, load_config  # noqa: E402
+from gpu_admission.config.model import Config, load_config  # noqa: E402
 from webhooks.apiserver_policies.install_expectation import expected_objects  # noqa: E402
 from webhooks.apiserver_policies.webhook_configurations import Layout  # noqa: E402
 

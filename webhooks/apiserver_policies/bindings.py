@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_admission.config import Config
-from gpu_admission.policy_modes import PolicyMode
+from gpu_admission.config.model import Config
+from gpu_admission.config.policy_modes import PolicyMode
 from webhooks.apiserver_policies.credential_namespaces import (
     BINDING_POLICY,
     LABEL_POLICY,

@@ -1,4 +1,4 @@
-"""Which GPU daemons the visibility policy blinds (gpu_admission/gpu_daemons.py says what one
+"""Which GPU daemons the visibility policy blinds (gpu_admission/gpus/daemons.py says what one
 is): a workload in a namespace that is not exempt whose template has a container the policy
 hides (`visibility_mutation.hidden_containers`: no GPU resource, no claim, no scheduler's
 visibility) and that wants the node's GPUs all the same. Pure: the self-check and `audit` bring
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gpu_admission.config import Config
-from gpu_admission.gpu_daemons import DaemonFinding, WorkloadRecord, wants_gpus
-from gpu_admission.policy_modes import PolicyMode
+from gpu_admission.config.model import Config
+from gpu_admission.config.policy_modes import PolicyMode
+from gpu_admission.gpus.daemons import DaemonFinding, WorkloadRecord, wants_gpus
 from webhooks.apiserver_policies.visibility_mutation import hidden_containers
 
 

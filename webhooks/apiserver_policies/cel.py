@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from gpu_admission.config import GpuConfig
+from gpu_admission.config.model import GpuConfig
 
 # -- CEL text --------------------------------------------------------------------------------
 

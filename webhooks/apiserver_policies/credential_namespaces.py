@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.apiserver_policies.cel import cel_string
 from webhooks.apiserver_policies.pod_checks import exempt_selector
 from webhooks.policies.credential_injection import parse_names

@@ -4,7 +4,7 @@ webhook configurations of `webhook_configurations`), each found ok, missing or s
 ServiceAccounts bound to credentials whose pods the installed routing never sends to the webhook.
 
 Pure: the controller's watch and `gpu-admission audit` bring the live objects
-(`gpu_admission.installed_admission.LiveAdmission`) and report what this returns.
+(`gpu_admission.admission.installed.LiveAdmission`) and report what this returns.
 
 Which layout is expected follows from what the API server serves, as the docs prescribe: the base
 where MutatingAdmissionPolicy v1 is served (1.36 and later), `webhook-pod-mutations` where only
@@ -19,9 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_admission.config import Config
-from gpu_admission.config_install import InstallLayout
-from gpu_admission.installed_admission import (
+from gpu_admission.admission.installed import (
     MUTATING_POLICY,
     MUTATING_POLICY_BINDING,
     MUTATING_WEBHOOKS,
@@ -36,7 +34,9 @@ from gpu_admission.installed_admission import (
     ObjectState,
     object_difference,
 )
-from gpu_admission.policy_modes import PolicyMode, audit_mode
+from gpu_admission.config.install import InstallLayout
+from gpu_admission.config.model import Config
+from gpu_admission.config.policy_modes import PolicyMode, audit_mode
 from webhooks.apiserver_policies.bindings import GPU_VISIBILITY, admission_policy_objects
 from webhooks.apiserver_policies.blinded_daemons import blinded_daemons
 from webhooks.apiserver_policies.credential_namespaces import BINDING_POLICY, LABEL_POLICY

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpu_admission.config import Config, GpuConfig
+from gpu_admission.config.model import Config, GpuConfig
 from webhooks.apiserver_policies.cel import base_name, cel_string, is_shared_test, requests_gpu_test
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_env_guard import TAMPERING_ADVICE, tampering

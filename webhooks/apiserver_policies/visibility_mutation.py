@@ -7,8 +7,8 @@ containers added through `pods/ephemeralcontainers`, that name no GPU resource
 (`gpu.resource_patterns`) and use no ResourceClaim (whether a claim's device is a GPU depends on
 the claim and its DeviceClass: the webhook decides those, `policies/gpu_visibility.py`), and
 whose NVIDIA_VISIBLE_DEVICES is not one a scheduler of `gpu.schedulers` gave this pod (KAI's GPU
-fractions: `gpu_admission/scheduler_gpus.py`). Mirror pods and exempt namespaces are left alone, as
-the webhook leaves them.
+fractions: `gpu_admission/gpus/scheduler_gpus.py`). Mirror pods and exempt namespaces are left
+alone, as the webhook leaves them.
 
 The change is the webhook's, operation for operation (`Patch.set_env`): the first entry of the
 name replaced in place by the plain value, later entries of the name removed (the last one is
@@ -36,9 +36,9 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
+from gpu_admission.gpus.scheduler_gpus import scheduler_gives
 from gpu_admission.names import MIRROR_POD_ANNOTATION, NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
-from gpu_admission.scheduler_gpus import scheduler_gives
 from webhooks.apiserver_policies.cel import cel_string, requests_gpu_test
 from webhooks.apiserver_policies.pod_checks import exempt_selector
 from webhooks.core.change_words import describe_changes
@@ -140,7 +140,7 @@ def _added(lst: str) -> str:
 
 def scheduler_gives_test(config: Config) -> str:
     """CEL true when the container `c` has its NVIDIA_VISIBLE_DEVICES from a scheduler of
-    `gpu.schedulers` for this pod (`gpu_admission.scheduler_gpus.scheduler_gives`)."""
+    `gpu.schedulers` for this pod (`gpu_admission.gpus.scheduler_gpus.scheduler_gives`)."""
     annotations = "object.metadata.annotations"
     tests = []
     for scheduler in config.gpu.schedulers:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from gpu_admission.names import CREDENTIAL_TYPES
 from webhooks.apiserver_policies.cel import cel_string
 from webhooks.apiserver_policies.webhook_routing import (

@@ -31,8 +31,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_admission.config import Config, GpuConfig
-from gpu_admission.policy_modes import PolicyMode
+from gpu_admission.config.model import Config, GpuConfig
+from gpu_admission.config.policy_modes import PolicyMode
 from webhooks.apiserver_policies.cel import cel_string, is_gpu_test, requests_gpu_test
 from webhooks.apiserver_policies.credential_namespaces import binds
 from webhooks.apiserver_policies.pod_checks import (

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_admission.admission.findings import WOULD_REFUSE, Finding
 from gpu_admission.cluster.pages import Pages
 from gpu_admission.cluster.view import ClusterView
-from gpu_admission.config import Config
-from gpu_admission.findings import WOULD_REFUSE, Finding
+from gpu_admission.config.model import Config
+from gpu_admission.config.policy_modes import PolicyMode
 from gpu_admission.names import CREDENTIAL_TYPES
-from gpu_admission.policy_modes import PolicyMode
 from webhooks.apiserver_policies.credential_namespaces import binding_message, binds
 from webhooks.apiserver_policies.webhook_routing import CREDENTIAL_NAMESPACE_POD_MUTATIONS
 from webhooks.audit.objects import audit_object, ordered

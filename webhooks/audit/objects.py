@@ -14,9 +14,9 @@ from typing import Any
 
 import msgspec
 
+from gpu_admission.admission.findings import COULD_NOT_CHECK, WOULD_CHANGE, WOULD_REFUSE, Finding
 from gpu_admission.cluster.view import ClusterView
-from gpu_admission.findings import COULD_NOT_CHECK, WOULD_CHANGE, WOULD_REFUSE, Finding
-from gpu_admission.policy_modes import PolicyMode
+from gpu_admission.config.policy_modes import PolicyMode
 from webhooks.core.change_words import describe_changes
 from webhooks.core.patch import Patch
 from webhooks.offline.review import merged_string_data, review_request

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpu_admission.admission.findings import COULD_NOT_CHECK, WOULD_REFUSE, Finding
 from gpu_admission.cluster.view import ClusterView
-from gpu_admission.findings import COULD_NOT_CHECK, WOULD_REFUSE, Finding
-from gpu_admission.policy_modes import PolicyMode
+from gpu_admission.config.policy_modes import PolicyMode
 from webhooks.core.patch import Patch
 from webhooks.core.pod_defaults import default_pod
 from webhooks.core.workload_kinds import TemplateKind, template_pod, templates

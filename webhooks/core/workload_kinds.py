@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.core.review import AdmissionRequest, describe_shape_error
 from webhooks.core.review_shapes import PodTemplate
 

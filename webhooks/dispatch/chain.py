@@ -5,7 +5,7 @@ crashes the caller and never silently admits: under the `deny` failure mode the 
 refused with a message saying so; under `allow` it is admitted without that policy's changes,
 with a warning. Either way the failure is logged and reported in `failed_policies`.
 
-Each policy acts by its mode (`gpu_admission.policy_modes`): an enforcing one refuses or
+Each policy acts by its mode (`gpu_admission.config.policy_modes`): an enforcing one refuses or
 changes; a warn-mode one turns its refusal into a warning; an audit-mode one changes and refuses
 nothing, and what it would have done goes into the answer's `auditAnnotations` (the API server
 writes them into its audit event, keyed `<webhook name>/<policy>`). A policy that does not
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_admission.cluster.view import ClusterView, MissResolver, ObjectRef
-from gpu_admission.config import FailureMode
-from gpu_admission.policy_modes import CHANGED, DENIED, RECORDED, WARNED, PolicyMode
+from gpu_admission.config.model import FailureMode
+from gpu_admission.config.policy_modes import CHANGED, DENIED, RECORDED, WARNED, PolicyMode
 from webhooks.core.change_words import describe_changes
 from webhooks.core.patch import Patch
 from webhooks.core.review import AdmissionRequest

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.core.review import WORKLOAD
 from webhooks.policies.interface import MutatingPolicy, PolicySet, ValidatingPolicy
 

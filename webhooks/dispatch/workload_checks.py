@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef
-from gpu_admission.config import Config
-from gpu_admission.config_workloads import PodChecksIn
-from gpu_admission.policy_modes import PolicyMode
+from gpu_admission.config.model import Config
+from gpu_admission.config.policy_modes import PolicyMode
+from gpu_admission.config.workloads import PodChecksIn
 from webhooks.apiserver_policies.pod_checks import POD_CHECKS, policy_denial
 from webhooks.core.patch import Patch
 from webhooks.core.pod_defaults import default_pod

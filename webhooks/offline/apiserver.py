@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_admission.config import Config
-from gpu_admission.policy_modes import PolicyMode
+from gpu_admission.config.model import Config
+from gpu_admission.config.policy_modes import PolicyMode
 from webhooks.apiserver_policies import visibility_mutation as visibility
 from webhooks.apiserver_policies.bindings import PodCheckPolicy
 from webhooks.apiserver_policies.credential_namespaces import (

@@ -19,8 +19,8 @@ import copy
 import uuid
 from typing import Any, cast
 
-from gpu_admission.config import Config
-from gpu_admission.policy_modes import PolicyMode
+from gpu_admission.config.model import Config
+from gpu_admission.config.policy_modes import PolicyMode
 from webhooks.apiserver_policies.bindings import (
     failed_policies,
     workload_check_policies,

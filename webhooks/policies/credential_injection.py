@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef, SecretInfo
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from gpu_admission.names import (
     AWS_CREDENTIAL_TYPE,
     AWS_DEFAULT_REGION,

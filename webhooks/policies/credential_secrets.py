@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from gpu_admission.cluster.view import ClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from gpu_admission.names import (
     AWS_CREDENTIAL_TYPE,
     AZURE_CREDENTIAL_TYPE,

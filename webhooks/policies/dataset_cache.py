@@ -3,7 +3,7 @@ starts as a clone of it, which its loader keeps if the source is unchanged.
 
 At PVC CREATE, when the user set no data source and did not opt out (`data-cache: "false"`),
 the newest ready dataset snapshot in the namespace that holds the same content read with the
-same credentials (the content's cache key, gpu_admission.dataset_load), taken from a PVC of
+same credentials (the content's cache key, gpu_admission.datasets.load), taken from a PVC of
 the same StorageClass, and small enough for the PVC's request, becomes the PVC's
 `dataSourceRef` (and `dataSource`, equal to it, as kube-apiserver would mirror it). The PVC
 records which snapshot in `data-cloned-from`, and the digest of the source that snapshot's load
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from gpu_admission.cluster.dataset_snapshots import SNAPSHOT_GROUP, SnapshotInfo
 from gpu_admission.cluster.view import ClusterView
-from gpu_admission.config import Config
-from gpu_admission.dataset_load import content_of
+from gpu_admission.config.model import Config
+from gpu_admission.datasets.load import content_of
 from gpu_admission.names import Names
 from webhooks.core.patch import Patch
 from webhooks.core.review import AdmissionRequest

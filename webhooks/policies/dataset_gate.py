@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef, PVCInfo
-from gpu_admission.config import Config
-from gpu_admission.dataset_load import DatasetLoad, dataset_load
+from gpu_admission.config.model import Config
+from gpu_admission.datasets.load import DatasetLoad, dataset_load
 from gpu_admission.names import PHASE_FAILED, Names
 from webhooks.core.patch import Patch
 from webhooks.core.review import AdmissionRequest, Verdict
@@ -41,7 +41,7 @@ class DatasetVolume:
 
 
 def load_of(pvc: PVCInfo, names: Names) -> DatasetLoad | None:
-    """The PVC's current load (gpu_admission.dataset_load, as the controller reads it); None
+    """The PVC's current load (gpu_admission.datasets.load, as the controller reads it); None
     for a PVC that is not a dataset."""
     return dataset_load(pvc.name, pvc.uid, pvc.annotations, names)
 

@@ -15,15 +15,15 @@ import re
 from collections.abc import Iterable
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef
-from gpu_admission.config import Config
-from gpu_admission.datasource import (
+from gpu_admission.config.model import Config
+from gpu_admission.datasets.parallelism import load_parallelism
+from gpu_admission.datasets.source import (
     CLOUD_NAME,
     DataSource,
     DataSourceError,
     include_patterns,
     parse_data_source,
 )
-from gpu_admission.load_parallelism import load_parallelism
 from gpu_admission.names import Names
 from webhooks.core.patch import Patch, escape
 from webhooks.core.review import AdmissionRequest, Verdict

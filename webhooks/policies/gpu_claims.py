@@ -23,7 +23,7 @@ from typing import Any
 
 from gpu_admission.cluster.dra import ClaimInfo
 from gpu_admission.cluster.view import ClusterView, ObjectRef
-from gpu_admission.config import Config, DraConfig
+from gpu_admission.config.model import Config, DraConfig
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_resources import GpuResources
 

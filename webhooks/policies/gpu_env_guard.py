@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_claims import GpuDetector

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpu_admission.config import GpuConfig
+from gpu_admission.config.model import GpuConfig
 from webhooks.policies.containers import ContainerRef
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from gpu_admission import names as n
 from gpu_admission.cluster.view import NodeInfo
-from gpu_admission.config import GpuConfig
+from gpu_admission.config.model import GpuConfig
 from webhooks.policies.quantity import is_positive
 
 _COUNT = re.compile(r"[0-9]{1,9}")

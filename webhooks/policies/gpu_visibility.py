@@ -7,7 +7,7 @@ to the device plugin or the DRA driver, which set what the container sees: a con
 by a GPU extended resource or through a ResourceClaim of a GPU DeviceClass (`gpu_claims`). One
 whose claim cannot be resolved keeps its GPUs, with a warning and a notice for the metrics. One
 whose NVIDIA_VISIBLE_DEVICES a GPU-sharing scheduler gave it keeps it
-(`gpu_admission/scheduler_gpus.py`).
+(`gpu_admission/gpus/scheduler_gpus.py`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
+from gpu_admission.gpus.scheduler_gpus import scheduler_gives
 from gpu_admission.names import MIRROR_POD_ANNOTATION, NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
-from gpu_admission.scheduler_gpus import scheduler_gives
 from webhooks.core.patch import Patch
 from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.containers import ContainerRef, iter_containers

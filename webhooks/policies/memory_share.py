@@ -23,7 +23,7 @@ from typing import Any
 
 from gpu_admission import names as n
 from gpu_admission.cluster.view import ClusterView, NodeInfo
-from gpu_admission.config import Config, GpuConfig, NoCandidateBehaviour
+from gpu_admission.config.model import Config, GpuConfig, NoCandidateBehaviour
 from webhooks.core.patch import Patch
 from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.containers import iter_containers

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from gpu_admission import names as n
 from gpu_admission.cluster.view import ClusterView
-from gpu_admission.config import Config, GpuConfig
+from gpu_admission.config.model import Config, GpuConfig
 from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_resources import GpuResources

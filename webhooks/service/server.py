@@ -19,8 +19,9 @@ from typing import Any
 from aiohttp import web
 
 from gpu_admission.cluster.view import ClusterView, MissResolver
-from gpu_admission.config import Config, FailureMode
-from gpu_admission.http_probes import (
+from gpu_admission.config.model import Config, FailureMode
+from gpu_admission.config.policy_modes import PolicyMode
+from gpu_admission.process.http_probes import (
     HEALTH_PATH,
     JSON_CONTENT_TYPE,
     READY_PATH,
@@ -28,7 +29,7 @@ from gpu_admission.http_probes import (
     error_response,
     health_handlers,
 )
-from gpu_admission.metrics import (
+from gpu_admission.process.metrics import (
     UNKNOWN_OPERATION,
     VERDICT_ALLOWED,
     VERDICT_DENIED,
@@ -36,7 +37,6 @@ from gpu_admission.metrics import (
     AdmissionMetrics,
     Metrics,
 )
-from gpu_admission.policy_modes import PolicyMode
 from webhooks.core.review import (
     WORKLOAD,
     AdmissionRequest,

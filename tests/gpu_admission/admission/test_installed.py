@@ -3,7 +3,7 @@ defaults, adds or others write is no difference; anything else is, named by its 
 
 from __future__ import annotations
 
-from gpu_admission.installed_admission import (
+from gpu_admission.admission.installed import (
     CredentialsFinding,
     InstallReport,
     ObjectFinding,

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from controllers.writes.raw import RawWriter
-from gpu_admission import event_loop
 from gpu_admission.cluster.api_connections import (
     ApiConnectionError,
     ApiConnections,
@@ -23,6 +22,7 @@ from gpu_admission.cluster.api_connections import (
     Proxy,
     endpoint,
 )
+from gpu_admission.process import event_loop
 from tests.support.connect_proxy import ConnectProxy
 from tests.support.ports import free_port
 from tests.world.namespaces import namespace_ready

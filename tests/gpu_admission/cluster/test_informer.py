@@ -15,7 +15,12 @@ import pytest
 from kubernetes import client
 
 from gpu_admission.cluster.informer import EventType, Informer
-from tests.gpu_admission.informer_helpers import FAST_BACKOFF, WAIT, EventRecorder, eventually
+from tests.gpu_admission.cluster.informer_helpers import (
+    FAST_BACKOFF,
+    WAIT,
+    EventRecorder,
+    eventually,
+)
 
 LABEL = "informer-test"
 SELECTOR = f"{LABEL}=yes"

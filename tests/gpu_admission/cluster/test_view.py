@@ -13,9 +13,9 @@ from kubernetes import client
 
 from gpu_admission.cluster.live_view import ClusterLookupError, LiveClusterView
 from gpu_admission.cluster.view import NodeInfo, ObjectRef, PVCInfo, SecretInfo
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from gpu_admission.names import AWS_CREDENTIAL_TYPE, GCP_CREDENTIAL_TYPE, Names
-from tests.gpu_admission.informer_helpers import FAST_BACKOFF, WAIT, eventually
+from tests.gpu_admission.cluster.informer_helpers import FAST_BACKOFF, WAIT, eventually
 from tests.world.namespaces import namespace_ready
 
 NAMES = Names()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_admission.config import ConfigError, load_config
-from gpu_admission.config_environ import is_service_link
+from gpu_admission.config.environ import is_service_link
+from gpu_admission.config.model import ConfigError, load_config
 
 
 def service_links(service: str, cluster_ip: str, ports: list[tuple[str, int]]) -> dict[str, str]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_admission.config import ConfigError, load_config
-from gpu_admission.config_files import layer_paths
+from gpu_admission.config.files import layer_paths
+from gpu_admission.config.model import ConfigError, load_config
 
 
 def _folder(tmp_path: Path, **files: str) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_admission.config import Config, ConfigError, FailureMode, load_config
+from gpu_admission.config.model import Config, ConfigError, FailureMode, load_config
 
 
 def test_defaults_are_the_documented_ones():

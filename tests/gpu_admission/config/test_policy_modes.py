@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_admission.config import ConfigError, load_config
-from gpu_admission.policy_modes import (
+from gpu_admission.config.model import ConfigError, load_config
+from gpu_admission.config.policy_modes import (
     MUTATING_POLICIES,
     TUNABLE_POLICIES,
     VALIDATING_POLICIES,

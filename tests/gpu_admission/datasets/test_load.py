@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_admission.dataset_load import DatasetContent, DatasetLoad, content_of, dataset_load
+from gpu_admission.datasets.load import DatasetContent, DatasetLoad, content_of, dataset_load
 from gpu_admission.names import Names
 
 NAMES = Names()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_admission.datasource import (
+from gpu_admission.datasets.source import (
     DataSource,
     DataSourceError,
     parse_data_source,

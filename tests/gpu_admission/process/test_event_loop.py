@@ -9,8 +9,8 @@ import threading
 
 import uvloop
 
-from gpu_admission import event_loop
-from gpu_admission.stop_signals import stop_signals
+from gpu_admission.process import event_loop
+from gpu_admission.process.stop_signals import stop_signals
 
 
 def test_the_loop_is_uvloops_and_takes_work_from_threads_executors_and_signals() -> None:

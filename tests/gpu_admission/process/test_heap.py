@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from gpu_admission.heap import freeze_long_lived
+from gpu_admission.process.heap import freeze_long_lived
 
 
 class Node:

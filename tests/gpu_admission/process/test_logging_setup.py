@@ -11,7 +11,7 @@ import socket
 import pytest
 import urllib3
 
-from gpu_admission.logging_setup import setup_logging
+from gpu_admission.process.logging_setup import setup_logging
 
 
 @pytest.fixture

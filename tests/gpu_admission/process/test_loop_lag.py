@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gpu_admission.loop_lag import LoopLag
-from gpu_admission.metrics import Metrics
+from gpu_admission.process.loop_lag import LoopLag
+from gpu_admission.process.metrics import Metrics
 
 NAME = "gpu_admission_event_loop_lag_seconds"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from gpu_admission import __version__
-from gpu_admission.metrics import LATENCY_BUCKETS, METRIC_PREFIX, AdmissionMetrics, Metrics
+from gpu_admission.process.metrics import LATENCY_BUCKETS, METRIC_PREFIX, AdmissionMetrics, Metrics
 
 ANSWERS = [
     ("/mutate/pods", "CREATE", "allowed", 0.0001, 3),  # exactly on a bound

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from gpu_admission.quiet_log import QuietLog
+from gpu_admission.process.quiet_log import QuietLog
 
 
 def levels(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:

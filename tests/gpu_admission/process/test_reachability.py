@@ -9,7 +9,7 @@ import pytest
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from gpu_admission.reachability import Reachability, unreachable_reason
+from gpu_admission.process.reachability import Reachability, unreachable_reason
 
 
 def said(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:

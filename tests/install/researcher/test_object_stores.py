@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpu_admission.dataset_load import DatasetContent, DatasetLoad
+from gpu_admission.datasets.load import DatasetContent, DatasetLoad
 from tests.install.cluster import InstallCluster, wait_for
 from tests.install.journeys import (
     NS,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.apiserver_policies.bindings import (
     admission_policy_objects,
     failed_policies,

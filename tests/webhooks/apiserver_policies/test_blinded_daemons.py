@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gpu_admission.config import Config
-from gpu_admission.gpu_daemons import workload_record
+from gpu_admission.config.model import Config
+from gpu_admission.gpus.daemons import workload_record
 from webhooks.apiserver_policies.blinded_daemons import blinded_daemons
 
 EXEMPT = {"gpu-admission.io/exempt": "true"}

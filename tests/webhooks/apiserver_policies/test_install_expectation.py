@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpu_admission.config import Config
-from gpu_admission.installed_admission import (
+from gpu_admission.admission.installed import (
     ADMISSION_KINDS,
     MUTATING_POLICY,
     MUTATING_POLICY_BINDING,
@@ -24,6 +23,7 @@ from gpu_admission.installed_admission import (
     ObjectState,
     admission_record,
 )
+from gpu_admission.config.model import Config
 from tests import ROOT
 from tests.world.harness import render
 from webhooks.apiserver_policies.install_expectation import (

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commands.admission_policy import write_admission_policy
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests import ROOT
 from webhooks.apiserver_policies.cel import glob_regex
 from webhooks.apiserver_policies.pod_checks import admission_policy

@@ -11,7 +11,7 @@ import jsonpatch
 from hypothesis import HealthCheck, given, settings
 
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.webhooks.pod_strategies import DEBUGGERS, admission_pods
 from tests.webhooks.policy_helpers import make_request
 from webhooks.apiserver_policies.visibility_mutation import changes, hidden_containers, would_change

@@ -10,7 +10,7 @@ import io
 import yaml
 
 from commands.admission_policy import admission_policy_command
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests import ROOT
 from webhooks.apiserver_policies.webhook_configurations import Layout, webhook_configurations
 

@@ -19,7 +19,7 @@ from gpu_admission.cluster.view import (
     ServiceAccountInfo,
     StaticClusterView,
 )
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests import ROOT
 from tests.webhooks.pod_strategies import NAMES, admission_pods
 from tests.webhooks.policy_helpers import make_request

@@ -4,7 +4,7 @@ the command against a real cluster)."""
 from __future__ import annotations
 
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from webhooks.audit.objects import (
     COULD_NOT_CHECK,
     WOULD_CHANGE,

@@ -3,9 +3,9 @@ policy on the workload itself; changes left to the pods; owned workloads left to
 
 from __future__ import annotations
 
+from gpu_admission.admission.findings import WOULD_REFUSE
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.config import Config
-from gpu_admission.findings import WOULD_REFUSE
+from gpu_admission.config.model import Config
 from webhooks.audit.workloads import audit_workload, owned_by_workload
 from webhooks.core.workload_kinds import BUILT_IN, kind_index
 from webhooks.dispatch.registry import build_policy_set

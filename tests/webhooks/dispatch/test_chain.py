@@ -17,7 +17,7 @@ from gpu_admission.cluster.view import (
     ServiceAccountInfo,
     StaticClusterView,
 )
-from gpu_admission.config import FailureMode
+from gpu_admission.config.model import FailureMode
 from tests.webhooks.policy_helpers import mutate_twice
 from tests.webhooks.server_helpers import annotate, env_everywhere, fixture_bytes
 from webhooks.core.patch import Patch

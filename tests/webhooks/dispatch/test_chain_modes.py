@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from gpu_admission.cluster.view import ClusterView, StaticClusterView
-from gpu_admission.config import FailureMode
-from gpu_admission.policy_modes import PolicyMode
+from gpu_admission.config.model import FailureMode
+from gpu_admission.config.policy_modes import PolicyMode
 from tests.webhooks.server_helpers import env_everywhere, fixture_bytes
 from webhooks.core.patch import Patch
 from webhooks.core.review import AdmissionRequest, Verdict, parse_review

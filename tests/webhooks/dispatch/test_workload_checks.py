@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpu_admission.cluster.view import SecretInfo, StaticClusterView
-from gpu_admission.config import Config, FailureMode
+from gpu_admission.config.model import Config, FailureMode
 from webhooks.apiserver_policies.workload_templates import workload_denial
 from webhooks.core.review import WORKLOAD, AdmissionRequest
 from webhooks.core.workload_kinds import BUILT_IN

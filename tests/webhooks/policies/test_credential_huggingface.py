@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gpu_admission.cluster.view import SecretInfo, ServiceAccountInfo, StaticClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.webhooks.policies.test_credential_secrets import denial, secret, validate
 from tests.webhooks.policy_helpers import make_request
 from webhooks.core.patch import Patch

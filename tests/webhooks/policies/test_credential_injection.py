@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpu_admission.cluster.view import ObjectRef, SecretInfo, ServiceAccountInfo, StaticClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.webhooks.policy_helpers import load_fixture, make_request, mutate_twice
 from webhooks.policies.credential_injection import (
     parse_names,

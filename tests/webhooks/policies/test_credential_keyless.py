@@ -10,7 +10,7 @@ import re
 import pytest
 
 from gpu_admission.cluster.view import SecretInfo, secret_info
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from gpu_admission.keyless import TokenRequest, gcp_token_request, path_problem
 from tests.commands.test_review import run
 from tests.webhooks.policies.test_credential_injection import (

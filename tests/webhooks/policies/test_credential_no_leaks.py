@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.support.keys import pem
 from tests.webhooks.server_helpers import (
     MutableView,

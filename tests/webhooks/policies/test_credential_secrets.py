@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.support.keys import pem
 from tests.webhooks.policy_helpers import FIXTURES, make_request
 from webhooks.core.review import AdmissionRequest, Verdict, parse_review

@@ -7,8 +7,8 @@ import copy
 import pytest
 
 from gpu_admission.cluster.view import ObjectRef, PVCInfo, StaticClusterView
-from gpu_admission.config import Config
-from gpu_admission.dataset_load import DatasetContent, DatasetLoad
+from gpu_admission.config.model import Config
+from gpu_admission.datasets.load import DatasetContent, DatasetLoad
 from tests.webhooks.policy_helpers import FIXTURES, load_fixture, make_request, mutate_twice
 from webhooks.core.review import parse_review
 from webhooks.policies.dataset_gate import load_of, policies

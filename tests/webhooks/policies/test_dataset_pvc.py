@@ -6,7 +6,7 @@ import copy
 import json
 
 from gpu_admission.cluster.view import ObjectRef, SecretInfo, StaticClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.webhooks.policy_helpers import FIXTURES, load_fixture, mutate_twice
 from webhooks.core.review import AdmissionRequest, parse_review
 from webhooks.policies.dataset_pvc import policies

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from gpu_admission.cluster.view import SecretInfo, StaticClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.webhooks.policies.test_dataset_pvc import fixture_request, with_annotations
 from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.dataset_pvc import policies

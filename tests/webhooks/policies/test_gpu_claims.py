@@ -16,7 +16,7 @@ from gpu_admission.cluster.dra import (
     selector_drivers,
 )
 from gpu_admission.cluster.view import ObjectRef, StaticClusterView
-from gpu_admission.config import Config, DraConfig, GpuConfig
+from gpu_admission.config.model import Config, DraConfig, GpuConfig
 from tests.webhooks.policy_helpers import make_request, mutate_twice
 from webhooks.core.patch import Patch
 from webhooks.policies import gpu_env_guard, gpu_visibility, memory_share

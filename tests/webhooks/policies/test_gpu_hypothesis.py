@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_admission.cluster.view import NodeInfo, StaticClusterView
-from gpu_admission.config import Config, MemoryShareConfig, NoCandidateBehaviour
+from gpu_admission.config.model import Config, MemoryShareConfig, NoCandidateBehaviour
 from tests.webhooks.policy_helpers import make_request, mutate_twice
 from webhooks.policies import gpu_env_guard, gpu_visibility, memory_share, shared_gpu_limit
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_admission.cluster.view import NodeInfo, StaticClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.webhooks.policy_helpers import make_request, mutate_twice
 from webhooks.core.review import Verdict
 from webhooks.dispatch import chain

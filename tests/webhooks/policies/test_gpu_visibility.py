@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.config import Config, GpuConfig
+from gpu_admission.config.model import Config, GpuConfig
 from tests.webhooks.policy_helpers import FIXTURES, load_fixture, mutate_twice
 from webhooks.core.review import parse_review
 from webhooks.policies import gpu_visibility

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_admission.config import Config
-from gpu_admission.load_parallelism import load_parallelism
+from gpu_admission.config.model import Config
+from gpu_admission.datasets.parallelism import load_parallelism
 from tests.webhooks.policies.test_dataset_pvc import (
     VIEW,
     fixture_request,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpu_admission.cluster.view import NodeInfo, StaticClusterView
-from gpu_admission.config import Config, MemoryShareConfig, NoCandidateBehaviour
+from gpu_admission.config.model import Config, MemoryShareConfig, NoCandidateBehaviour
 from tests.webhooks.policy_helpers import FIXTURES, _run_once, mutate_twice
 from webhooks.core.review import parse_review
 from webhooks.policies import memory_share

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_admission.cluster.view import NodeInfo, StaticClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.webhooks.policy_helpers import mutate_twice
 from tests.webhooks.server_helpers import MutableView
 from webhooks.policies import memory_share

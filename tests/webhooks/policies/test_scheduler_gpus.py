@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.webhooks.policy_helpers import mutate_twice
 from webhooks.apiserver_policies.visibility_mutation import changes
 from webhooks.policies import gpu_visibility

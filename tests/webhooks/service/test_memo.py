@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from gpu_admission.cluster.view import NodeInfo, SecretInfo
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.webhooks.server_helpers import (
     FIXTURES,
     MutableView,

@@ -15,7 +15,7 @@ import pytest
 
 from certs.issue import CertBundle
 from gpu_admission.cluster.view import ClusterView, StaticClusterView
-from gpu_admission.config import Config
+from gpu_admission.config.model import Config
 from tests.webhooks.server_helpers import (
     client_context,
     fixture,

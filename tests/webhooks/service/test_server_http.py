@@ -22,9 +22,9 @@ from gpu_admission.cluster.view import (
     ServiceAccountInfo,
     StaticClusterView,
 )
-from gpu_admission.config import Config
-from gpu_admission.http_probes import create_metrics_app
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import Config
+from gpu_admission.process.http_probes import create_metrics_app
+from gpu_admission.process.metrics import Metrics
 from tests.webhooks.server_helpers import (
     FillingResolver,
     MutableView,

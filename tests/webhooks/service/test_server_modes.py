@@ -10,8 +10,8 @@ import aiohttp
 
 from certs.issue import CertBundle
 from gpu_admission.cluster.view import StaticClusterView
-from gpu_admission.config import Config
-from gpu_admission.metrics import Metrics
+from gpu_admission.config.model import Config
+from gpu_admission.process.metrics import Metrics
 from tests.webhooks.server_helpers import (
     fixture_bytes,
     post_review,
