@@ -87,7 +87,7 @@ def coarse_pod_policy(objects: list[dict[str, Any]], config: Config) -> list[dic
     for obj in changed:
         if (obj["kind"], obj["metadata"]["name"]) == ("ValidatingAdmissionPolicy", POD_POLICY_NAME):
             obj["spec"]["matchConditions"] = [
-                {"name": "may-be-refused", "expression": refusable_condition(config.gpu)}
+                {"name": "may-be-refused", "expression": refusable_condition(config)}
             ]
     return changed
 

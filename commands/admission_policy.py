@@ -38,14 +38,15 @@ HEADER = """\
 # What kube-apiserver (1.36 and later) runs itself, with no webhook call, so that pods that need
 # no cluster state are admitted while the service is down: the stateless pod checks (at most one
 # time-sliced GPU per container; a GPU container may not set the env names the device plugin
-# owns) on pods and on the pod templates of workloads (ValidatingAdmissionPolicies), GPU
-# visibility (NVIDIA_VISIBLE_DEVICES=none for every container that asks for no GPU: a
-# MutatingAdmissionPolicy), and the guards of ServiceAccount-bound credentials' routing (a
-# binding only in a namespace labelled gpu-admission.io/serviceaccount-credentials=true, which
-# stays labelled). Generated from the configuration by
-# `gpu-admission admission-policy [--config FILE]`; regenerate it when gpu.resource_patterns,
-# gpu.shared_suffixes, gpu.guarded_env, gpu.schedulers, workloads.extra_kinds, the annotation
-# prefix, the exempt namespace label, or a policy's mode (policies.<name>.mode) changes.
+# owns, nor a GPU-sharing scheduler's pod take GPUs its scheduler did not give it) on pods and on
+# the pod templates of workloads (ValidatingAdmissionPolicies), GPU visibility
+# (NVIDIA_VISIBLE_DEVICES=none, or gpu.hidden_value, for every container that asks for no GPU: a
+# MutatingAdmissionPolicy), the guard of the ConfigMaps GPU-sharing schedulers give GPUs through,
+# and the guards of ServiceAccount-bound credentials' routing (a binding only in a namespace
+# labelled gpu-admission.io/serviceaccount-credentials=true, which stays labelled). Generated
+# from the configuration by `gpu-admission admission-policy [--config FILE]`; regenerate it when
+# a gpu.* setting, workloads.extra_kinds, the annotation prefix, the exempt namespace label, or a
+# policy's mode (policies.<name>.mode) changes.
 """
 
 

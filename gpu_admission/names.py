@@ -19,6 +19,12 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpu-admission"
 NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 VISIBLE_DEVICES_NONE = "none"
+# The values that give a container no GPU, as NVIDIA's container toolkit reads the variable:
+# `none` mounts no device node but still injects the driver's libraries and tools; `void` (like
+# an unset variable) makes the runtime behave as runc. Both mean hidden; `gpu.hidden_value`
+# says which one the policy writes.
+VISIBLE_DEVICES_VOID = "void"
+HIDDEN_VALUES = (VISIBLE_DEVICES_NONE, VISIBLE_DEVICES_VOID)
 
 # gpu-feature-discovery node labels, read under a resource's base name (it keeps the original
 # name when a shared resource is renamed): `nvidia.com/gpu.replicas`, `nvidia.com/gpu.memory`.

@@ -49,7 +49,6 @@ from gpu_admission.names import (
     HF_ENDPOINT,
     HF_TOKEN,
     NVIDIA_VISIBLE_DEVICES,
-    VISIBLE_DEVICES_NONE,
 )
 
 SCRATCH_PATH = "/var/cache/loader"
@@ -93,7 +92,7 @@ def loader_env(
 ) -> list[dict[str, Any]]:
     env = [{"name": k, "value": v} for k, v in config.dataset.loader_env.items()]
     env += [
-        {"name": NVIDIA_VISIBLE_DEVICES, "value": VISIBLE_DEVICES_NONE},
+        {"name": NVIDIA_VISIBLE_DEVICES, "value": config.gpu.hidden_value},
         {"name": "HOME", "value": SCRATCH_PATH},
         {"name": "TMPDIR", "value": SCRATCH_PATH},  # the root filesystem is read-only
         {"name": "RCLONE_CONFIG", "value": f"{SCRATCH_PATH}/rclone.conf"},

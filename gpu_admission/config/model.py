@@ -138,22 +138,48 @@ class GpuConfig(_Model):
     """Resources that count as GPUs (shell-style patterns), for every GPU policy."""
     shared_suffixes: list[str] = Field(default_factory=lambda: [".shared"])
     """A GPU resource ending in one of these is a time-sliced replica (limit 1, memory share)."""
+    companion_resources: list[str] = Field(
+        default_factory=lambda: [
+            "nvidia.com/gpumem",
+            "nvidia.com/gpumem-percentage",
+            "nvidia.com/gpucores",
+        ]
+    )
+    """Resources that ask for a GPU without counting GPUs (shell-style patterns): a container
+    naming one is a GPU container for every GPU policy (not hidden, its NVIDIA_VISIBLE_DEVICES
+    guarded), but they are not GPUs in any count. Default: HAMi's memory and cores (its chart's
+    `resourceMem`, `resourceMemPercentage`, `resourceCores`), to which its webhook adds
+    `nvidia.com/gpu`; [] where no such scheduler runs."""
     guarded_env: list[str] = Field(default_factory=lambda: ["NVIDIA_VISIBLE_DEVICES"])
     """Env names a container that requests a GPU may not set."""
+    hidden_value: Literal["none", "void"] = "none"
+    """The NVIDIA_VISIBLE_DEVICES the visibility policy writes. Both give no GPU, and a container
+    that already says either keeps it; `none` still makes the NVIDIA runtime inject the driver's
+    libraries and tools, `void` makes it behave as runc. `void` on nodes whose default runtime is
+    nvidia, where `none` makes every CPU-only container depend on the driver
+    (docs/gpu-policies.md)."""
+    nvidia_runtime_classes: list[str] = Field(
+        default_factory=lambda: ["nvidia", "nvidia-cdi", "nvidia-legacy"]
+    )
+    """RuntimeClasses whose handler is NVIDIA's container runtime (the GPU Operator's): a container
+    under one gets what its NVIDIA_VISIBLE_DEVICES names, from its env or its image."""
+    nvidia_default_runtime: bool = False
+    """The nodes' default runtime is NVIDIA's (device-plugin installs, GPU Operator before
+    v25.10, vendor GPU node images): a pod without a runtime class is under it too."""
     dra: DraConfig = DraConfig()
     """Dynamic Resource Allocation: DeviceClasses that hand out GPUs, by name or by the driver
     their CEL selectors require (`device.driver == "..."`). Defaults: NVIDIA's DRA driver for
     GPUs.
     """
     visibility_policy: bool = True
-    """Give every container without a GPU NVIDIA_VISIBLE_DEVICES=none (GPU visibility). false on
-    nodes whose NVIDIA container toolkit ignores the variable in unprivileged containers
+    """Give every container without a GPU NVIDIA_VISIBLE_DEVICES=`hidden_value` (GPU visibility).
+    false on nodes whose NVIDIA container toolkit ignores the variable in unprivileged containers
     (accept-nvidia-visible-devices-envvar-when-unprivileged=false), where it adds nothing; the
     without-gpu-visibility component sets it (docs/compatibility.md)."""
     schedulers: list[SchedulerGpus] = Field(default_factory=lambda: [KAI_SCHEDULER])
     """Schedulers that hand out GPUs themselves, without a GPU resource: a pod of one that carries
     its mark keeps the NVIDIA_VISIBLE_DEVICES the scheduler gives it (from its ConfigMap), where
-    a CPU-only pod's is replaced by none. Default: KAI-Scheduler's GPU fractions
+    a CPU-only pod's is replaced by `hidden_value`. Default: KAI-Scheduler's GPU fractions
     (gpu_admission/config/schedulers.py)."""
 
     @field_validator("resource_patterns", "shared_suffixes")
@@ -165,6 +191,18 @@ class GpuConfig(_Model):
 
     def is_gpu_resource(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.resource_patterns)
+
+    def asks_for_gpu(self, name: str) -> bool:
+        """A GPU resource, or one that asks for a GPU without counting one (companion)."""
+        return self.is_gpu_resource(name) or any(
+            fnmatch.fnmatchcase(name, pattern) for pattern in self.companion_resources
+        )
+
+    def runs_under_nvidia(self, runtime_class: str | None) -> bool:
+        """Whether a pod of this runtime class runs under NVIDIA's container runtime."""
+        if not runtime_class:
+            return self.nvidia_default_runtime
+        return runtime_class in self.nvidia_runtime_classes
 
     def is_shared_resource(self, name: str) -> bool:
         return self.is_gpu_resource(name) and any(name.endswith(s) for s in self.shared_suffixes)

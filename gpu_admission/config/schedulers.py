@@ -10,7 +10,14 @@ ConfigMaps in the annotation `runai/shared-gpu-configmap` and gives the fraction
 `<annotation>-<index>`, `-i<index>` for an init container): `pkg/admission/webhook/v1alpha2/
 gpusharing/gpu_sharing.go`, `pkg/binder/common/gpu_access.go` (`AddGPUSharingEnvVars`),
 `pkg/binder/common/gpusharingconfigmap/config_map.go`; its binder writes the GPU's UUID into that
-ConfigMap when it binds the pod (`gpu_access.go`), and `GPU_PORTION` beside it.
+ConfigMap when it binds the pod (`gpu_access.go`), and `GPU_PORTION` beside it. For each GPU it
+shares out, its binder runs a reservation pod in `kai-resource-reservation` that asks for the
+whole `nvidia.com/gpu` on the fractions' behalf, and tells it by that namespace
+(`pkg/binder/binding/resourcereservation/resource_reservation.go`): the node agent holds that GPU
+by the fractions only. The binder creates the ConfigMaps empty and then merge-patches the key
+in, as `system:serviceaccount:<its namespace>:binder` (`pkg/operator/operands/binder/
+resources.go`, `pkg/binder/plugins/gpusharing/gpu_sharing.go`); nothing of KAI's changes the
+value once the pod is bound.
 """
 
 from __future__ import annotations
@@ -33,6 +40,16 @@ class SchedulerGpus(_Model):
     fraction_annotation: str | None = None
     """The annotation that holds the share of one GPU the pod asked for (GPUs held, for the
     node agent's GPU-hours); null: not counted."""
+    config_map_writers: list[str] = Field(default_factory=list)
+    """The users (`request.userInfo.username`) that write NVIDIA_VISIBLE_DEVICES into the pods'
+    ConfigMaps: outside exempt namespaces nobody else may set or change that key in any
+    ConfigMap, or a pod's owner could widen the GPUs a pod gets from it at its next start. KAI:
+    its binder's ServiceAccount in the namespace KAI is installed in (`binder` in
+    `kai-scheduler` by default; its Helm release's namespace otherwise)."""
+    reservation_namespace: str | None = None
+    """The namespace of the pods the scheduler creates to hold a whole GPU for the fractions it
+    shares out (KAI's resource reservation pods): the node agent counts the fractions, not the
+    reservation, so each GPU is held once; null: none."""
 
 
 KAI_SCHEDULER = SchedulerGpus(
@@ -40,4 +57,6 @@ KAI_SCHEDULER = SchedulerGpus(
     mark_annotations=["gpu-fraction", "gpu-memory"],
     config_map_annotation="runai/shared-gpu-configmap",
     fraction_annotation="gpu-fraction",
+    config_map_writers=["system:serviceaccount:kai-scheduler:binder"],
+    reservation_namespace="kai-resource-reservation",
 )

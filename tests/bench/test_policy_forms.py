@@ -21,7 +21,7 @@ def test_the_coarse_form_matches_every_pod_the_checks_may_refuse() -> None:
     ((before, after),) = changed
     assert (after["kind"], after["metadata"]["name"]) == ("ValidatingAdmissionPolicy", POLICY_NAME)
     assert after["spec"]["matchConditions"] == [
-        {"name": "may-be-refused", "expression": refusable_condition(CONFIG.gpu)}
+        {"name": "may-be-refused", "expression": refusable_condition(CONFIG)}
     ]
     assert before["spec"]["matchConditions"] != after["spec"]["matchConditions"]
 

@@ -123,11 +123,12 @@ def test_the_printed_policy_is_accepted(
 ) -> None:
     # Under a name of its own, so that the server compiles it as a new policy whatever the base
     # already installed.
-    # Pods' policy and binding, workloads', GPU visibility's, then the two routing guards'.
+    # Pods' policy and binding, workloads', GPU visibility's, the schedulers' ConfigMaps' guard,
+    # then the two routing guards'.
     objects = list(yaml.safe_load_all(_generated(tmp_path, config)))
     validating = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     mutating = ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
-    assert [o["kind"] for o in objects] == validating * 2 + mutating + validating * 2
+    assert [o["kind"] for o in objects] == validating * 2 + mutating + validating * 3
     base = f"printed-{tmp_path.name.lower().replace('_', '-')[-36:]}"
     names = []
     for index, (policy, binding) in enumerate(zip(objects[::2], objects[1::2], strict=True)):

@@ -21,8 +21,10 @@ from gpu_admission.cluster.view import StaticClusterView
 from gpu_admission.config.model import Config, FailureMode
 from tests import ROOT
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
+from tests.webhooks.pod_strategies import KAI_ANNOTATIONS, KAI_MAPS, SCHEDULERS
 from tests.webhooks.policy_helpers import make_request
 from webhooks.apiserver_policies.pod_checks import denial_text, policy_denial
+from webhooks.apiserver_policies.visibility_mutation import changes
 from webhooks.core.pod_defaults import default_pod
 from webhooks.dispatch import chain
 from webhooks.dispatch.registry import build_policy_set
@@ -64,9 +66,17 @@ def server_denial(core: client.CoreV1Api, pod: dict[str, Any]) -> str | None:
     return None
 
 
-def expected(pod: dict[str, Any]) -> str | None:
-    """What `review` says the policy answers, as the server words a 422 from it."""
-    message = policy_denial(default_pod(pod), Config())
+def hidden(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the policy sees it: after the GPU-visibility policy (every mutation comes
+    before any validation)."""
+    return changes(pod, None, Config())[0]
+
+
+def expected(pod: dict[str, Any], hide: bool = True) -> str | None:
+    """What `review` says the policy answers, as the server words a 422 from it; `hide`: after
+    the GPU-visibility policy, as in a namespace that is not exempt."""
+    pod = default_pod(pod)
+    message = policy_denial(hidden(pod) if hide else pod, Config())
     if message is None:
         return None
     return f'pods "{pod["metadata"]["name"]}" is forbidden: {denial_text(message)}'
@@ -84,11 +94,35 @@ def test_the_examples_are_answered_as_review_says(core: client.CoreV1Api, pod: d
 
 # -- agreement over generated pods -------------------------------------------------------------
 
-RESOURCES = ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.5gb", "cpu"]
+RESOURCES = [
+    "nvidia.com/gpu",
+    "nvidia.com/gpu.shared",
+    "nvidia.com/mig-1g.5gb",
+    "nvidia.com/gpumem",  # HAMi's: asks for a GPU, counts none
+    "cpu",
+]
 # Quantities the API server accepts for an extended resource (whole numbers); fractions and
 # junk are refused by its own validation before any policy runs.
 WHOLE = st.sampled_from(["0", "1", "2", "3", "1000m", "2000m", "1k"])
 GUARDED = st.sampled_from(["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "PATH"])
+# What a GPU-sharing scheduler's pod may carry: hidden values, and the fraction's env from
+# KAI's ConfigMap for the pod or from one of its author's.
+SCHEDULER_ENV = st.sampled_from(
+    [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+        {
+            "name": "NVIDIA_VISIBLE_DEVICES",
+            "valueFrom": {
+                "configMapKeyRef": {"name": f"{KAI_MAPS}-0", "key": "NVIDIA_VISIBLE_DEVICES"}
+            },
+        },
+        {
+            "name": "NVIDIA_VISIBLE_DEVICES",
+            "valueFrom": {"configMapKeyRef": {"name": "mine-0", "key": "NVIDIA_VISIBLE_DEVICES"}},
+        },
+    ]
+)
 
 
 @st.composite
@@ -110,7 +144,8 @@ def containers(draw: Any, name: str) -> dict[str, Any]:
                 ),
                 GUARDED,
                 st.booleans(),
-            ),
+            )
+            | SCHEDULER_ENV,
             max_size=3,
         )
     )
@@ -125,7 +160,15 @@ def pods(draw: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [draw(containers(f"c{i}")) for i in range(count)]}
     if draw(st.booleans()):
         spec["initContainers"] = [draw(containers("init"))]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+    # Under KAI-Scheduler or not, placed by hand or not, as its webhook names the ConfigMaps.
+    spec["schedulerName"] = draw(SCHEDULERS)
+    if draw(st.integers(0, 3)) == 0:
+        spec["nodeName"] = "gpu-node-1"
+    metadata: dict[str, Any] = {"name": "p"}
+    annotations = draw(KAI_ANNOTATIONS)
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 @settings(
@@ -138,6 +181,8 @@ def test_the_real_server_and_the_python_policies_agree(core: client.CoreV1Api, p
     denied = server_denial(core, pod)
     assert denied == expected(as_stored)
     # The webhook's own validating chain, which runs where the policy cannot, agrees too.
-    request = make_request(as_stored, resource="pods", operation="CREATE", namespace=NAMESPACE)
+    request = make_request(
+        hidden(as_stored), resource="pods", operation="CREATE", namespace=NAMESPACE
+    )
     outcome = chain.run_validating(request, POLICIES, StaticClusterView(), FailureMode.DENY)
     assert outcome.allowed is (denied is None), (outcome.message, denied)

@@ -30,6 +30,8 @@ from webhooks.apiserver_policies.pod_checks import denial_text
 from webhooks.apiserver_policies.visibility_mutation import (
     changes,
     visibility_audit_policy,
+    visibility_policy,
+    visibility_policy_binding,
     would_change,
 )
 from webhooks.apiserver_policies.webhook_routing import (
@@ -319,3 +321,70 @@ def test_a_binding_needs_its_namespace_labelled_and_the_label_stays(
             if expected is None
             else f'namespaces "bound-ns" is forbidden: {denial_text(expected, LABEL_POLICY)}'
         )
+
+
+# -- `none` and `void` ---------------------------------------------------------------------------
+
+VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+
+
+def test_a_container_that_says_void_keeps_it(core: client.CoreV1Api) -> None:
+    """`void` gives no GPU, and makes NVIDIA's runtime behave as runc (the GPU Operator's own
+    driver, toolkit and DRA pods say it): the policy leaves it, and hides the next container."""
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [
+                {"name": "driverless", "image": "x", "env": [VOID]},
+                {"name": "other", "image": "x"},
+            ]
+        },
+    }
+    after = admitted(core, NAMESPACE, pod)
+    assert isinstance(after, dict)
+    assert envs(after) == [[VOID], [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]]
+    assert envs(after) == envs(changes(stored(core, pod), None, CONFIG)[0])
+
+
+def test_the_value_the_policy_writes_is_the_setting(
+    core: client.CoreV1Api, probes: client.AdmissionregistrationV1Api
+) -> None:
+    """`gpu.hidden_value: void`, for nodes whose default runtime is nvidia: the policy writes
+    `void`, and leaves a `none` a container already says."""
+    config = Config.model_validate({"gpu": {"hidden_value": "void"}})
+    name = "stateless-probe-void"
+    policy = copy.deepcopy(visibility_policy(config))
+    policy["metadata"]["name"] = name
+    policy["spec"]["matchConstraints"]["namespaceSelector"] = {
+        "matchLabels": {"kubernetes.io/metadata.name": PROBES}
+    }
+    binding = {**visibility_policy_binding(), "metadata": {"name": name}}
+    binding["spec"] = {"policyName": name}
+    create_policies(core.api_client, [policy, binding])
+    registration = client.AdmissionregistrationV1Api(core.api_client)
+    try:
+        in_force(lambda: envs(_dict(admitted(core, PROBES, CPU_POD))) == [[VOID]])
+        pod = {
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [
+                    {"name": "a", "image": "x"},
+                    {"name": "b", "image": "x", "env": [{"name": "NVIDIA_VISIBLE_DEVICES",
+                                                       "value": "none"}]},
+                    {"name": "c", "image": "x", "env": [{"name": "NVIDIA_VISIBLE_DEVICES",
+                                                       "value": "all"}]},
+                ]
+            },
+        }  # fmt: skip
+        after = admitted(core, PROBES, pod)
+        assert isinstance(after, dict)
+        none = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}
+        assert envs(after) == [[VOID], [none], [VOID]]
+        assert envs(after) == envs(changes(stored(core, pod), None, config)[0])
+    finally:
+        registration.delete_mutating_admission_policy_binding(name)
+        registration.delete_mutating_admission_policy(name)
+
+
+def _dict(answer: dict[str, Any] | str) -> dict[str, Any]:
+    return answer if isinstance(answer, dict) else {"spec": {}}

@@ -12,13 +12,20 @@ from gpu_admission.names import Names
 
 NAMES = Names()
 KAI_MAPS = "p-x7k2p9q-shared-gpu"  # what KAI's webhook writes in runai/shared-gpu-configmap
-RESOURCES = ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.5gb", "cpu"]
+RESOURCES = [
+    "nvidia.com/gpu",
+    "nvidia.com/gpu.shared",
+    "nvidia.com/mig-1g.5gb",
+    "nvidia.com/gpumem",  # HAMi's: asks for a GPU, counts none
+    "cpu",
+]
 # Whole numbers: the API server refuses fractions of an extended resource before any admission.
 WHOLE = st.sampled_from(["0", "1", "2", "1000m"])
 ENV = st.sampled_from(
     [
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"},
         {
             "name": "NVIDIA_VISIBLE_DEVICES",

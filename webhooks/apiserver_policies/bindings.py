@@ -15,8 +15,10 @@ a policy and binding of its own. Modes become actions as the API allows them com
   (`validation.policy.admission.k8s.io/validation_failure`).
 
 GPU visibility as a MutatingAdmissionPolicy (enforce), or a ValidatingAdmissionPolicy that records
-(audit): `visibility_mutation`. The two guards of the routing of ServiceAccount-bound credentials
-(`credential_namespaces`) follow `cloud-credentials`: `[Deny]`, or `[Audit]`.
+(audit): `visibility_mutation`. The guard of GPU-sharing schedulers' ConfigMaps
+(`scheduler_configmaps`) follows `gpu-env-guard`, where a scheduler is configured. The two guards
+of the routing of ServiceAccount-bound credentials (`credential_namespaces`) follow
+`cloud-credentials`: `[Deny]`, or `[Audit]`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from webhooks.apiserver_policies.pod_checks import (
     admission_policy_binding,
     policy_denial,
 )
+from webhooks.apiserver_policies.scheduler_configmaps import POLICY_NAME as CONFIGMAP_POLICY
+from webhooks.apiserver_policies.scheduler_configmaps import configmap_policy
 from webhooks.apiserver_policies.visibility_mutation import POLICY_NAME as VISIBILITY_POLICY
 from webhooks.apiserver_policies.visibility_mutation import (
     visibility_audit_policy,
@@ -86,7 +90,8 @@ def workload_check_policies(config: Config) -> list[PodCheckPolicy]:
 
 def admission_policy_objects(config: Config) -> list[dict[str, Any]]:
     """Every policy and its binding, in the order to apply them: pods', workloads', GPU
-    visibility's, then the guards of ServiceAccount-bound credentials' routing."""
+    visibility's, GPU-sharing schedulers' ConfigMaps', then the guards of ServiceAccount-bound
+    credentials' routing."""
     objects = []
     for policy in pod_check_policies(config):
         objects.append(admission_policy(config, policy.checks, policy.name))
@@ -95,6 +100,11 @@ def admission_policy_objects(config: Config) -> list[dict[str, Any]]:
         objects.append(workload_admission_policy(config, policy.checks, policy.name))
         objects.append(admission_policy_binding(ACTIONS[policy.mode], policy.name))
     objects += visibility_objects(config)
+    if config.gpu.schedulers:
+        objects.append(configmap_policy(config))
+        objects.append(
+            admission_policy_binding(ACTIONS[config.mode_of(ENV_GUARD)], CONFIGMAP_POLICY)
+        )
     guards = ACTIONS[config.mode_of(CLOUD_CREDENTIALS)]
     objects.append(binding_policy(config))
     objects.append(admission_policy_binding(guards, BINDING_POLICY))

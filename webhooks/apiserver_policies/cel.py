@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 
 from gpu_admission.config.model import GpuConfig
+from gpu_admission.names import NVIDIA_VISIBLE_DEVICES
 
 # -- CEL text --------------------------------------------------------------------------------
 
@@ -91,11 +92,38 @@ def base_name(var: str, gpu: GpuConfig) -> str:
     return text
 
 
-def requests_gpu_test(gpu: GpuConfig) -> str:
-    """CEL true when the container `c` names a GPU resource in its requests or limits."""
-    named = is_gpu_test("n", gpu)
+def requests_gpu_test(gpu: GpuConfig, companions: bool = True) -> str:
+    """CEL true when the container `c` names a GPU resource in its requests or limits, or (with
+    `companions`) one that asks for a GPU without counting it (`gpu.companion_resources`;
+    `GpuResources.requests_gpu`)."""
+    patterns = [*gpu.resource_patterns, *(gpu.companion_resources if companions else ())]
+    named = "(" + " || ".join(_glob_test("n", p) for p in patterns) + ")"
     return (
         "has(c.resources) && ("
         f"(has(c.resources.limits) && c.resources.limits.exists(n, {named})) || "
         f"(has(c.resources.requests) && c.resources.requests.exists(n, {named})))"
     )
+
+
+def scheduler_gives_test(gpu: GpuConfig) -> str:
+    """CEL true when the container `c` has its NVIDIA_VISIBLE_DEVICES from a scheduler of
+    `gpu.schedulers` for this pod (`gpu_admission.gpus.scheduler_gpus.scheduler_gives`)."""
+    annotations = "object.metadata.annotations"
+    name = cel_string(NVIDIA_VISIBLE_DEVICES)
+    tests = []
+    for scheduler in gpu.schedulers:
+        marked = " || ".join(
+            f"{cel_string(a)} in {annotations}" for a in scheduler.mark_annotations
+        )
+        maps = cel_string(scheduler.config_map_annotation)
+        last = "l[size(l) - 1]"
+        source = f"{last}.valueFrom.configMapKeyRef"
+        tests.append(
+            f"(object.spec.schedulerName == {cel_string(scheduler.scheduler_name)} && "
+            f"!has(object.spec.nodeName) && has({annotations}) && ({marked}) && "
+            f"{maps} in {annotations} && has(c.env) && "
+            f"[c.env.filter(e, e.name == {name})].all(l, size(l) > 0 && "
+            f"has({last}.valueFrom) && has({source}) && {source}.key == {name} && "
+            f"{source}.name.startsWith({annotations}[{maps}] + '-')))"
+        )
+    return f"({' || '.join(tests)})" if tests else "false"

@@ -40,6 +40,7 @@ from gpu_admission.config.policy_modes import PolicyMode, audit_mode
 from webhooks.apiserver_policies.bindings import GPU_VISIBILITY, admission_policy_objects
 from webhooks.apiserver_policies.blinded_daemons import blinded_daemons
 from webhooks.apiserver_policies.credential_namespaces import BINDING_POLICY, LABEL_POLICY
+from webhooks.apiserver_policies.scheduler_configmaps import POLICY_NAME as CONFIGMAP_POLICY
 from webhooks.apiserver_policies.visibility_mutation import POLICY_NAME as VISIBILITY_POLICY
 from webhooks.apiserver_policies.webhook_configurations import Layout, webhook_configurations
 from webhooks.apiserver_policies.webhook_routing import CREDENTIAL_NAMESPACE_POD_MUTATIONS
@@ -104,6 +105,12 @@ def _impact(obj: Mapping[str, Any], config: Config, layout: Layout) -> tuple[str
             "ServiceAccounts may be bound to credentials in namespaces whose pods are not sent "
             "to gpu-admission, and such a namespace may lose its label: their pods then start "
             "without their credentials.",
+            False,
+        )
+    if name == CONFIGMAP_POLICY:
+        return (
+            "anyone who may edit ConfigMaps may set NVIDIA_VISIBLE_DEVICES in the ConfigMap a "
+            "GPU-sharing scheduler gives a pod's GPUs through, and widen them at its next start.",
             False,
         )
     if name.startswith(WORKLOAD_POLICY_NAME):

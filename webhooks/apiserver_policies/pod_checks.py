@@ -27,9 +27,23 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpu_admission.config.model import Config, GpuConfig
-from webhooks.apiserver_policies.cel import base_name, cel_string, is_shared_test, requests_gpu_test
+from gpu_admission.names import HIDDEN_VALUES, NVIDIA_VISIBLE_DEVICES
+from webhooks.apiserver_policies.cel import (
+    base_name,
+    cel_string,
+    is_shared_test,
+    requests_gpu_test,
+    scheduler_gives_test,
+)
 from webhooks.policies.containers import ContainerRef, iter_containers
-from webhooks.policies.gpu_env_guard import TAMPERING_ADVICE, tampering
+from webhooks.policies.gpu_env_guard import (
+    NOT_GIVEN_ADVICE,
+    TAMPERING_ADVICE,
+    guards_schedulers,
+    messages,
+    not_given,
+    tampering,
+)
 from webhooks.policies.gpu_resources import GpuResources
 from webhooks.policies.shared_gpu_limit import container_problems
 
@@ -38,14 +52,13 @@ BINDING_NAME = "gpu-admission-pods"
 ENV_GUARD, SHARED_GPU_LIMIT = "gpu-env-guard", "shared-gpu-limit"
 # The checks the policy carries, in the order their messages are joined.
 POD_CHECKS = (ENV_GUARD, SHARED_GPU_LIMIT)
-_CHECK_VARIABLES = {ENV_GUARD: "envGuard", SHARED_GPU_LIMIT: "sharedGpuLimit"}
 # kube-apiserver's MaxEvaluatedMessageExpressionSizeBytes: a longer message is replaced by the
 # validation's static `message`.
 MAX_MESSAGE_BYTES = 5 * 1024
 FALLBACK_MESSAGE = (
     "a container of this pod asks for more than one time-sliced GPU, or requests a GPU and sets "
-    "an env name the device plugin owns; run `gpu-admission review -f` on the manifest for "
-    "every problem"
+    "an env name the device plugin owns, or sets NVIDIA_VISIBLE_DEVICES its GPU-sharing "
+    "scheduler did not give it; run `gpu-admission review -f` on the manifest for every problem"
 )
 _LISTS = (
     ("initContainers", "init container"),
@@ -103,6 +116,38 @@ _ENV_GUARD = (
     "size(variables.envGuardProblems) == 0 ? '' : "
     f"variables.envGuardProblems.join('; ') + {ENV_GUARD_ADVICE_CEL}"
 )
+_NOT_GIVEN = (
+    "size(variables.notGivenProblems) == 0 ? '' : "
+    f"variables.notGivenProblems.join('; ') + {cel_string(NOT_GIVEN_ADVICE)}"
+)
+_NVD = cel_string(NVIDIA_VISIBLE_DEVICES)
+_CLAIMS = "(has(c.resources) && has(c.resources.claims) && size(c.resources.claims) > 0)"
+
+
+def _of_a_scheduler(gpu: GpuConfig) -> str:
+    """CEL true for a pod of a GPU-sharing scheduler of `gpu.schedulers`."""
+    names = "[" + ", ".join(cel_string(s.scheduler_name) for s in gpu.schedulers) + "]"
+    return f"(has(object.spec.schedulerName) && object.spec.schedulerName in {names})"
+
+
+def not_given_problems(gpu: GpuConfig, lists: Callable[[str], str] = pod_lists) -> str:
+    """`gpu_env_guard.not_given` in CEL: one line per container of a GPU-sharing scheduler's pod
+    that asks for no GPU and gets NVIDIA_VISIBLE_DEVICES that gives GPUs, not from its
+    scheduler (a list of strings)."""
+    last = f"c.env.filter(e, e.name == {_NVD}).reverse()[0]"
+    hidden = "[" + ", ".join(cel_string(v) for v in HIDDEN_VALUES) + "]"
+    how = f"(has({last}.valueFrom) ? ' (from valueFrom)' : ' (by value)')"
+    parts = []
+    for lst, word in _LISTS[:2]:  # the containers a pod is created with
+        parts.append(
+            f"{lists(lst)}.filter(c, has(c.env) && c.env.exists(e, e.name == {_NVD}) && "
+            f"!({requests_gpu_test(gpu)}) && !{_CLAIMS} && "
+            f"!(!has({last}.valueFrom) && has({last}.value) && {last}.value in {hidden}) && "
+            f"!{scheduler_gives_test(gpu)}).map(c, {cel_string(word + ' ')} + '\"' + c.name + "
+            f"'\" asks for no GPU and sets {NVIDIA_VISIBLE_DEVICES}' + {how} + ', which ' + "
+            "object.spec.schedulerName + ' did not give it')"
+        )
+    return f"({_of_a_scheduler(gpu)} ? {' + '.join(parts)} : [])"
 
 
 def _not_whole(value: str, as_written: bool) -> str:
@@ -207,12 +252,18 @@ def admission_policy(
     variables: list[dict[str, str]] = [
         {"name": lst, "expression": _added(lst)} for lst, _ in _LISTS
     ]
+    used = []
     if ENV_GUARD in checks:
         variables.append({"name": "envGuardProblems", "expression": env_guard_problems(gpu)})
         variables.append({"name": "envGuard", "expression": _ENV_GUARD})
+        used.append("variables.envGuard")
+        if guards_schedulers(config):
+            variables.append({"name": "notGivenProblems", "expression": not_given_problems(gpu)})
+            variables.append({"name": "notGiven", "expression": _NOT_GIVEN})
+            used.append("variables.notGiven")
     if SHARED_GPU_LIMIT in checks:
         variables.append({"name": "sharedGpuLimit", "expression": _shared_limit(gpu)})
-    used = [f"variables.{_CHECK_VARIABLES[c]}" for c in POD_CHECKS if c in checks]
+        used.append("variables.sharedGpuLimit")
     rules = [
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
         {
@@ -224,16 +275,19 @@ def admission_policy(
     ]
     policy = policy_object(name, config, rules, variables, validation(used, FALLBACK_MESSAGE))
     policy["spec"]["matchConditions"] = [
-        {"name": "a-check-fails", "expression": refused_condition(gpu, checks)}
+        {"name": "a-check-fails", "expression": refused_condition(config, checks)}
     ]
     return policy
 
 
-def refusable_condition(gpu: GpuConfig, checks: tuple[str, ...] = POD_CHECKS) -> str:
+def refusable_condition(config: Config, checks: tuple[str, ...] = POD_CHECKS) -> str:
     """CEL true for the pods `checks` can refuse: being created, with an init or regular
-    container that requests a GPU and sets a guarded env name (the env guard), or that names a
-    shared GPU (the limit); an ephemeral container has no resources. Every other pod passes
-    untouched, so the API server need not evaluate the checks for it: most pods."""
+    container that requests a GPU and sets a guarded env name (the env guard), or, in a
+    GPU-sharing scheduler's pod, asks for no GPU and sets NVIDIA_VISIBLE_DEVICES (the env guard
+    too), or that names a shared GPU (the limit); an ephemeral container has no resources. Every
+    other pod passes untouched, so the API server need not evaluate the checks for it: most
+    pods."""
+    gpu = config.gpu
     guarded = "[" + ", ".join(cel_string(g) for g in sorted(set(gpu.guarded_env))) + "]"
     shared = is_shared_test("n", gpu)
     tests = []
@@ -247,6 +301,11 @@ def refusable_condition(gpu: GpuConfig, checks: tuple[str, ...] = POD_CHECKS) ->
             f"{shared})) || (has(c.resources.requests) && c.resources.requests.exists(n, "
             f"{shared}))))"
         )
+    if ENV_GUARD in checks and guards_schedulers(config):
+        tests.append(
+            f"({_of_a_scheduler(gpu)} && has(c.env) && c.env.exists(e, e.name == {_NVD}) && "
+            f"!({requests_gpu_test(gpu)}))"
+        )
     either = " || ".join(tests)
     named = " || ".join(
         f"(has(object.spec.{lst}) && object.spec.{lst}.exists(c, {either}))"
@@ -255,19 +314,22 @@ def refusable_condition(gpu: GpuConfig, checks: tuple[str, ...] = POD_CHECKS) ->
     return f"request.operation == 'CREATE' && ({named})"
 
 
-def refused_condition(gpu: GpuConfig, checks: tuple[str, ...] = POD_CHECKS) -> str:
+def refused_condition(config: Config, checks: tuple[str, ...] = POD_CHECKS) -> str:
     """CEL true exactly when `checks` refuse the pod being created: the negation of the policy's
     validation, from the same problem lists. Only the pods it refuses match the policy, because
     kube-apiserver makes a matched policy's validations, and then every messageExpression with
     its variables, each from a conversion of the pod of its own, whether the validation failed
     or not (`validating/validator.go` in its sources): a valid pod with a shared GPU pays for the
     condition alone. The cheap `refusable_condition` goes first, so most pods stop there."""
+    gpu = config.gpu
     failing = []
     if ENV_GUARD in checks:
         failing.append(f"size({env_guard_problems(gpu, object_lists)}) > 0")
+        if guards_schedulers(config):
+            failing.append(f"size({not_given_problems(gpu, object_lists)}) > 0")
     if SHARED_GPU_LIMIT in checks:
         failing.append(f"size({shared_limit_problems(gpu, object_lists)}) > 0")
-    return f"({refusable_condition(gpu, checks)}) && ({' || '.join(failing)})"
+    return f"({refusable_condition(config, checks)}) && ({' || '.join(failing)})"
 
 
 def policy_object(
@@ -333,14 +395,28 @@ def check_messages(
     containers: list[ContainerRef] = list(iter_containers(pod))
     parts = []
     if ENV_GUARD in checks:
-        problems = tampering(containers, gpus.requests_gpu, frozenset(config.gpu.guarded_env))
-        if problems:
-            parts.append("; ".join(problems) + TAMPERING_ADVICE)
+        tampered = tampering(containers, gpus.requests_gpu, frozenset(config.gpu.guarded_env))
+        ungiven = (
+            not_given(
+                pod,
+                [r for r in containers if r.list_name != "ephemeralContainers"],
+                lambda ref: gpus.requests_gpu(ref) or _has_claims(ref),
+                config,
+            )
+            if guards_schedulers(config)
+            else []
+        )
+        parts += messages(tampered, ungiven)
     if SHARED_GPU_LIMIT in checks:
         shared = [p for ref in containers for p in container_problems(ref, gpus, config.gpu)]
         if shared:
             parts.append("; ".join(shared))
     return parts
+
+
+def _has_claims(ref: ContainerRef) -> bool:
+    claims = (ref.container.get("resources") or {}).get("claims")
+    return isinstance(claims, list) and len(claims) > 0
 
 
 def capped(message: str, fallback: str = FALLBACK_MESSAGE) -> str:

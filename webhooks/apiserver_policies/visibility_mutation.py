@@ -1,6 +1,7 @@
 """GPU visibility inside the API server: a MutatingAdmissionPolicy gives every container that asks
-for no GPU `NVIDIA_VISIBLE_DEVICES=none`, with no webhook call, so CPU-only pods are admitted, and
-hidden from the GPUs, while the service is down.
+for no GPU `NVIDIA_VISIBLE_DEVICES=none` (`gpu.hidden_value`: `void` where the nodes' default
+runtime is nvidia), with no webhook call, so CPU-only pods are admitted, and hidden from the GPUs,
+while the service is down. A container that already says `none` or `void`, once, keeps it.
 
 Which containers: the init and regular containers of a pod being created, and the ephemeral
 containers added through `pods/ephemeralcontainers`, that name no GPU resource
@@ -38,16 +39,16 @@ from typing import Any
 
 from gpu_admission.config.model import Config
 from gpu_admission.gpus.scheduler_gpus import scheduler_gives
-from gpu_admission.names import MIRROR_POD_ANNOTATION, NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
-from webhooks.apiserver_policies.cel import cel_string, requests_gpu_test
+from gpu_admission.names import HIDDEN_VALUES, MIRROR_POD_ANNOTATION, NVIDIA_VISIBLE_DEVICES
+from webhooks.apiserver_policies.cel import cel_string, requests_gpu_test, scheduler_gives_test
 from webhooks.apiserver_policies.pod_checks import exempt_selector
 from webhooks.core.change_words import describe_changes
 from webhooks.core.patch import Patch
 from webhooks.policies.containers import ContainerRef, iter_containers
 from webhooks.policies.gpu_resources import GpuResources
+from webhooks.policies.gpu_visibility import hidden_entry, is_hidden
 
 POLICY_NAME = "gpu-admission-gpu-visibility"
-ENTRY = {"name": NVIDIA_VISIBLE_DEVICES, "value": VISIBLE_DEVICES_NONE}
 EPHEMERAL = "ephemeralContainers"
 _CREATED = ("initContainers", "containers")
 # How the webhook's change words name a container of each list (`webhooks.core.change_words`).
@@ -103,7 +104,8 @@ def changes(
     changed = copy.deepcopy(pod)
     patch = Patch(changed)
     for ref in hidden_containers(changed, old, config):
-        patch.set_env(ref.path, dict(ENTRY))
+        if not is_hidden(ref.container):
+            patch.set_env(ref.path, hidden_entry(config.gpu))
     return changed, patch.ops
 
 
@@ -116,14 +118,20 @@ def would_change(pod: dict[str, Any], old: Mapping[str, Any] | None, config: Con
 # -- in CEL, for kube-apiserver --------------------------------------------------------------
 
 _NAME = cel_string(NVIDIA_VISIBLE_DEVICES)
-_ENTRY = f"{{'name': {_NAME}, 'value': {cel_string(VISIBLE_DEVICES_NONE)}}}"
+_HIDDEN_VALUES = "[" + ", ".join(cel_string(v) for v in HIDDEN_VALUES) + "]"
 # The indexes of the container's entries of the name (the container `c`, with env).
 _INDEXES = f"c.env.transformList(j, e, e.name == {_NAME}, j)"
-# The container has exactly the entry, once (the indexes `idx`).
+# The container is hidden already: one entry of the name, a value that gives no GPU
+# (`is_hidden`; the indexes `idx`).
 _EXACT = (
     "(size(idx) == 1 && has(c.env[idx[0]].value) && "
-    f"c.env[idx[0]].value == {cel_string(VISIBLE_DEVICES_NONE)} && !has(c.env[idx[0]].valueFrom))"
+    f"c.env[idx[0]].value in {_HIDDEN_VALUES} && !has(c.env[idx[0]].valueFrom))"
 )
+
+
+def _entry(config: Config) -> str:
+    """The entry the policy writes, as a CEL map literal."""
+    return f"{{'name': {_NAME}, 'value': {cel_string(config.gpu.hidden_value)}}}"
 
 
 def _added(lst: str) -> str:
@@ -138,65 +146,44 @@ def _added(lst: str) -> str:
     )
 
 
-def scheduler_gives_test(config: Config) -> str:
-    """CEL true when the container `c` has its NVIDIA_VISIBLE_DEVICES from a scheduler of
-    `gpu.schedulers` for this pod (`gpu_admission.gpus.scheduler_gpus.scheduler_gives`)."""
-    annotations = "object.metadata.annotations"
-    tests = []
-    for scheduler in config.gpu.schedulers:
-        marked = " || ".join(
-            f"{cel_string(a)} in {annotations}" for a in scheduler.mark_annotations
-        )
-        maps = cel_string(scheduler.config_map_annotation)
-        last = "l[size(l) - 1]"
-        source = f"{last}.valueFrom.configMapKeyRef"
-        tests.append(
-            f"(object.spec.schedulerName == {cel_string(scheduler.scheduler_name)} && "
-            f"!has(object.spec.nodeName) && has({annotations}) && ({marked}) && "
-            f"{maps} in {annotations} && has(c.env) && "
-            f"[c.env.filter(e, e.name == {_NAME})].all(l, size(l) > 0 && "
-            f"has({last}.valueFrom) && has({source}) && {source}.key == {_NAME} && "
-            f"{source}.name.startsWith({annotations}[{maps}] + '-')))"
-        )
-    return f"({' || '.join(tests)})" if tests else "false"
-
-
 def hidden_test(config: Config) -> str:
     """CEL true when the container `c` gets the entry: no GPU resource, no claim, and no
     visibility a scheduler gave it."""
     claims = "(has(c.resources) && has(c.resources.claims) && size(c.resources.claims) > 0)"
-    given = scheduler_gives_test(config)
+    given = scheduler_gives_test(config.gpu)
     return f"!({requests_gpu_test(config.gpu)}) && !{claims}" + (
         f" && !{given}" if config.gpu.schedulers else ""
     )
 
 
-def _operations(lst: str) -> str:
+def _operations(lst: str, config: Config) -> str:
     """The JSON Patch operations for the container `c` at index `i` of `lst` (`Patch.set_env`);
     removals from the highest index down, so the lower ones stay where they are."""
     at = f"'/spec/{lst}/' + string(i)"
+    entry = _entry(config)
     spread = (
         f"[{_INDEXES}].map(idx, size(idx) == 0 ? "
-        f"[JSONPatch{{op: 'add', path: {at} + '/env/-', value: {_ENTRY}}}] : "
+        f"[JSONPatch{{op: 'add', path: {at} + '/env/-', value: {entry}}}] : "
         f"{_EXACT} ? [] : "
         f"idx.slice(1, size(idx)).reverse().map(j, "
         f"JSONPatch{{op: 'remove', path: {at} + '/env/' + string(j)}}) + "
-        f"[JSONPatch{{op: 'replace', path: {at} + '/env/' + string(idx[0]), value: {_ENTRY}}}]"
+        f"[JSONPatch{{op: 'replace', path: {at} + '/env/' + string(idx[0]), value: {entry}}}]"
         ")[0]"
     )
     return (
-        f"!has(c.env) ? [JSONPatch{{op: 'add', path: {at} + '/env', value: [{_ENTRY}]}}] : {spread}"
+        f"!has(c.env) ? [JSONPatch{{op: 'add', path: {at} + '/env', value: [{entry}]}}] : {spread}"
     )
 
 
 def _list_patch(lst: str, config: Config) -> str:
+    operations = _operations(lst, config)
     return (
-        f"{_added(lst)}.transformList(i, c, {hidden_test(config)}, {_operations(lst)}).flatten()"
+        f"{_added(lst)}.transformList(i, c, {hidden_test(config)}, {operations}).flatten()"
         if lst != EPHEMERAL
         # Index in the whole list (the patch's path), not in the filtered one.
         else f"(has(object.spec.{lst}) ? object.spec.{lst} : []).transformList(i, c, "
         f"(!has(oldObject.spec.{lst}) || !oldObject.spec.{lst}.exists(o, o.name == c.name)) && "
-        f"{hidden_test(config)}, {_operations(lst)}).flatten()"
+        f"{hidden_test(config)}, {_operations(lst, config)}).flatten()"
     )
 
 
@@ -205,7 +192,7 @@ def _unchanged() -> str:
     entries = f"c.env.filter(e, e.name == {_NAME})"
     return (
         f"(has(c.env) && size({entries}) == 1 && {entries}.all(e, has(e.value) && "
-        f"e.value == {cel_string(VISIBLE_DEVICES_NONE)} && !has(e.valueFrom)))"
+        f"e.value in {_HIDDEN_VALUES} && !has(e.valueFrom)))"
     )
 
 
@@ -280,11 +267,11 @@ def visibility_policy_binding() -> dict[str, Any]:
 # -- audit mode: what would change, recorded --------------------------------------------------
 
 
-def _words(lst: str) -> str:
+def _words(lst: str, config: Config) -> str:
     """`changes`'s operations for the container `c` in the webhook's audit words
     (`describe_changes`: one part per distinct operation, removals first)."""
     who = f"{cel_string(_WORDS[lst] + ' ')} + '\"' + c.name + '\" env'"
-    shown = f"' ({NVIDIA_VISIBLE_DEVICES}={VISIBLE_DEVICES_NONE})'"
+    shown = f"' ({NVIDIA_VISIBLE_DEVICES}={config.gpu.hidden_value})'"
     return (
         f"!has(c.env) ? ['add ' + {who} + {shown}] : "
         f"[{_INDEXES}].map(idx, size(idx) == 0 ? ['add ' + {who} + {shown}] : {_EXACT} ? [] : "
@@ -296,7 +283,7 @@ def would_change_expression(config: Config) -> str:
     """CEL: the audit words of what the policy would change ("" for nothing)."""
     parts = []
     for lst in (*_CREATED, EPHEMERAL):
-        changed = f"{_added(lst)}.filter(c, {hidden_test(config)}).map(c, {_words(lst)})"
+        changed = f"{_added(lst)}.filter(c, {hidden_test(config)}).map(c, {_words(lst, config)})"
         when = (
             "request.operation == 'CREATE'" if lst != EPHEMERAL else "request.operation != 'CREATE'"
         )
@@ -326,7 +313,8 @@ def visibility_audit_policy(config: Config) -> dict[str, Any]:
                 {
                     "expression": "variables.wouldChange == ''",
                     "messageExpression": "variables.wouldChange",
-                    "message": "gpu-visibility would give containers NVIDIA_VISIBLE_DEVICES=none",
+                    "message": "gpu-visibility would give containers "
+                    f"{NVIDIA_VISIBLE_DEVICES}={config.gpu.hidden_value}",
                     "reason": "Invalid",
                 }
             ],

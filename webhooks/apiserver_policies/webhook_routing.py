@@ -125,7 +125,8 @@ def needs_state_condition(config: Config) -> str:
     """CEL true for the pods whose admission needs cluster state (the module's list)."""
     names = config.names
     gpu = " || ".join(
-        f"{object_lists(lst)}.exists(c, {requests_gpu_test(config.gpu)})"
+        # GPU resources alone: a companion (HAMi's memory) needs no state of the webhook's.
+        f"{object_lists(lst)}.exists(c, {requests_gpu_test(config.gpu, companions=False)})"
         for lst in ("initContainers", "containers")
     )
     loader = _label_is(names.data_load_label, "true")
@@ -147,7 +148,7 @@ def checks_pass_condition(config: Config) -> str | None:
     checks = enforced_checks(config)
     if not checks:
         return None
-    return f"!({refused_condition(config.gpu, checks)})"
+    return f"!({refused_condition(config, checks)})"
 
 
 NOT_A_MIRROR_POD = (

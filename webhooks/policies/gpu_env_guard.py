@@ -6,17 +6,28 @@ granted to other pods. GPU containers are those of `gpu_claims`: by extended res
 ResourceClaim of a GPU DeviceClass (or one that cannot be resolved).
 `envFrom` cannot be checked here: its keys live in ConfigMaps and Secrets the request does not
 carry.
+
+A GPU-sharing scheduler's pod (`gpu.schedulers`) is the other way round: its containers ask for no
+GPU resource, and the scheduler's own webhook gives the fraction's container NVIDIA_VISIBLE_DEVICES
+from a ConfigMap after the visibility policy has run (KAI's is reinvoked last, and keeps a
+ConfigMap name the pod already carries: kai-scheduler/KAI-Scheduler `pkg/binder/common/
+gpusharingconfigmap/config_map.go`). So the last word is this check's, on the pod as the API
+server stores it: such a container whose NVIDIA_VISIBLE_DEVICES gives GPUs and was not given by
+its scheduler (`scheduler_gives`: placed by hand, or a ConfigMap the pod does not name) is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from gpu_admission.cluster.view import ClusterView, ObjectRef
 from gpu_admission.config.model import Config
+from gpu_admission.gpus.scheduler_gpus import scheduler_gives
+from gpu_admission.names import HIDDEN_VALUES, NVIDIA_VISIBLE_DEVICES
 from webhooks.core.review import AdmissionRequest, Verdict
 from webhooks.policies.containers import ContainerRef, iter_containers
-from webhooks.policies.gpu_claims import GpuDetector
+from webhooks.policies.gpu_claims import GpuDetector, GpuUse
 from webhooks.policies.gpu_visibility import EPHEMERAL_SUBRESOURCE, new_ephemeral_containers
 from webhooks.policies.interface import Scope, ValidatingPolicy
 
@@ -56,26 +67,91 @@ def tampering(
     return problems
 
 
-def _deny(problems: list[str]) -> Verdict:
-    return Verdict.deny("; ".join(problems) + TAMPERING_ADVICE)
+# Said after the list of a GPU-sharing scheduler's containers; the policy's CEL says the same.
+NOT_GIVEN_ADVICE = (
+    ". A GPU-sharing scheduler gives a container GPUs only when it places the pod itself, "
+    "through the ConfigMap it names for the pod: remove spec.nodeName and the container's "
+    f"{NVIDIA_VISIBLE_DEVICES}, and ask the scheduler for a share (or for a GPU by resource)."
+)
+
+
+def guards_schedulers(config: Config) -> bool:
+    """Whether pods of `gpu.schedulers` are held to what their scheduler gives (in the env
+    guard's mode, whatever the visibility policy's: a pod may not choose GPUs either way)."""
+    return bool(config.gpu.schedulers)
+
+
+def not_given(
+    pod: Mapping[str, Any],
+    containers: Iterable[ContainerRef],
+    has_gpu: Callable[[ContainerRef], bool],
+    config: Config,
+) -> list[str]:
+    """One description per container of a GPU-sharing scheduler's pod that asks for no GPU yet
+    gets NVIDIA_VISIBLE_DEVICES (its last entry, the one it gets) that gives GPUs and that its
+    scheduler did not give it."""
+    scheduler = (pod.get("spec") or {}).get("schedulerName")
+    if scheduler not in {s.scheduler_name for s in config.gpu.schedulers}:
+        return []
+    problems = []
+    for ref in containers:
+        entries = [
+            e
+            for e in ref.container.get("env") or ()
+            if isinstance(e, Mapping) and e.get("name") == NVIDIA_VISIBLE_DEVICES
+        ]
+        if not entries or has_gpu(ref):
+            continue
+        last = entries[-1]
+        if last.get("valueFrom") is None and last.get("value") in HIDDEN_VALUES:
+            continue
+        if scheduler_gives(pod, ref.container, config.gpu):
+            continue
+        problems.append(
+            f"{ref.describe} asks for no GPU and sets {NVIDIA_VISIBLE_DEVICES} "
+            f"({_how_set(last)}), which {scheduler} did not give it"
+        )
+    return problems
+
+
+def messages(tampered: list[str], ungiven: list[str]) -> list[str]:
+    """The check's parts of a refusal: each kind of problem with its advice."""
+    parts = []
+    if tampered:
+        parts.append("; ".join(tampered) + TAMPERING_ADVICE)
+    if ungiven:
+        parts.append("; ".join(ungiven) + NOT_GIVEN_ADVICE)
+    return parts
 
 
 def policies(config: Config) -> list[ValidatingPolicy]:
     detector = GpuDetector.from_config(config)
     guarded = frozenset(config.gpu.guarded_env)
 
+    schedulers = guards_schedulers(config)
+
     def check(
-        request: AdmissionRequest, containers: Iterable[ContainerRef], view: ClusterView
+        request: AdmissionRequest,
+        containers: Iterable[ContainerRef],
+        view: ClusterView,
+        created: bool,
     ) -> Verdict:
         gpus = detector.pod(request.object, request.namespace, view)
-        problems = tampering(containers, lambda ref: gpus.of(ref).use.has_gpu, guarded)
-        return _deny(problems) if problems else Verdict.allow()
+        refs = list(containers)
+        tampered = tampering(refs, lambda ref: gpus.of(ref).use.has_gpu, guarded)
+        ungiven = (
+            not_given(request.object, refs, lambda ref: gpus.of(ref).use is not GpuUse.NONE, config)
+            if schedulers and created
+            else []
+        )
+        parts = messages(tampered, ungiven)
+        return Verdict.deny("; ".join(parts)) if parts else Verdict.allow()
 
     def on_create(request: AdmissionRequest, view: ClusterView) -> Verdict:
-        return check(request, iter_containers(request.object), view)
+        return check(request, iter_containers(request.object), view, created=True)
 
     def on_ephemeral(request: AdmissionRequest, view: ClusterView) -> Verdict:
-        return check(request, new_ephemeral_containers(request), view)
+        return check(request, new_ephemeral_containers(request), view, created=False)
 
     def claims(request: AdmissionRequest, view: ClusterView | None) -> Iterable[ObjectRef]:
         return detector.references(request.object, request.namespace, view)

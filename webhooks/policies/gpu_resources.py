@@ -15,15 +15,25 @@ from gpu_admission.config.model import GpuConfig
 from webhooks.policies.containers import ContainerRef
 
 
+def _combined(patterns: Iterable[str]) -> re.Pattern[str]:
+    # An empty list matches nothing (an empty alternation would match everything).
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or r"(?!)")
+
+
 @dataclass(frozen=True, slots=True)
 class GpuResources:
     pattern: re.Pattern[str]
     shared_suffixes: tuple[str, ...]
+    # GPU resources and the companions that ask for a GPU without counting one (HAMi's).
+    asks: re.Pattern[str]
 
     @classmethod
     def from_config(cls, gpu: GpuConfig) -> GpuResources:
-        combined = "|".join(f"(?:{fnmatch.translate(p)})" for p in gpu.resource_patterns)
-        return cls(re.compile(combined), tuple(gpu.shared_suffixes))
+        return cls(
+            _combined(gpu.resource_patterns),
+            tuple(gpu.shared_suffixes),
+            _combined([*gpu.resource_patterns, *gpu.companion_resources]),
+        )
 
     def is_gpu(self, name: str) -> bool:
         return self.pattern.match(name) is not None
@@ -38,5 +48,6 @@ class GpuResources:
         return sorted(n for n in names if self.is_shared(n))
 
     def requests_gpu(self, container: ContainerRef) -> bool:
-        """True when the container's requests or limits name any GPU resource."""
-        return any(self.is_gpu(n) for n in container.resource_names())
+        """True when the container's requests or limits name any GPU resource, or a companion
+        that asks for one (`gpu.companion_resources`)."""
+        return any(self.asks.match(n) is not None for n in container.resource_names())

@@ -54,7 +54,13 @@ def test_one_policy_while_the_checks_share_a_mode(mode: str, actions: list[str])
     policy, binding, workloads, workloads_binding = check_objects(objects)
     assert policy["metadata"]["name"] == binding["metadata"]["name"] == POLICY_NAME
     assert binding["spec"] == {"policyName": POLICY_NAME, "validationActions": actions}
-    assert [v["name"] for v in policy["spec"]["variables"]][-2:] == ["envGuard", "sharedGpuLimit"]
+    # The env guard holds GPU-sharing schedulers' pods to what their scheduler gives (notGiven).
+    assert [v["name"] for v in policy["spec"]["variables"]][-4:] == [
+        "envGuard",
+        "notGivenProblems",
+        "notGiven",
+        "sharedGpuLimit",
+    ]
     # Workloads' templates: the same checks, in the same mode.
     assert workloads["metadata"]["name"] == WORKLOAD_POLICY_NAME
     assert workloads_binding["spec"] == {

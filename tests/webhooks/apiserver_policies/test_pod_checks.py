@@ -47,7 +47,7 @@ def test_the_webhook_sees_claims_and_plain_gpus_over_one_and_only_those() -> Non
     pods_hook = next(w for w in validating["webhooks"] if w["name"].startswith("pods."))
     (condition,) = pods_hook["matchConditions"]
     assert " ".join(condition["expression"].split()) == webhook_condition(gpu), (
-        "regenerate with `gpu-admission admission-policy --webhook-condition`"
+        "regenerate with `.venv/bin/python tools/manifests/webhook_conditions.py`"
     )
 
 
@@ -62,7 +62,14 @@ def test_the_default_manifests_carry_the_policy_for_the_deployed_config(tmp_path
 
 def test_a_custom_config_changes_the_cel() -> None:
     config = Config.model_validate(
-        {"gpu": {"resource_patterns": ["amd.com/gpu*"], "guarded_env": ["ROCR_VISIBLE_DEVICES"]}}
+        {
+            "gpu": {
+                "resource_patterns": ["amd.com/gpu*"],
+                "companion_resources": [],
+                "guarded_env": ["ROCR_VISIBLE_DEVICES"],
+                "schedulers": [],
+            }
+        }
     )
     text = yaml.safe_dump(admission_policy(config))
     assert "amd.com/gpu" in text and "ROCR_VISIBLE_DEVICES" in text

@@ -149,7 +149,7 @@ def test_the_manifests_route_as_the_configuration_says() -> None:
     ]
     shown = [{k: w[k] for k in ("name", "namespaceSelector", "matchConditions")} for w in entries]
     assert shown == mutating_pod_webhooks(CONFIG), (
-        "regenerate with `gpu-admission admission-policy --mutating-webhooks`"
+        "regenerate with `.venv/bin/python tools/manifests/webhook_conditions.py`"
     )
     for entry in entries:
         assert entry["failurePolicy"] == "Fail" and entry["reinvocationPolicy"] == "IfNeeded"

@@ -125,3 +125,52 @@ def test_new_ephemeral_containers_are_checked_on_their_update() -> None:
 
 def test_plain_updates_are_out_of_scope() -> None:
     assert validate(pod(container("t", env=[ALL])), operation="UPDATE").allowed
+
+
+KAI_ENV = {
+    "name": "NVIDIA_VISIBLE_DEVICES",
+    "valueFrom": {
+        "configMapKeyRef": {"name": "f-abc-shared-gpu-0", "key": "NVIDIA_VISIBLE_DEVICES"}
+    },
+}
+
+
+def kai_pod(**spec: Any) -> dict[str, Any]:
+    obj = pod(container("main", gpu=None, env=[KAI_ENV]), schedulerName="kai-scheduler", **spec)
+    obj["metadata"]["annotations"] = {
+        "gpu-fraction": "0.5",
+        "runai/shared-gpu-configmap": "f-abc-shared-gpu",
+    }
+    return obj
+
+
+def test_a_fraction_its_scheduler_gave_is_allowed() -> None:
+    assert validate(kai_pod()).allowed
+
+
+def test_a_fraction_placed_by_hand_is_refused_with_what_to_do() -> None:
+    verdict = validate(kai_pod(nodeName="gpu-1"))
+    assert not verdict.allowed
+    assert verdict.message.startswith(
+        'container "main" asks for no GPU and sets NVIDIA_VISIBLE_DEVICES (from valueFrom), '
+        "which kai-scheduler did not give it. A GPU-sharing scheduler gives"
+    )
+    assert "remove spec.nodeName" in verdict.message
+
+
+def test_a_configmap_the_pod_does_not_name_is_refused() -> None:
+    obj = kai_pod()
+    obj["metadata"]["annotations"]["runai/shared-gpu-configmap"] = "other"
+    assert not validate(obj).allowed
+    # A hidden value is never refused, nor is any env outside the schedulers' pods.
+    obj["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+    assert validate(obj).allowed
+    assert validate(pod(container("main", gpu=None, env=[FROM_CONFIGMAP]))).allowed
+    no_schedulers = Config.model_validate({"gpu": {"schedulers": []}})
+    assert validate(kai_pod(nodeName="gpu-1"), no_schedulers).allowed
+
+
+def test_a_hami_memory_only_container_is_a_gpu_container() -> None:
+    verdict = validate(pod(container("share", gpu="nvidia.com/gpumem", env=[ALL])))
+    assert not verdict.allowed
+    assert 'container "share" requests a GPU and sets NVIDIA_VISIBLE_DEVICES' in verdict.message

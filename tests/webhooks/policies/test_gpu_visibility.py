@@ -230,3 +230,39 @@ def test_with_the_policy_left_to_the_nodes_nothing_is_hidden() -> None:
     assert changes(copy.deepcopy(obj), None, off)[1] == []
     assert visibility_objects(off) == []
     assert changes(copy.deepcopy(obj), None, Config())[1] != []  # on by default
+
+
+VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+
+
+def test_a_container_that_says_void_or_none_keeps_it() -> None:
+    """Both give no GPU; `void` also keeps NVIDIA's runtime from injecting the driver."""
+    obj = pod(
+        {"name": "a", "image": "x", "env": [VOID]},
+        {"name": "b", "image": "x", "env": [NONE]},
+        {"name": "c", "image": "x", "env": [VOID, NONE]},  # twice: collapsed to one
+    )
+    ops, _, _, patched = mutate_twice(POLICIES, obj, VIEW, operation="CREATE")
+    containers = patched["spec"]["containers"]
+    assert [visible_devices(c) for c in containers] == [[VOID], [NONE], [NONE]]
+    assert {op["path"].rsplit("/env", 1)[0] for op in ops} == {"/spec/containers/2"}
+
+
+def test_the_value_written_is_the_setting() -> None:
+    config = Config(gpu=GpuConfig(hidden_value="void"))
+    obj = pod({"name": "a", "image": "x"}, {"name": "b", "image": "x", "env": [NONE]})
+    _, _, _, patched = mutate_twice(gpu_visibility.policies(config), obj, VIEW, operation="CREATE")
+    assert [visible_devices(c) for c in patched["spec"]["containers"]] == [[VOID], [NONE]]
+
+
+@pytest.mark.parametrize(
+    "resource", ["nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"]
+)
+def test_hamis_memory_and_cores_ask_for_a_gpu(resource: str) -> None:
+    """HAMi's webhook adds `nvidia.com/gpu` to such a container after the policy ran."""
+    obj = pod(gpu_container("share", resource=resource), {"name": "sidecar", "image": "x"})
+    _, _, _, patched = mutate_twice(POLICIES, obj, VIEW, operation="CREATE")
+    assert [visible_devices(c) for c in patched["spec"]["containers"]] == [[], [NONE]]
+    none = Config(gpu=GpuConfig(companion_resources=[]))
+    _, _, _, hidden = mutate_twice(gpu_visibility.policies(none), obj, VIEW, operation="CREATE")
+    assert visible_devices(hidden["spec"]["containers"][0]) == [NONE]
