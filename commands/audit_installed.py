@@ -126,6 +126,7 @@ def as_dict(section: InstalledSection) -> dict[str, Any]:
                 "name": d.name,
                 "containers": list(d.containers),
                 "how": d.how,
+                "gpuDaemon": d.daemon,  # False: a workload of users', asked to ask by resource
                 "fix": d.fix,
             }
             for d in report.daemons

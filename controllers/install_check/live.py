@@ -1,9 +1,10 @@
 """The live side of the install's self-check: one watch per kind, nothing more. The six
 admission kinds (the two policy kinds and their bindings optional: older API servers serve none,
 which is what tells their layout), Namespaces (only the two routing labels kept) and
-ServiceAccounts (only those that carry the credentials annotation kept), DaemonSets and
-Deployments (only those with a container that wants the node's GPUs kept, trimmed:
-gpu_admission/gpus/daemons.py).
+ServiceAccounts (only those that carry the credentials annotation kept), and the workloads
+whose pods are judged for GPU daemons: DaemonSets, Deployments, StatefulSets, Jobs, CronJobs and
+Pods (only those with a container that wants the node's GPUs kept, trimmed; a Pod or Job of a
+workload read here is judged through it and dropped: gpu_admission/gpus/daemons.py).
 
 Each informer tells `on_change` of every change on its own thread; `snapshot()` reads the
 caches as they are, on any thread.
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypedDict
 
-from kubernetes.client import ApiClient, AppsV1Api, CoreV1Api
+from kubernetes.client import ApiClient, CoreV1Api
 
 from gpu_admission.admission.installed import (
     ADMISSION_KINDS,
@@ -25,13 +26,23 @@ from gpu_admission.admission.installed import (
     own_record,
 )
 from gpu_admission.cluster.informer import EventType, Informer
-from gpu_admission.cluster.installed_objects import admission_list_call, routing_labels
+from gpu_admission.cluster.installed_objects import (
+    admission_list_call,
+    routing_labels,
+    workload_list_calls,
+)
 from gpu_admission.config.model import Config
-from gpu_admission.gpus.daemons import WORKLOAD_KINDS, WorkloadRecord, workload_record
+from gpu_admission.gpus.daemons import (
+    WORKLOAD_KINDS,
+    WorkloadRecord,
+    read_shape,
+    workload_record,
+)
 
 ON_CHANGE = Callable[[], None]
 ADMISSION_PAGE_SIZE = 50
-WORKLOAD_PAGE_SIZE = 100  # whole Deployments are decoded a page at a time, then trimmed
+# Pod templates (and Pods' containers) are decoded a page at a time, then trimmed or dropped.
+WORKLOAD_PAGE_SIZE = 100
 
 
 class _Metadata(TypedDict, total=False):
@@ -77,21 +88,19 @@ class LiveInstall:
             handlers=[changed],
             shape=_MetadataOnly,
         )
-        apps = AppsV1Api(api)
-        lists = {
-            "DaemonSet": apps.list_daemon_set_for_all_namespaces,
-            "Deployment": apps.list_deployment_for_all_namespaces,
-        }
-        # Only the workloads with a container that wants GPUs are kept, trimmed.
+        lists = workload_list_calls(api)
+        # Only the workloads with a container that wants GPUs are kept, trimmed; a change to any
+        # other (every Pod's status) changes no record and wakes no comparison.
         self.workloads: list[Informer[WorkloadRecord]] = [
             Informer(
                 f"install-{kind.lower()}s",
                 lists[kind],
-                transform=workload_record(kind),
+                transform=workload_record(kind, config.gpu),
                 handlers=[changed],
                 page_size=WORKLOAD_PAGE_SIZE,
+                shape=read_shape(kind),
             )
-            for kind, _ in WORKLOAD_KINDS
+            for kind in WORKLOAD_KINDS
         ]
         self.accounts: Informer[AccountRecord] = Informer(
             "install-serviceaccounts",

@@ -48,10 +48,11 @@ class InstallMetrics:
         )
         self.daemons = metrics.gauge(
             "blinded_gpu_daemon",
-            "A series per DaemonSet or Deployment, in a namespace that is not exempt, whose pods "
-            "ask for no GPU yet want the node's GPUs (they set NVIDIA_VISIBLE_DEVICES, or run "
-            "privileged under an NVIDIA runtime class): the GPU-visibility policy hides the GPUs "
-            "from them. 1 while gpu-visibility enforces, 0 while it does not yet",
+            "A series per workload (DaemonSet, Deployment, StatefulSet, Job, CronJob, or a Pod "
+            "of none of them), in a namespace that is not exempt, whose pods ask for no GPU yet "
+            "want the node's GPUs (they set NVIDIA_VISIBLE_DEVICES, or run under an NVIDIA "
+            "runtime): the GPU-visibility policy hides the GPUs from them. 1 while "
+            "gpu-visibility enforces, 0 while it does not yet",
             ["namespace", "kind", "name"],
         )
         self.checks = metrics.counter(
@@ -93,7 +94,11 @@ class InstallReporter:
         about: dict[tuple[str, ...], dict[str, str]] = {}
         for daemon in report.daemons:
             key = ("daemon", daemon.kind, daemon.namespace, daemon.name)
-            extra = {"kind": daemon.kind, "object": f"{daemon.namespace}/{daemon.name}"}
+            extra = {
+                "kind": daemon.kind,
+                "object": f"{daemon.namespace}/{daemon.name}",
+                "gpu_daemon": daemon.daemon,
+            }
             now[key] = (DAEMON_BLINDED, daemon.message, {**extra, "fix": daemon.fix})
             about[key] = daemon.involved
         for key, (reason, message, extra) in now.items():

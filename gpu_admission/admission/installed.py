@@ -134,7 +134,8 @@ class LiveAdmission:
     served: frozenset[str]  # the admission kinds the API server serves
     namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     accounts: Sequence[AccountRecord] = ()
-    workloads: Sequence[WorkloadRecord] = ()  # those with a container that wants GPUs
+    # Workloads and bare Pods with a container that wants GPUs (gpu_admission/gpus/daemons.py).
+    workloads: Sequence[WorkloadRecord] = ()
 
 
 @dataclass(frozen=True)

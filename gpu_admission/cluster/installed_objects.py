@@ -12,7 +12,13 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kubernetes.client import AdmissionregistrationV1Api, ApiClient, AppsV1Api, CoreV1Api
+from kubernetes.client import (
+    AdmissionregistrationV1Api,
+    ApiClient,
+    AppsV1Api,
+    BatchV1Api,
+    CoreV1Api,
+)
 from kubernetes.client.exceptions import ApiException
 
 from gpu_admission.admission.installed import (
@@ -42,6 +48,20 @@ def admission_list_call(api: ApiClient, kind: AdmissionKind) -> Callable[..., An
     """The client's list method of `kind` (list_mutating_admission_policy, ...)."""
     admission = AdmissionregistrationV1Api(api)
     return getattr(admission, f"list_{_SINGULAR[kind.plural]}")  # type: ignore[no-any-return]
+
+
+def workload_list_calls(api: ApiClient) -> dict[str, Callable[..., Any]]:
+    """The cluster-wide list call of each kind whose pods the self-check judges
+    (`WORKLOAD_KINDS`)."""
+    apps, batch, core = AppsV1Api(api), BatchV1Api(api), CoreV1Api(api)
+    return {
+        "DaemonSet": apps.list_daemon_set_for_all_namespaces,
+        "Deployment": apps.list_deployment_for_all_namespaces,
+        "StatefulSet": apps.list_stateful_set_for_all_namespaces,
+        "Job": batch.list_job_for_all_namespaces,
+        "CronJob": batch.list_cron_job_for_all_namespaces,
+        "Pod": core.list_pod_for_all_namespaces,
+    }
 
 
 def routing_labels(config: Config) -> tuple[str, ...]:
@@ -76,17 +96,12 @@ def read_installed(api: ApiClient, config: Config, pages: Pages) -> LiveAdmissio
         for obj in pages.items(core.list_service_account_for_all_namespaces)
         if (record := account(obj)) is not None
     ]
-    apps = AppsV1Api(api)
-    lists = {
-        "DaemonSet": apps.list_daemon_set_for_all_namespaces,
-        "Deployment": apps.list_deployment_for_all_namespaces,
-    }
-    workloads = [
-        record
-        for kind, _ in WORKLOAD_KINDS
-        for obj in pages.items(lists[kind])
-        if (record := workload_record(kind)(obj)) is not None
-    ]
+    lists = workload_list_calls(api)
+    workloads = []
+    for kind in WORKLOAD_KINDS:
+        # Most Pods and workloads are dropped as they are read: a page at a time in memory.
+        keep = workload_record(kind, config.gpu)
+        workloads += [r for obj in pages.items(lists[kind]) if (r := keep(obj)) is not None]
     return LiveAdmission(objects, frozenset(served), namespaces, accounts, workloads)
 
 
