@@ -7,9 +7,13 @@ that has not returned when the next is due (an NVML call that hangs: a GPU falle
 takes the per-container series away at once and says why in readiness; one that has not
 returned within `hang_seconds` fails liveness too, so the kubelet restarts the agent (a hung
 call is not undone in-process). Without NVML the agent says why once (and again when the reason
-changes) and tries again each interval: a node whose driver is being installed comes right
-without a restart. A driver other than the one whose library this process loaded (an upgrade)
-ends the process (`DriverChanged`): only a new one reads it.
+changes) and tries again each interval (a driver whose kernel module and library disagree from
+the start: on a slow back-off): a node whose driver is being installed comes right without a
+restart. A driver other than the one whose library this process loaded (an upgrade) ends the
+process (`DriverChanged`): only a new one reads it.
+
+The API server's troubles are not the sweep's: NodePods says a failed listing or Event and the
+sweep goes on with the last listing, its NVML series intact.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from gpu_usage.attribution import UsageRow, attribute
 from gpu_usage.containers import ContainerUsage, Peaks, by_container
 from gpu_usage.host_processes import ProcessTable
 from gpu_usage.node_pods import NodePods
-from gpu_usage.nvml_reader import DriverChanged, Fault, Gpu, NvmlReader, NvmlUnavailable
+from gpu_usage.nvml_reader import ALL, DriverChanged, Fault, Gpu, NvmlReader, NvmlUnavailable
 from gpu_usage.over_share import OverShare, OverShareWatch
 from gpu_usage.usage_metrics import AgentMetrics, LatestSweep
 
@@ -152,7 +156,8 @@ class Agent:
     def _say_faults(self, faults: dict[str, Fault]) -> None:
         for gpu, fault in faults.items():
             if self._faults.get(gpu) != fault:
-                log.error("%s: not read this sweep: %s", gpu, fault.message)
+                what = "not read" if fault.figure == ALL else f"{fault.figure} not read"
+                log.error("%s: %s this sweep: %s", gpu, what, fault.message)
         for gpu in self._faults.keys() - faults.keys():
             log.info("%s: read again", gpu)
         self._faults = dict(faults)
@@ -208,7 +213,10 @@ class Agent:
                 if self.unavailable:
                     log.info("NVML answers: sweeping every %g s", interval)
                 self.unavailable = ""
-                await asyncio.to_thread(self.record, result)
+                try:
+                    await asyncio.to_thread(self.record, result)
+                except Exception:  # a defect, as in a sweep: said, and the loop goes on
+                    log.exception("recording the sweep failed")
             finally:
                 if pending is not None and pending.done():
                     pending, self._sweep_started = None, None

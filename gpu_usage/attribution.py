@@ -1,9 +1,9 @@
 """Who uses what of each GPU: NVML's processes joined with their containers and pods (pure).
 
 Each GPU process becomes a row naming its pod and container, or the host command for a process
-outside any pod. Memory NVML counts on a GPU but for no listed process (the driver's reserve,
-processes of other kinds) is a row of its own, so the rows of a GPU add up to what it says it
-uses: nothing is dropped.
+outside any pod (or in a scheduler's reservation pod, which is no tenant's). Memory NVML counts
+on a GPU but for no listed process (the driver's reserve, processes of other kinds) is a row of
+its own, so the rows of a GPU add up to what it says it uses: nothing is dropped.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def attribute(
         sm = sweep.sm_percent.get((gpu.uuid, process.pid))
         if process.mps_client:
             sm = None  # its samples are the MPS server's: its own share is not known
-        elif sm is None and gpu.uuid not in sweep.utilization_unsupported:
+        elif sm is None and sweep.utilization_read(gpu.uuid):
             sm = 0.0  # sampled, and no sample for it: it did not compute since the last sweep
         rows.append(
             UsageRow(
@@ -96,6 +96,11 @@ def _place(host: HostProcess, pods: PodIndex | None) -> PodContainer:
     if host.container is None:
         return _OUTSIDE
     found = pods.find(host.container) if pods is not None else None
+    if found is not None and found.reservation:
+        # A scheduler's reservation pod runs nothing of a tenant's: whatever NVML lists for it
+        # is the scheduler's, kept as memory outside pods (by its command) so the GPU's rows
+        # still add up, and never a container's use, share or over-share.
+        return _OUTSIDE
     if found is not None:
         return found
     # In a pod this agent does not know (no API access, or not listed yet): name it by IDs.

@@ -8,6 +8,11 @@ kubelet writes its own, by the agent's ServiceAccount.
 The two calls go through the ApiClient's own request path (its credentials, its TLS, its
 retries), not through `CoreV1Api`: that class's module alone holds 19 MiB resident, a third of
 what the agent on every GPU node may take.
+
+Neither call's failure leaves this module: an API server down, restarting or cut off mid-answer
+is said (the listing keeps its last pods, the Event counts as not written) and the agent sweeps
+on. That path raises more than `ApiException`: urllib3's own errors (`MaxRetryError` once its
+retries are spent, `ProtocolError` for an answer cut off while read) are not OSErrors.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from gpu_admission.cluster.events import event_body
 from gpu_admission.config.model import GpuConfig
@@ -32,6 +38,9 @@ REFRESH_SECONDS = 5.0
 MAX_AGE_SECONDS = 60.0
 COMPONENT = "gpu-admission-gpu-usage"
 TIMEOUT_SECONDS = 30.0
+# What the API path raises for a call that did not get through: the API server's answer, the
+# socket's and TLS's (OSError), urllib3's (HTTPError: MaxRetryError, ProtocolError, timeouts).
+API_ERRORS = (ApiException, OSError, HTTPError)
 
 
 class NodePods:
@@ -70,11 +79,11 @@ class NodePods:
             answer = self._call(
                 "GET", "/api/v1/pods", [("fieldSelector", f"spec.nodeName={self._node}")]
             )
-        except (ApiException, OSError) as error:
+            pods = json.loads(answer).get("items") or []
+        except (*API_ERRORS, ValueError) as error:  # ValueError: an answer that is not JSON
             self.error = _listing_error(error, self._node)
             log.warning("%s", self.error)
             return
-        pods = json.loads(answer).get("items") or []
         self.index = PodIndex(pods, self._gpu, self._mig_slices)
         self.error = ""
 
@@ -102,12 +111,9 @@ class NodePods:
         )
         try:
             self._call("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
-        except ApiException as error:
-            if error.status == 409 and name is not None:
+        except API_ERRORS as error:
+            if isinstance(error, ApiException) and error.status == 409 and name is not None:
                 return True
-            log.warning("could not write %s on pod %s/%s: %s", reason, namespace, pod_name, error)
-            return False
-        except OSError as error:
             log.warning("could not write %s on pod %s/%s: %s", reason, namespace, pod_name, error)
             return False
         return True

@@ -13,10 +13,17 @@ One GPU's fault is that GPU's: a GPU fallen off the bus (GPU_IS_LOST), a MIG ins
 may not read (NO_PERMISSION), a process that started between the binding's two calls
 (INSUFFICIENT_SIZE: asked once more), a driver too old for the binding's process calls
 (`NVMLLibraryMismatchError`, not an NVMLError) are said in `Sweep.faults` and the other GPUs are
-read. Only what concerns the library as a whole stops the sweep: NVML uninitialised, no driver,
-no library, a driver whose library is not the one loaded (LIB_RM_VERSION_MISMATCH, after a
-driver upgrade: the binding keeps the library it loaded for the life of the process, so only a
-new process can read the new driver; `DriverChanged`).
+read. A GPU's utilization is read apart from its processes and memory: its failure takes only
+the duty cycle of that GPU away (a fault of figure "utilization"). An empty MIG slot is no fault.
+Only what concerns the library as a whole stops the sweep: NVML uninitialised, no driver, no
+library, a driver whose library is not the one loaded (LIB_RM_VERSION_MISMATCH).
+
+LIB_RM_VERSION_MISMATCH means two things. After NVML has answered in this process it is a driver
+upgrade: the binding keeps the library it loaded for the life of the process, so only a new
+process reads the new driver (`DriverChanged`). At the first init it is a node whose driver
+packages were upgraded without its kernel module being reloaded: the library the runtime mounts
+is the new one, the module the old, and a new process would meet the same; it is reported (not
+ready) and init is tried again on a slow back-off, which a reboot or a module reload ends.
 
 `release_between_sweeps`: NVML is shut down after each sweep, so the agent holds no
 `/dev/nvidia*` open between sweeps, which would keep the driver's module from unloading (the
@@ -28,11 +35,13 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 # NVML return codes (nvml.h), by number, so the played binding in the tests needs only these.
 UNINITIALIZED = 1
+INVALID_ARGUMENT = 2
 NOT_SUPPORTED = 3
 NO_PERMISSION = 4
 NOT_FOUND = 6
@@ -45,6 +54,19 @@ LIB_RM_VERSION_MISMATCH = 18
 _WHOLE = {UNINITIALIZED, DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND, LIB_RM_VERSION_MISMATCH}
 MIG_ENABLED = 1
 GPU_UTILIZATION_SAMPLES = 1  # NVML_GPU_UTILIZATION_SAMPLES
+# nvmlDeviceGetMigDeviceHandleByIndex on a slot with no instance: nvml.h names "NOT_FOUND if no
+# valid MIG device was found at index" and "INVALID_ARGUMENT if device, index or migDevice
+# reference is invalid"; dcgm-exporter skips both (internal/pkg/nvmlprovider/provider.go:
+# `if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT { continue }`).
+EMPTY_MIG_SLOT = {NOT_FOUND, INVALID_ARGUMENT}
+# The first init's LIB_RM_VERSION_MISMATCH is tried again after these, doubling: only a reboot
+# or a module reload mends it, and each refused init is also a line in the host's kernel log
+# ("NVRM: API mismatch: the client has the version ...").
+MISMATCH_RETRY_SECONDS = 30.0
+MISMATCH_RETRY_MAX_SECONDS = 300.0
+# What a Fault covers: the whole GPU (nothing of it read), or only its utilization.
+ALL = "all"
+UTILIZATION = "utilization"
 
 
 class NvmlUnavailable(Exception):
@@ -82,6 +104,9 @@ class Fault:
 
     reason: str  # gpu_lost, no_permission, old_driver, nvml_error
     message: str
+    # ALL: the GPU was not read, its containers have no series; UTILIZATION: its processes and
+    # memory were read, only the duty cycle of its containers is missing.
+    figure: str = ALL
 
 
 @dataclass
@@ -91,9 +116,17 @@ class Sweep:
     # (GPU UUID, PID) -> its share of the window's sample periods the SMs ran its kernels,
     # percent: the sum of its samples over the GPU's samples in the window (idle included).
     sm_percent: dict[tuple[str, int], float] = field(default_factory=dict)
-    utilization_unsupported: frozenset[str] = frozenset()  # GPU UUIDs
+    utilization_unsupported: frozenset[str] = frozenset()  # GPU UUIDs, for good
+    utilization_failed: set[str] = field(default_factory=set)  # GPU UUIDs, this sweep (faults)
     faults: dict[str, Fault] = field(default_factory=dict)  # "GPU 3" or a UUID -> why
     nvml_seconds: float = 0.0
+
+    def utilization_read(self, gpu_uuid: str) -> bool:
+        """Whether this sweep has the GPU's per-process utilization (a process without a
+        sample was then idle, not unknown)."""
+        return gpu_uuid not in self.utilization_unsupported and (
+            gpu_uuid not in self.utilization_failed
+        )
 
 
 def _code(error: BaseException) -> int | None:
@@ -123,31 +156,56 @@ def unavailable_message(error: BaseException) -> str:
     return f"NVML could not be initialised: {error}"
 
 
-def _fault(error: BaseException) -> Fault:
+# The first init's LIB_RM_VERSION_MISMATCH: the same words at each try, so said once.
+MISMATCH_AT_START = (
+    "the NVIDIA driver's kernel module and its library (libnvidia-ml.so.1) are of different "
+    'versions (LIB_RM_VERSION_MISMATCH; `nvidia-smi` on the node says "Driver/library version '
+    'mismatch"): the driver was upgraded without its kernel module being reloaded. Reboot the '
+    "node, or reload the NVIDIA kernel modules"
+)
+
+
+def _fault(error: BaseException, figure: str = ALL) -> Fault:
     code = _code(error)
     if code == GPU_IS_LOST:
         return Fault(
             "gpu_lost",
             "the GPU is lost (fallen off the bus, or being reset): `nvidia-smi` on the node "
             "says the same; drain the node and have the GPU checked",
+            figure,
         )
     if code == NO_PERMISSION:
-        return Fault("no_permission", "NVML refuses the agent this device (no permission)")
+        return Fault(
+            "no_permission",
+            "NVML refuses the agent this device (no permission); on a MIG GPU, read as a "
+            "non-root user, that may need the MIG monitor capability (docs/gpu-usage.md, MIG)",
+            figure,
+        )
     if code is None:  # NVMLLibraryMismatchError: the binding's process calls need R510+
         return Fault(
             "old_driver",
             f"the driver is older than this NVML binding's process calls need ({error}): "
             "upgrade the driver to R510 or later",
+            figure,
         )
-    return Fault("nvml_error", f"NVML answered {error}")
+    return Fault("nvml_error", f"NVML answered {error}", figure)
 
 
 class NvmlReader:
-    def __init__(self, nvml: Any = None, release_between_sweeps: bool = False) -> None:
+    def __init__(
+        self,
+        nvml: Any = None,
+        release_between_sweeps: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """`nvml`: the binding (default: nvidia-ml-py's `pynvml`, imported on first use)."""
         self._nvml = nvml
+        self._clock = clock
         self._started = False
         self._worked = False  # NVML has answered once in this process
+        # The first init's LIB_RM_VERSION_MISMATCH: when to try again, and the wait after that.
+        self._mismatch_retry_at: float | None = None
+        self._mismatch_wait = MISMATCH_RETRY_SECONDS
         self.release_between_sweeps = release_between_sweeps
         self._last_seen: dict[str, int] = {}  # GPU UUID -> newest process sample, µs
         self._device_seen: dict[str, int] = {}  # GPU UUID -> newest device sample, µs
@@ -170,15 +228,29 @@ class NvmlReader:
     def start(self) -> None:
         if self._started:
             return
+        now = self._clock()
+        if self._mismatch_retry_at is not None and now < self._mismatch_retry_at:
+            raise NvmlUnavailable(MISMATCH_AT_START)  # not asked again before its time
         try:
             self.nvml.nvmlInit()
         except self.nvml.NVMLError as error:
-            if _code(error) == LIB_RM_VERSION_MISMATCH or (
-                self._worked and _code(error) in (DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND)
+            code = _code(error)
+            if self._worked and code in (
+                LIB_RM_VERSION_MISMATCH,
+                DRIVER_NOT_LOADED,
+                LIBRARY_NOT_FOUND,
             ):
                 raise DriverChanged(unavailable_message(error)) from error
+            if code == LIB_RM_VERSION_MISMATCH:
+                # Never answered in this process: the library is the one the node has now, so
+                # a restart would meet the same; the binding keeps its library loaded, which a
+                # module reload to its version lets init answer in this process.
+                self._mismatch_retry_at = now + self._mismatch_wait
+                self._mismatch_wait = min(2 * self._mismatch_wait, MISMATCH_RETRY_MAX_SECONDS)
+                raise NvmlUnavailable(MISMATCH_AT_START) from error
             raise NvmlUnavailable(unavailable_message(error)) from error
         self._started = True
+        self._mismatch_retry_at, self._mismatch_wait = None, MISMATCH_RETRY_SECONDS
 
     def stop(self) -> None:
         if self._started:
@@ -223,7 +295,6 @@ class NvmlReader:
             for gpu, device in devices:
                 try:
                     processes = self._processes(device, gpu.uuid)
-                    utilization = self._utilization(device, gpu.uuid)
                 except nvml.NVMLError as error:
                     if _code(error) in _WHOLE:
                         raise
@@ -234,7 +305,17 @@ class NvmlReader:
                     continue
                 sweep.gpus.append(gpu)
                 sweep.processes.extend(processes)
-                sweep.sm_percent.update(utilization)
+                # Apart: the processes' memory stands whatever the utilization calls answer.
+                try:
+                    sweep.sm_percent.update(self._utilization(device, gpu.uuid))
+                except nvml.NVMLError as error:
+                    if _code(error) in _WHOLE:
+                        raise
+                    sweep.faults[gpu.uuid] = _fault(error, UTILIZATION)
+                    sweep.utilization_failed.add(gpu.uuid)
+                except self._mismatch() as error:
+                    sweep.faults[gpu.uuid] = _fault(error, UTILIZATION)
+                    sweep.utilization_failed.add(gpu.uuid)
         sweep.utilization_unsupported = frozenset(self._no_utilization)
         return sweep
 
@@ -256,8 +337,8 @@ class NvmlReader:
             try:
                 mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
             except nvml.NVMLError as error:
-                if _code(error) == NOT_FOUND:
-                    continue  # an empty slot
+                if _code(error) in EMPTY_MIG_SLOT:
+                    continue  # a slot without an instance; other answers are the GPU's fault
                 raise
             memory = nvml.nvmlDeviceGetMemoryInfo(mig)
             gpu = Gpu(

@@ -4,6 +4,10 @@ pod's status) and each pod's UID (for a container whose status does not carry it
 For each container also what the memory-share policy gave it: `GPU_MEMORY_LIMIT_MIB` in its env
 is its share, and a JAX container (`XLA_PYTHON_CLIENT_MEM_FRACTION` set and preallocation not
 turned off) holds its whole pool from the start, whatever it uses of it.
+
+A GPU-sharing scheduler's reservation pod (KAI's, in `kai-resource-reservation`) holds a whole GPU
+only for the fractions it shares out, which hold their shares themselves: it holds nothing here,
+and is no tenant (`reservation`).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_admission.config.model import GpuConfig
-from gpu_admission.gpus.scheduler_gpus import fraction_held
+from gpu_admission.gpus.scheduler_gpus import fraction_held, is_reservation_pod
 from gpu_admission.names import GPU_MEMORY_LIMIT_MIB, XLA_PYTHON_CLIENT_MEM_FRACTION
 from gpu_usage.cgroups import ContainerCgroup, runtime_id
 from gpu_usage.units import MIB
@@ -31,6 +35,7 @@ class PodContainer:
     preallocated: bool  # a JAX pool: NVML shows the pool, not what is used of it
     workload_kind: str = ""
     workload: str = ""
+    reservation: bool = False  # a scheduler's reservation pod (is_reservation_pod): no tenant
 
 
 @dataclass(frozen=True)
@@ -78,14 +83,17 @@ class PodIndex:
         """`mig_slices`: the compute slices of the node's GPUs (workloads.mig_slices)."""
         gpu = gpu or GpuConfig()
         self._by_id: dict[str, PodContainer] = {}
-        self._by_uid: dict[str, tuple[str, str, str, str]] = {}
+        self._by_uid: dict[str, PodContainer] = {}  # the pod, its container not known yet
         self._uids: dict[tuple[str, str], str] = {}
         self.holdings: list[Holding] = []
         for pod in pods:
             meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
             namespace, name = meta.get("namespace", ""), meta.get("name", "")
             kind, workload = workload_of(pod)
-            self._by_uid[meta.get("uid", "")] = (namespace, name, kind, workload)
+            reservation = is_reservation_pod(pod, gpu)
+            self._by_uid[meta.get("uid", "")] = PodContainer(
+                namespace, name, "", None, False, kind, workload, reservation
+            )
             self._uids[(namespace, name)] = meta.get("uid", "")
             containers = {
                 c["name"]: c
@@ -106,9 +114,13 @@ class PodIndex:
                         _preallocated(env),
                         kind,
                         workload,
+                        reservation,
                     )
-            if status.get("phase") != "Running":
-                continue  # GPUs are held from the start to the end of the run
+            if status.get("phase") != "Running" or reservation:
+                # GPUs are held from the start to the end of the run; a reservation pod's GPU is
+                # held by the fractions it was made for, each counting its share: counting its
+                # whole GPU too would hold that GPU twice.
+                continue
             for container in spec.get("containers") or []:
                 # A GPU-sharing scheduler's fraction (KAI) holds its share, with no resource.
                 held = gpus_held(container, _env(container), gpu, mig_slices) or fraction_held(
@@ -123,11 +135,8 @@ class PodIndex:
         found = self._by_id.get(cgroup.container_id)
         if found is not None:
             return found
-        pod = self._by_uid.get(cgroup.pod_uid)
-        if pod is None:
-            return None
         # The pod is known but not yet this container's ID (its status lags the start).
-        return PodContainer(pod[0], pod[1], "", None, False, pod[2], pod[3])
+        return self._by_uid.get(cgroup.pod_uid)
 
     @property
     def container_ids(self) -> Set[str]:

@@ -111,9 +111,10 @@ GPU_TOTAL = Family(
 )
 GPU_FAULT = Family(
     "gpu_usage_gpu_fault",
-    "1 for each GPU (or MIG instance) NVML could not read at the last sweep, with why; its "
-    "containers have no series meanwhile.",
-    ("gpu", "reason"),
+    "1 for each GPU (or MIG instance) NVML could not read at the last sweep, with why and what: "
+    'figure="all", its containers have no series meanwhile; figure="utilization", only their '
+    "duty cycle is missing.",
+    ("gpu", "reason", "figure"),
 )
 FAMILIES = (
     MEMORY_USED, MEMORY_TOTAL, DUTY, SHARE, PEAK, HELD, OVER_SHARE, OUTSIDE_PODS, GPU_TOTAL,
@@ -168,7 +169,7 @@ class UsageCollector:
         for uuid, model, total_bytes in latest.gpus:
             out[GPU_TOTAL].add_metric([uuid, model], total_bytes)
         for gpu, fault in latest.faults.items():
-            out[GPU_FAULT].add_metric([gpu, fault.reason], 1)
+            out[GPU_FAULT].add_metric([gpu, fault.reason, fault.figure], 1)
         yield from out.values()
 
 

@@ -7,7 +7,8 @@ name that starts with the pod's ConfigMap annotation and a `-`). The visibility 
 such a container as the scheduler made it; anything else a pod writes there is replaced, as it
 is for every container without a GPU. The API server's policy tests the same in CEL
 (webhooks/apiserver_policies/visibility_mutation.py, `scheduler_gives_test`); the node agent
-counts the share such a container holds (`fraction_held`).
+counts the share such a container holds (`fraction_held`), and not the pods a scheduler runs to
+hold a whole GPU for its fractions (`is_reservation_pod`), so that GPU is held once.
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ from gpu_admission.config.schedulers import SchedulerGpus
 from gpu_admission.names import NVIDIA_VISIBLE_DEVICES
 
 
-def pod_scheduler(pod: Mapping[str, Any], gpu: GpuConfig) -> SchedulerGpus | None:
-    """The scheduler of `gpu.schedulers` this pod asks for its GPU, if it is one's and marked."""
+def pod_scheduler(
+    pod: Mapping[str, Any], gpu: GpuConfig, *, bound: bool = False
+) -> SchedulerGpus | None:
+    """The scheduler of `gpu.schedulers` this pod asks for its GPU, if it is one's and marked.
+    `bound`: the pod is read after it was scheduled (the node agent's), so its nodeName is the
+    binder's, not a placement by hand."""
     spec = pod.get("spec") or {}
-    if spec.get("nodeName"):
+    if spec.get("nodeName") and not bound:
         return None
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     for scheduler in gpu.schedulers:
@@ -34,9 +39,11 @@ def pod_scheduler(pod: Mapping[str, Any], gpu: GpuConfig) -> SchedulerGpus | Non
     return None
 
 
-def scheduler_gives(pod: Mapping[str, Any], container: Mapping[str, Any], gpu: GpuConfig) -> bool:
+def scheduler_gives(
+    pod: Mapping[str, Any], container: Mapping[str, Any], gpu: GpuConfig, *, bound: bool = False
+) -> bool:
     """Whether the container's NVIDIA_VISIBLE_DEVICES is its scheduler's, for this pod."""
-    scheduler = pod_scheduler(pod, gpu)
+    scheduler = pod_scheduler(pod, gpu, bound=bound)
     if scheduler is None:
         return False
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
@@ -56,11 +63,13 @@ def scheduler_gives(pod: Mapping[str, Any], container: Mapping[str, Any], gpu: G
 def fraction_held(pod: Mapping[str, Any], container: Mapping[str, Any], gpu: GpuConfig) -> float:
     """The share of GPUs a scheduler gave this container (KAI: `gpu-fraction` times
     `gpu-fraction-num-devices`), 0 where none did or the pod says no fraction (`gpu-memory`
-    asks for MiB: the GPU's size decides the share, which the pod does not say)."""
-    scheduler = pod_scheduler(pod, gpu)
+    asks for MiB: the GPU's size decides the share, which the pod does not say). Read from a
+    pod already on its node (every pod there has a nodeName): one placed there by hand lost the
+    scheduler's env when it was created (the visibility policy replaced it)."""
+    scheduler = pod_scheduler(pod, gpu, bound=True)
     if scheduler is None or scheduler.fraction_annotation is None:
         return 0.0
-    if not scheduler_gives(pod, container, gpu):
+    if not scheduler_gives(pod, container, gpu, bound=True):
         return 0.0
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     try:
@@ -69,3 +78,13 @@ def fraction_held(pod: Mapping[str, Any], container: Mapping[str, Any], gpu: Gpu
     except ValueError:
         return 0.0
     return fraction * devices if 0 < fraction <= 1 and devices >= 1 else 0.0
+
+
+def is_reservation_pod(pod: Mapping[str, Any], gpu: GpuConfig) -> bool:
+    """Whether the pod is one a scheduler runs to hold a whole GPU for the fractions it shares
+    out (`reservation_namespace`; KAI tells its own the same way, by namespace alone: the
+    binder's `resource_reservation.go`). Its GPU is the fractions', which count their shares."""
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    return bool(namespace) and any(
+        namespace == scheduler.reservation_namespace for scheduler in gpu.schedulers
+    )

@@ -28,7 +28,9 @@ def _binding() -> ModuleType:
 
 _PYNVML = _binding()
 NVMLError = _PYNVML.NVMLError
-NVMLLibraryMismatchError = _PYNVML.NVMLLibraryMismatchError
+# From nvidia-ml-py 12.550 on; in 12.535 an older driver's missing call is an NVMLError
+# (FUNCTION_NOT_FOUND), and the reader looks the class up the same way.
+NVMLLibraryMismatchError = getattr(_PYNVML, "NVMLLibraryMismatchError", None)
 SAMPLE_PERIOD_US = 166_667  # a sixth of a second: the shortest period nvml.h names
 
 
@@ -44,7 +46,10 @@ class FakeGpu:
     graphics: dict[int, int | None] = field(default_factory=dict)  # pid -> bytes
     mps_clients: dict[int, int | None] = field(default_factory=dict)  # pid -> bytes
     utilization_supported: bool = True
-    mig: list[FakeGpu] | None = None  # MIG instances, in their slots (None: MIG off)
+    # MIG instances in their slots, None for an empty slot (the list None: MIG off).
+    mig: list[FakeGpu | None] | None = None
+    # What an empty slot answers: NOT_FOUND or INVALID_ARGUMENT, both in nvml.h.
+    empty_slot: int = 6
     # A call's name -> an NVML code to raise, or "mismatch"; `fault_once` clears it after.
     faults: dict[str, int | str] = field(default_factory=dict)
     fault_once: bool = False
@@ -55,7 +60,7 @@ class FakeGpu:
     def used(self) -> int:
         tables = (self.processes, self.graphics, self.mps_clients)
         own = sum(v or 0 for table in tables for v in table.values())
-        return self.reserved + own + sum(i.used for i in self.mig or [])
+        return self.reserved + own + sum(i.used for i in self.mig or [] if i is not None)
 
 
 class FakeNvml:
@@ -67,7 +72,8 @@ class FakeNvml:
         self.initialised = False
         self.init_error: int | None = None  # raise this code from nvmlInit
         self.lose_driver = False  # calls after init answer GPU_IS_LOST
-        self.inits = 0
+        self.inits = 0  # that succeeded
+        self.init_attempts = 0
         self.shutdowns = 0
         self.clock = 1_000_000  # µs
 
@@ -84,11 +90,13 @@ class FakeNvml:
         if handle.fault_once:
             del handle.faults[call]
         if code == "mismatch":
+            assert NVMLLibraryMismatchError is not None, "this nvidia-ml-py has no such error"
             raise NVMLLibraryMismatchError("Unversioned function called and the pyNVML version "
                                            "does not match the NVML lib version.")  # fmt: skip
         raise NVMLError(code)
 
     def nvmlInit(self) -> None:
+        self.init_attempts += 1
         if self.init_error is not None:
             raise NVMLError(self.init_error)
         self.initialised = True
@@ -123,10 +131,13 @@ class FakeNvml:
         return 7
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeGpu, index: int) -> FakeGpu:
+        self._live()
+        self._fault(handle, "nvmlDeviceGetMigDeviceHandleByIndex")
         instances = handle.mig or []
-        if index >= len(instances):
-            raise NVMLError(6)  # an empty slot
-        return instances[index]
+        found = instances[index] if index < len(instances) else None
+        if found is None:
+            raise NVMLError(handle.empty_slot)
+        return found
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu, version: Any = None) -> SimpleNamespace:
         self._live()

@@ -1,13 +1,19 @@
 """The agent's sweep into metrics under the kubelet's old names and labels, its readiness
 without NVML, nothing stale served after a failed or hung sweep, its exit on a driver change,
-and `gpu-usage --once` on this machine's real /proc."""
+its wait (no exit) on a driver whose module and library disagree from the start, and
+`gpu-usage --once` on this machine's real /proc."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
+import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -15,13 +21,17 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from commands.parser import main as cli
+from gpu_admission.config.model import GpuConfig
+from gpu_admission.config.schedulers import KAI_SCHEDULER
 from gpu_admission.process.metrics import Metrics
 from gpu_usage.agent import Agent
 from gpu_usage.host_processes import ProcessTable
 from gpu_usage.nvml_reader import DriverChanged, NvmlReader
 from gpu_usage.usage_metrics import AgentMetrics
+from tests import ROOT
 from tests.gpu_usage.fake_nvml import FakeGpu, FakeNvml
 from tests.support.ports import free_port
+from tests.support.waits import while_running
 
 GIB = 1024**3
 UID = "00000000-0000-0000-0000-00000000000a"
@@ -31,10 +41,10 @@ CID = "c" * 64
 class StaticPods:
     """The node's pods as NodePods gives them, without an API server."""
 
-    def __init__(self, pods: list[dict]) -> None:
+    def __init__(self, pods: list[dict], gpu: GpuConfig | None = None) -> None:
         from gpu_usage.pod_index import PodIndex
 
-        self.index = PodIndex(pods)
+        self.index = PodIndex(pods, gpu)
         self.error = ""
         self.events: list[tuple[tuple[str, str], str, str]] = []
         self.event_names: list[str | None] = []
@@ -64,41 +74,41 @@ def _samples(metrics: Metrics) -> dict[str, list]:
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 
+def _train_pod() -> dict:
+    """A Deployment's pod on a quarter of a shared GPU with a 4 GiB share, its container
+    started (CID), as the API server lists it."""
+    return {
+        "metadata": {
+            "namespace": "team-a",
+            "name": "train-7d9f8-x2x4q",
+            "uid": UID,
+            "labels": {"pod-template-hash": "7d9f8"},
+            "ownerReferences": [{"kind": "ReplicaSet", "name": "train-7d9f8", "controller": True}],
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "resources": {"limits": {"nvidia.com/gpu.shared": "1"}},
+                    "env": [
+                        {"name": "GPU_MEMORY_LIMIT_MIB", "value": "4096"},
+                        {"name": "GPU_SHARED_REPLICAS", "value": "4"},
+                    ],
+                }
+            ]
+        },
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [{"name": "main", "containerID": f"containerd://{CID}"}],
+        },
+    }
+
+
 def _agent(tmp_path: Path, used: int) -> tuple[Agent, StaticPods, FakeGpu]:
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "cgroup").write_text(f"0::/kubepods/burstable/pod{UID}/{CID}\n")
     (tmp_path / "7" / "comm").write_text("python\n")
-    pods = StaticPods(
-        [
-            {
-                "metadata": {
-                    "namespace": "team-a",
-                    "name": "train-7d9f8-x2x4q",
-                    "uid": UID,
-                    "labels": {"pod-template-hash": "7d9f8"},
-                    "ownerReferences": [
-                        {"kind": "ReplicaSet", "name": "train-7d9f8", "controller": True}
-                    ],
-                },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "main",
-                            "resources": {"limits": {"nvidia.com/gpu.shared": "1"}},
-                            "env": [
-                                {"name": "GPU_MEMORY_LIMIT_MIB", "value": "4096"},
-                                {"name": "GPU_SHARED_REPLICAS", "value": "4"},
-                            ],
-                        }
-                    ]
-                },
-                "status": {
-                    "phase": "Running",
-                    "containerStatuses": [{"name": "main", "containerID": f"containerd://{CID}"}],
-                },
-            }
-        ]
-    )
+    pods = StaticPods([_train_pod()])
     gpu = FakeGpu("GPU-a", name="NVIDIA H200", processes={7: used}, sm={7: 60})
     agent = Agent(NvmlReader(FakeNvml([gpu])), ProcessTable(tmp_path), pods)  # type: ignore[arg-type]
     return agent, pods, gpu
@@ -281,15 +291,131 @@ def test_a_driver_change_ends_the_loop_with_nothing_shown(tmp_path: Path) -> Non
     assert _samples(metrics)["container_accelerator_memory_used_bytes"] == []
 
 
+class UpgradedAfterOneSweep(FakeNvml):
+    """NVML that answers one sweep, then LIB_RM_VERSION_MISMATCH: the driver upgraded and its
+    module reloaded under the running agent."""
+
+    def nvmlShutdown(self) -> None:
+        super().nvmlShutdown()
+        self.init_error = 18
+
+
 def test_the_command_exits_on_a_driver_change_for_the_kubelet_to_restart_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fake = FakeNvml([])
-    fake.init_error = 18
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setitem(sys.modules, "pynvml", UpgradedAfterOneSweep([FakeGpu("GPU-a")]))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     args = ["gpu-usage", "--metrics-port", str(free_port()), "--log-format", "text"]
-    assert cli(args) == 3
+    assert cli([*args, "--interval", "0.1"]) == 3
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+MISMATCH_WORDS = "kernel module and its library"
+
+
+def test_a_mismatch_from_the_start_waits_not_ready_and_alive(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Driver packages upgraded without a module reload: a restart would meet the same, so the
+    loop goes on, not ready with one log line, live, trying init again on its back-off; a
+    module reload is picked up without a restart."""
+    agent, _, gpu = _agent(tmp_path, 3 * GIB)
+    nvml = FakeNvml([gpu])
+    nvml.init_error = 18  # LIB_RM_VERSION_MISMATCH at the first init
+    clock = Clock()
+    agent.reader = NvmlReader(nvml, release_between_sweeps=True, clock=clock)
+    metrics = Metrics(process_metrics=False)
+    agent.metrics = AgentMetrics(metrics)
+
+    async def steps() -> None:
+        await _until(lambda: MISMATCH_WORDS in agent.unavailable, "the mismatch said")
+        for attempts, wait in ((2, 30), (3, 60)):  # its back-off's next two tries
+            clock.now += wait
+            await _until(lambda n=attempts: nvml.init_attempts == n, f"init try {attempts}")
+        assert MISMATCH_WORDS in agent.readiness()[0] and "Reboot" in agent.readiness()[0]
+        assert agent.liveness() == []
+        assert _samples(metrics)["gpu_admission_gpu_usage_nvml_up"][0].value == 0
+        said = [r for r in caplog.records if MISMATCH_WORDS in r.getMessage()]
+        assert [r.levelno for r in said] == [logging.ERROR]  # once, however often tried
+        nvml.init_error = None  # the module reloaded to the library's version
+        clock.now += 120
+        await _until(lambda: not agent.unavailable, "NVML answering")
+        await _until(
+            lambda: _samples(metrics)["container_accelerator_memory_used_bytes"], "the series"
+        )
+
+    _run(agent, 0.01, steps)
+
+
+def _probe(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:  # 503: an answer, not a failure to connect
+        return error.code, json.loads(error.read())
+
+
+def test_the_command_serves_its_probes_through_a_mismatch_from_the_start(tmp_path: Path) -> None:
+    """The command itself, with NVML played from a file (nvml_shim): no exit, no crash loop;
+    /healthz answers 200, /readyz 503 with the reason, until it is stopped."""
+    shim = Path(__file__).parent / "nvml_shim"
+    state = tmp_path / "nvml.json"
+    state.write_text(json.dumps({"init_error": 18, "gpus": [{"uuid": "GPU-a"}]}))
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if key != "KUBERNETES_SERVICE_HOST"}
+    env |= {
+        "PYTHONPATH": os.pathsep.join(map(str, (shim, shim.parent, ROOT))),
+        "GPU_USAGE_FAKE_NVML": str(state),
+    }
+    log = tmp_path / "agent.log"
+    command = [sys.executable, "-m", "commands", "gpu-usage", "--metrics-port", str(port)]
+    command += ["--interval", "0.1", "--log-format", "text", "--proc", str(tmp_path)]
+    agent = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
+    try:
+        ready = while_running(
+            lambda: (
+                (answer := _probe(f"http://127.0.0.1:{port}/readyz"))[0] == 503
+                and MISMATCH_WORDS in str(answer[1])
+                and answer
+            ),
+            "not ready for the mismatch",
+            {"agent": agent},
+            60,
+            log,
+        )
+        assert "Reboot the node" in ready[1]["waiting_for"][0]
+        assert _probe(f"http://127.0.0.1:{port}/healthz") == (200, {"status": "ok"})
+        assert agent.poll() is None
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
+    assert agent.returncode == 0
+    assert log.read_text().count(MISMATCH_WORDS) == 1
+
+
+def test_a_utilization_error_keeps_the_gpus_memory_series(tmp_path: Path) -> None:
+    agent, _, gpu = _agent(tmp_path, 3 * GIB)
+    gpu.faults["nvmlDeviceGetProcessUtilization"] = 999  # UNKNOWN
+    metrics = Metrics(process_metrics=False)
+    agent.metrics = AgentMetrics(metrics)
+    agent.record(agent.sweep())
+    samples = _samples(metrics)
+    used = samples["container_accelerator_memory_used_bytes"]
+    assert [(s.labels["pod"], s.value) for s in used] == [("train-7d9f8-x2x4q", 3 * GIB)]
+    assert samples["gpu_admission_container_gpu_memory_peak_bytes"][0].value == 3 * GIB
+    assert samples["container_accelerator_duty_cycle"] == []  # unknown, not 0
+    (fault,) = samples["gpu_usage_gpu_fault"]
+    assert fault.labels == {"gpu": "GPU-a", "reason": "nvml_error", "figure": "utilization"}
+    assert samples["gpu_admission_gpu_usage_nvml_up"][0].value == 1
 
 
 def test_the_over_share_event_keeps_its_name_across_a_restart(tmp_path: Path) -> None:
@@ -320,7 +446,7 @@ def test_one_lost_gpu_is_that_gpus_and_said(tmp_path: Path) -> None:
         "GPU-a"
     ]
     (fault,) = samples["gpu_usage_gpu_fault"]
-    assert fault.labels == {"gpu": "GPU 1", "reason": "gpu_lost"}
+    assert fault.labels == {"gpu": "GPU 1", "reason": "gpu_lost", "figure": "all"}
     assert samples["gpu_admission_gpu_usage_nvml_up"][0].value == 1
 
 
@@ -353,6 +479,64 @@ def test_a_container_the_listing_does_not_name_yet_waits_for_it(tmp_path: Path) 
     ]
     places = {s.labels["place"]: s.value for s in samples["gpu_admission_gpu_usage_processes"]}
     assert places == {"pod": 1, "unnamed": 1, "host": 0}
+
+
+def _kai_agent(tmp_path: Path, gpu_config: GpuConfig | None = None) -> Agent:
+    """A node whose one GPU KAI shares in halves (test_workloads._kai_node): each pod's
+    container started, a process in each fraction and one in the reservation pod."""
+    from tests.gpu_usage.test_workloads import _kai_node
+
+    pods = _kai_node()
+    processes = {}
+    for pid, pod in enumerate(pods, start=21):
+        uid, cid = f"00000000-0000-0000-0000-0000000000{pid}", str(pid) * 32
+        pod["metadata"]["uid"] = uid
+        container = pod["spec"]["containers"][0]["name"]
+        pod["status"]["containerStatuses"] = [
+            {"name": container, "containerID": f"containerd://{cid}"}
+        ]
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(f"0::/kubepods/pod{uid}/{cid}\n")
+        (tmp_path / str(pid) / "comm").write_text(f"{container}\n")
+        processes[pid] = 256 * 1024**2 if pid == 21 else 3 * GIB
+    gpu = FakeGpu("GPU-a", name="NVIDIA H200", processes=processes, sm={22: 40, 23: 20})
+    return Agent(
+        NvmlReader(FakeNvml([gpu])),
+        ProcessTable(tmp_path),
+        StaticPods(pods, gpu_config),  # type: ignore[arg-type]
+    )
+
+
+def test_a_gpu_kai_shares_in_fractions_is_held_once(tmp_path: Path) -> None:
+    """The reservation pod holds the GPU for the two halves: the node holds 1 GPU, all of it
+    team-a's, and what NVML lists for the reservation pod is no tenant's use."""
+    agent = _kai_agent(tmp_path)
+    metrics = Metrics(process_metrics=False)
+    agent.metrics = AgentMetrics(metrics)
+    agent.record(agent.sweep())
+    samples = _samples(metrics)
+    held = samples["gpu_admission_container_gpus_held"]
+    assert sum(s.value for s in held) == pytest.approx(1.0)
+    assert {(s.labels["pod"], s.value) for s in held} == {("train-a", 0.5), ("train-b", 0.5)}
+    used = samples["container_accelerator_memory_used_bytes"]
+    assert {s.labels["pod"] for s in used} == {"train-a", "train-b"}
+    outside = {
+        s.labels["command"]: s.value for s in samples["gpu_admission_gpu_memory_outside_pods_bytes"]
+    }
+    assert outside["resource-reservation"] == 256 * 1024**2  # kept: the GPU's rows add up
+
+
+def test_without_a_reservation_namespace_the_reservation_pod_counts(tmp_path: Path) -> None:
+    kai = KAI_SCHEDULER.model_copy(update={"reservation_namespace": None})
+    agent = _kai_agent(tmp_path, GpuConfig(schedulers=[kai]))
+    metrics = Metrics(process_metrics=False)
+    agent.metrics = AgentMetrics(metrics)
+    agent.record(agent.sweep())
+    samples = _samples(metrics)
+    held = samples["gpu_admission_container_gpus_held"]
+    assert sum(s.value for s in held) == pytest.approx(2.0)
+    used = samples["container_accelerator_memory_used_bytes"]
+    assert "gpu-reservation-3f9a1c2e7b5d4a60" in {s.labels["pod"] for s in used}
 
 
 def test_once_prints_this_machines_processes_as_host_processes(

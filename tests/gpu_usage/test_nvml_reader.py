@@ -6,12 +6,21 @@ starting mid-call."""
 
 from __future__ import annotations
 
+import ctypes
 import inspect
+import itertools
+import re
 
 import pynvml
 import pytest
 
-from gpu_usage.nvml_reader import DriverChanged, NvmlReader, NvmlUnavailable
+from gpu_usage.nvml_reader import (
+    MISMATCH_RETRY_MAX_SECONDS,
+    MISMATCH_RETRY_SECONDS,
+    DriverChanged,
+    NvmlReader,
+    NvmlUnavailable,
+)
 from tests.gpu_usage.fake_nvml import FakeGpu, FakeNvml
 
 GIB = 1024**3
@@ -33,6 +42,46 @@ def test_fake_nvml_matches_the_binding() -> None:
         assert optional(fake) == optional(real), name
     assert issubclass(pynvml.NVMLError_NotSupported, pynvml.NVMLError)
     assert pynvml.NVMLError(3).value == 3  # the code the reader reads
+
+
+# nvml.h (NVIDIA/go-nvml gen/nvml/nvml.h), what the _v3 process calls fill:
+#   typedef struct nvmlProcessInfo_v2_st {
+#       unsigned int pid; unsigned long long usedGpuMemory;
+#       unsigned int gpuInstanceId; unsigned int computeInstanceId;
+#   } nvmlProcessInfo_v2_t, nvmlProcessInfo_t;
+# with `#define nvmlDeviceGetComputeRunningProcesses nvmlDeviceGetComputeRunningProcesses_v3`.
+# Field name -> (offset, size) on a 64-bit build; 24 bytes in all (the last padded to 8).
+PROCESS_INFO = {"pid": (0, 4), "usedGpuMemory": (8, 8), "gpuInstanceId": (16, 4)}
+PROCESS_INFO |= {"computeInstanceId": (20, 4)}
+
+
+def test_the_bindings_process_struct_is_nvml_hs() -> None:
+    """The struct each process call of the installed binding sizes its array with is nvml.h's.
+    nvidia-ml-py 12.535.77 gave it a fifth field, `usedGpuCcProtectedMemory` (32 bytes), which
+    nvml.h's has not: the driver writes 24-byte entries, so every process after the first was
+    read from the wrong place, its PID and memory mixed up. 12.535.108 went back to nvml.h's
+    four fields, and is pyproject.toml's floor."""
+    assert ctypes.sizeof(ctypes.c_void_p) == 8  # the offsets are a 64-bit build's
+    calls = (
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetMPSComputeRunningProcesses",
+        "nvmlDeviceGetGraphicsRunningProcesses",
+    )
+    used: set[str] = set()
+    for call in calls:  # the reader's calls, and the versioned one each of them makes
+        for name in (call, f"{call}_v3", f"{call}_v2"):
+            if hasattr(pynvml, name):
+                used |= set(
+                    re.findall(r"c_nvmlProcessInfo\w*", inspect.getsource(getattr(pynvml, name)))
+                )
+    assert used, "no process call names its struct"
+    for name in sorted(used):
+        struct = getattr(pynvml, name)
+        fields = {
+            f[0]: (getattr(struct, f[0]).offset, getattr(struct, f[0]).size)
+            for f in struct._fields_
+        }
+        assert (fields, ctypes.sizeof(struct)) == (PROCESS_INFO, 24), name
 
 
 def test_a_sweep_lists_each_process_with_its_memory_and_utilization() -> None:
@@ -67,6 +116,47 @@ def test_mig_instances_are_read_one_by_one() -> None:
         ("MIG-2", "0/1", "GPU-p", 40 * GIB),
     ]
     assert {(p.pid, p.gpu_uuid) for p in sweep.processes} == {(5, "MIG-1"), (6, "MIG-2")}
+
+
+@pytest.mark.parametrize("empty", [6, 2], ids=["NOT_FOUND", "INVALID_ARGUMENT"])
+def test_an_empty_mig_slot_is_no_fault(empty: int) -> None:
+    """Instances in slots 0 and 2, none in 1 (one destroyed): the slot is skipped, whichever of
+    the two answers nvml.h names NVML gives for it, and the GPU is read."""
+    instances: list[FakeGpu | None] = [
+        FakeGpu("MIG-1", total=10 * GIB, processes={5: GIB}),
+        None,
+        FakeGpu("MIG-3", total=40 * GIB, processes={6: 3 * GIB}),
+    ]
+    parent = FakeGpu("GPU-p", mig=instances, empty_slot=empty)
+    sweep = NvmlReader(FakeNvml([parent])).sweep()
+    assert [(g.uuid, g.index) for g in sweep.gpus] == [("MIG-1", "0/0"), ("MIG-3", "0/2")]
+    assert sweep.faults == {}
+
+
+def test_a_mig_slot_refused_is_the_gpus_fault_and_says_what_it_needs() -> None:
+    refused = FakeGpu("GPU-p", mig=[FakeGpu("MIG-1")])
+    refused.faults["nvmlDeviceGetMigDeviceHandleByIndex"] = 4  # NO_PERMISSION
+    sweep = NvmlReader(FakeNvml([refused, FakeGpu("GPU-b", processes={2: GIB})])).sweep()
+    assert [g.uuid for g in sweep.gpus] == ["GPU-b"]
+    fault = sweep.faults["GPU 0"]
+    assert (fault.reason, fault.figure) == ("no_permission", "all")
+    assert "MIG monitor capability" in fault.message
+
+
+@pytest.mark.parametrize("call", ["nvmlDeviceGetProcessUtilization", "nvmlDeviceGetSamples"])
+def test_a_utilization_error_keeps_the_gpus_processes_and_memory(call: str) -> None:
+    gpu = FakeGpu("GPU-a", processes={1: GIB}, sm={1: 40}, faults={call: 999})  # UNKNOWN
+    reader = NvmlReader(FakeNvml([gpu]))
+    sweep = reader.sweep()
+    assert [g.uuid for g in sweep.gpus] == ["GPU-a"]
+    assert [(p.pid, p.used_bytes) for p in sweep.processes] == [(1, GIB)]
+    fault = sweep.faults["GPU-a"]
+    assert (fault.reason, fault.figure) == ("nvml_error", "utilization")
+    assert sweep.sm_percent == {} and not sweep.utilization_read("GPU-a")
+    del gpu.faults[call]  # its own sweep's: asked again, and read
+    again = reader.sweep()
+    assert again.faults == {} and again.utilization_read("GPU-a")
+    assert again.sm_percent == {("GPU-a", 1): 40.0}
 
 
 def test_no_driver_is_one_clear_message() -> None:
@@ -133,6 +223,8 @@ def test_a_process_starting_between_the_bindings_two_calls_is_asked_again() -> N
 
 def test_a_driver_older_than_the_bindings_process_calls_is_said() -> None:
     """`NVMLLibraryMismatchError` is not an NVMLError: it must not escape the sweep."""
+    if not hasattr(pynvml, "NVMLLibraryMismatchError"):
+        pytest.skip("nvidia-ml-py before 12.550 has no NVMLLibraryMismatchError")
     assert not issubclass(pynvml.NVMLLibraryMismatchError, pynvml.NVMLError)
     old = FakeGpu("GPU-a", faults={"nvmlDeviceGetComputeRunningProcesses": "mismatch"})
     sweep = NvmlReader(FakeNvml([old, FakeGpu("GPU-b", processes={2: GIB})])).sweep()
@@ -155,6 +247,42 @@ def test_a_new_driver_is_a_driver_change_whatever_call_says_it() -> None:
     gpu.faults["nvmlDeviceGetMemoryInfo"] = 18  # said mid-sweep
     with pytest.raises(DriverChanged):
         reader.sweep()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_mismatch_at_the_first_init_is_reported_and_tried_again_slowly() -> None:
+    """Driver packages upgraded without a module reload: the library is newer than the kernel
+    module from the start, and a new process would meet the same. Not a driver change (no
+    exit): said in words, init asked again after 30 s, then 60, 120, at most every 300."""
+    nvml = FakeNvml([FakeGpu("GPU-a", processes={1: GIB})])
+    nvml.init_error = 18  # LIB_RM_VERSION_MISMATCH
+    clock = Clock()
+    reader = NvmlReader(nvml, release_between_sweeps=True, clock=clock)
+    tried_at: list[float] = []
+    while clock.now < 1000 + 900:
+        before = nvml.init_attempts
+        with pytest.raises(NvmlUnavailable) as raised:
+            reader.sweep()
+        assert not isinstance(raised.value, DriverChanged)
+        assert "kernel module and its library" in str(raised.value)
+        assert "Reboot the node, or reload" in str(raised.value)
+        if nvml.init_attempts > before:
+            tried_at.append(clock.now - 1000)
+        clock.now += 5  # the agent's interval
+    waits = [b - a for a, b in itertools.pairwise(tried_at)]
+    assert waits[:4] == [MISMATCH_RETRY_SECONDS, 60, 120, 240]
+    assert set(waits[4:]) == {MISMATCH_RETRY_MAX_SECONDS}
+    nvml.init_error = None  # the module reloaded (or the node rebooted)
+    clock.now += MISMATCH_RETRY_MAX_SECONDS
+    assert [p.pid for p in reader.sweep().processes] == [1]
+    assert [p.pid for p in reader.sweep().processes] == [1]  # and each sweep after
 
 
 def test_no_driver_at_start_is_not_a_driver_change() -> None:

@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from gpu_admission.config.model import GpuConfig
+from gpu_admission.config.schedulers import KAI_SCHEDULER
+from gpu_admission.gpus.scheduler_gpus import is_reservation_pod
 from gpu_usage.workloads import gpus_held, mig_slices, workload_of
 
 
@@ -77,9 +79,18 @@ def test_the_configured_gpu_resource_names_count() -> None:
     assert (held.pod, held.gpus) == ("p", 1.0)
 
 
-def _kai_pod(annotations: dict[str, str], scheduler: str = "kai-scheduler") -> dict:
-    """A running KAI fraction pod as KAI's webhook leaves it (no GPU resource)."""
-    maps = "train-x7k2p9q-shared-gpu"
+NODE = "gpu-node-1"
+
+
+def _kai_pod(
+    annotations: dict[str, str],
+    scheduler: str = "kai-scheduler",
+    name: str = "train",
+    group: str = "",
+) -> dict:
+    """A running KAI fraction pod as KAI's webhook and binder leave it (no GPU resource; on its
+    node, as the agent lists it; in the GPU group of its reservation pod, when given)."""
+    maps = f"{name}-x7k2p9q-shared-gpu"
     env = [
         {
             "name": "NVIDIA_VISIBLE_DEVICES",
@@ -91,13 +102,40 @@ def _kai_pod(annotations: dict[str, str], scheduler: str = "kai-scheduler") -> d
     return {
         "metadata": {
             "namespace": "team-a",
-            "name": "train",
-            "uid": "u",
+            "name": name,
+            "uid": f"u-{name}",
+            "labels": {"runai-gpu-group": group} if group else {},
             "annotations": {"runai/shared-gpu-configmap": maps, **annotations},
         },
         "spec": {
             "schedulerName": scheduler,
+            "nodeName": NODE,
             "containers": [{"name": "main", "env": env}, {"name": "sidecar"}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def _kai_reservation_pod(group: str) -> dict:
+    """The pod KAI's binder makes to hold the GPU a group of fractions share, as its source
+    makes it (pkg/binder/binding/resourcereservation/resource_reservation.go): a whole
+    nvidia.com/gpu, placed on the node by hand, in KAI's reservation namespace."""
+    gpu = {"nvidia.com/gpu": "1"}
+    return {
+        "metadata": {
+            "namespace": "kai-resource-reservation",
+            "name": "gpu-reservation-3f9a1c2e7b5d4a60",
+            "uid": "u-reservation",
+            "labels": {"app": "kai-resource-reservation", "runai-gpu-group": group},
+        },
+        "spec": {
+            "nodeName": NODE,
+            "containers": [
+                {
+                    "name": "resource-reservation",
+                    "resources": {"limits": gpu, "requests": gpu},
+                }
+            ],
         },
         "status": {"phase": "Running"},
     }
@@ -122,3 +160,41 @@ def test_a_kai_fraction_holds_its_share(annotations: dict, scheduler: str, held:
     else:
         [holding] = holdings
         assert (holding.container, holding.gpus) == ("main", pytest.approx(held))
+
+
+def _kai_node() -> list[dict]:
+    """One GPU KAI shares in halves: its reservation pod and the two fractions it holds it for."""
+    group = "8c1d0e4b-5f6a-4b7c-9d2e-1f3a5b7c9d0e"
+    return [
+        _kai_reservation_pod(group),
+        _kai_pod({"gpu-fraction": "0.5"}, name="train-a", group=group),
+        _kai_pod({"gpu-fraction": "0.5"}, name="train-b", group=group),
+    ]
+
+
+def test_a_kai_gpu_shared_in_fractions_is_held_once() -> None:
+    """The reservation pod's whole GPU is the fractions', which hold their halves: 1 GPU."""
+    from gpu_usage.pod_index import PodIndex
+
+    holdings = PodIndex(_kai_node()).holdings
+    assert sum(h.gpus for h in holdings) == pytest.approx(1.0)
+    assert {(h.namespace, h.pod, h.gpus) for h in holdings} == {
+        ("team-a", "train-a", 0.5),
+        ("team-a", "train-b", 0.5),
+    }
+
+
+def test_without_a_reservation_namespace_the_reservation_pod_holds_its_gpu() -> None:
+    from gpu_usage.pod_index import PodIndex
+
+    kai = KAI_SCHEDULER.model_copy(update={"reservation_namespace": None})
+    holdings = PodIndex(_kai_node(), GpuConfig(schedulers=[kai])).holdings
+    assert sum(h.gpus for h in holdings) == pytest.approx(2.0)  # the GPU and both halves
+    assert ("kai-resource-reservation", 1.0) in {(h.namespace, h.gpus) for h in holdings}
+
+
+def test_a_reservation_pod_is_known_by_its_schedulers_namespace() -> None:
+    [reservation, fraction, _] = _kai_node()
+    assert is_reservation_pod(reservation, GpuConfig())
+    assert not is_reservation_pod(fraction, GpuConfig())
+    assert not is_reservation_pod(reservation, GpuConfig(schedulers=[]))

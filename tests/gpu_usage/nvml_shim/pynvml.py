@@ -10,7 +10,8 @@ node (the agent runs with hostPID), so the agent gets the PIDs of real container
                "markers": {"gpu-tenant-train": 8589934592}}]}
 
 The calls and their answers are fake_nvml.py's (checked against the real binding's signatures
-in tests/gpu_usage/test_nvml_reader.py). Marked processes compute at 50 % SM.
+in tests/gpu_usage/test_nvml_reader.py). Marked processes compute at 50 % SM. `"init_error": 18`
+beside "gpus" makes nvmlInit answer that NVML code (read at each init).
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ class _FileNvml(FakeNvml):  # type: ignore[misc]
     def __init__(self, path: Path) -> None:
         super().__init__([])
         self.path = path
+
+    def nvmlInit(self) -> None:
+        self.init_error = json.loads(self.path.read_text()).get("init_error")
+        super().nvmlInit()
 
     def nvmlDeviceGetCount(self) -> int:
         self.gpus = [_gpu(g) for g in json.loads(self.path.read_text())["gpus"]]
