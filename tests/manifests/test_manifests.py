@@ -249,7 +249,12 @@ def test_the_overlay_for_1_30_to_1_35_calls_the_mutating_webhook_for_every_pod()
     kinds = {d["kind"] for d in docs}
     assert not kinds & {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
     names = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
-    assert names == {"gpu-admission-pods", "gpu-admission-workloads"}  # no routing guards
+    # No routing guards; the schedulers' ConfigMaps keep theirs (admission policies are served).
+    assert names == {
+        "gpu-admission-pods",
+        "gpu-admission-workloads",
+        "gpu-admission-scheduler-configmaps",
+    }
     (pods,) = _pod_mutations(docs)  # one entry: every namespace that is not exempt
     assert [c["name"] for c in pods["matchConditions"]] == ["not-a-mirror-pod"]
     assert pods["namespaceSelector"] == {
