@@ -81,7 +81,7 @@ def test_each_kustomization_is_what_its_server_expects(
 def test_what_a_real_api_server_holds_for_the_base_is_ok(real: list[dict[str, Any]]) -> None:
     report = check_install(Config(), _live(real))
     assert [o.message for o in report.problems] == []
-    assert len(report.objects) == 12
+    assert len(report.objects) == len(real) == 14
 
 
 def test_a_missing_visibility_policy_is_named_with_what_it_leaves_undone(
