@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
 from typing import Any
 
-import jsonpatch
 from aiohttp import web
+
+from tests.world.stand_ins import pod_webhook
 
 NAME = "hami-webhook"
 PATH = "/webhook"
@@ -67,23 +67,8 @@ def mutate(pod: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     return made, None
 
 
-async def _review(request: web.Request) -> web.Response:
-    review = await request.json()
-    pod = review["request"]["object"]
-    made, refusal = mutate(pod)
-    response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": refusal is None}
-    if refusal is not None:
-        response["status"] = {"code": 403, "message": refusal}
-    elif ops := jsonpatch.make_patch(pod, made).patch:
-        response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
-    return web.json_response({**review, "response": response})
-
-
 def app() -> web.Application:
-    application = web.Application()
-    application.router.add_post(PATH, _review)
-    return application
+    return pod_webhook.app(PATH, mutate)
 
 
 def configuration(url: str, ca_pem: bytes) -> dict[str, Any]:

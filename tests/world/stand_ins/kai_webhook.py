@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
 import secrets
 import string
 from typing import Any
 
-import jsonpatch
 from aiohttp import web
+
+from tests.world.stand_ins import pod_webhook
 
 NAME = "mutating-kai-admission"
 PATH = "/mutate--v1-pod"
@@ -71,21 +71,8 @@ def mutate(pod: dict[str, Any]) -> dict[str, Any]:
     return made
 
 
-async def _review(request: web.Request) -> web.Response:
-    review = await request.json()
-    pod = review["request"]["object"]
-    ops = jsonpatch.make_patch(pod, mutate(pod)).patch
-    response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": True}
-    if ops:
-        response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
-    return web.json_response({**review, "response": response})
-
-
 def app() -> web.Application:
-    application = web.Application()
-    application.router.add_post(PATH, _review)
-    return application
+    return pod_webhook.app(PATH, lambda pod: (mutate(pod), None))
 
 
 def configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
