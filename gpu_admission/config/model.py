@@ -488,6 +488,12 @@ class Config(_Model):
         names = (*TUNABLE_POLICIES, *VARIANT_OF)
         return {n: self.mode_of(n) for n in names if self.mode_of(n) is not PolicyMode.ENFORCE}
 
+    @property
+    def refuses_nothing(self) -> bool:
+        """No policy enforces (audit mode): nothing this configuration runs may refuse a request,
+        so nothing may refuse one because the service is down either (webhooks `Ignore`)."""
+        return all(self.mode_of(n) is not PolicyMode.ENFORCE for n in TUNABLE_POLICIES)
+
     def failure_mode(self, path: str) -> FailureMode:
         return self.server.failure_modes.get(path, self.server.default_failure_mode)
 

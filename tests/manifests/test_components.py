@@ -109,6 +109,18 @@ def test_audit_mode_refuses_nothing_and_changes_nothing() -> None:
     assert visibility["kind"] == VALIDATING_POLICY  # it records what it would change
 
 
+@pytest.mark.parametrize("layout", [(), *((layout,) for layout in LAYOUTS)], ids=str)
+def test_audit_mode_refuses_nothing_while_the_service_is_down(layout: tuple[str, ...]) -> None:
+    docs = render_composition(["audit-mode", *layout])
+    webhooks = [
+        (d["kind"], w["name"], w["failurePolicy"])
+        for d in docs
+        if d["kind"].endswith("WebhookConfiguration")
+        for w in d["webhooks"]
+    ]
+    assert webhooks and all(policy == "Ignore" for _, _, policy in webhooks), webhooks
+
+
 def test_the_users_settings_win_over_every_components_and_keep_the_rest(tmp_path: Path) -> None:
     settings = "audit:\n  interval: 30m\npolicies:\n  gpu-env-guard: {mode: enforce}\n"
     docs = render_composition([*FEATURES], settings=settings)

@@ -60,6 +60,8 @@ def _entry(
     mutating: bool,
     failure: str = "Fail",
 ) -> dict[str, Any]:
+    # Audit mode refuses nothing: neither when the service answers nor when it does not.
+    failure = "Ignore" if config.refuses_nothing else failure
     entry: dict[str, Any] = {"name": name, "failurePolicy": failure}
     if mutating:
         # Another webhook may add a container after ours ran; run again to treat it too.
