@@ -162,6 +162,49 @@ def test_nothing_is_refused_or_changed_and_everything_is_said(
     assert [e.reason for e in events if e.reason.startswith("AdmissionObject")] == []
 
 
+def _service_pods(cluster: InstallCluster) -> list[str]:
+    """The pods of the service's Deployment (its ReplicaSets' pods), terminating ones too."""
+    sets = {
+        r.metadata.name
+        for r in client.AppsV1Api(cluster.api).list_namespaced_replica_set("gpu-admission").items
+        if any(o.name == "gpu-admission" for o in r.metadata.owner_references or [])
+    }
+    return [
+        p.metadata.name
+        for p in cluster.core.list_namespaced_pod("gpu-admission").items
+        if any(o.name in sets for o in p.metadata.owner_references or [])
+    ]
+
+
+def test_nothing_is_refused_while_the_service_is_down(
+    install_cluster: InstallCluster, audit_install: Path
+) -> None:
+    scale = ("-n", "gpu-admission", "scale", "deployment/gpu-admission")
+    install_cluster.kubectl(*scale, "--replicas=0")
+    try:
+        wait_for(lambda: not _service_pods(install_cluster), "the service's pods to be gone")
+        # Each needs the service: the pods webhook (credentials named), the Secrets webhook.
+        needs_credentials = _pod("fetch", {"name": "main"})
+        needs_credentials["metadata"]["annotations"] = {
+            "gpu-admission.io/cloud-credentials": "aws-creds"
+        }
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "aws-creds", "namespace": NS},
+            "type": "aws-credential",
+            "stringData": {"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "x"},
+        }
+        for document in (secret, needs_credentials):
+            created = install_cluster.kubectl(
+                "create", "-f", "-", stdin=json.dumps(document), check=False
+            )
+            assert created.returncode == 0, created.stderr
+    finally:
+        install_cluster.kubectl(*scale, "--replicas=2")
+        install_cluster.rolled_out("gpu-admission")
+
+
 def _hidden(cluster: InstallCluster) -> bool:
     made = cluster.kubectl(
         "create", "--dry-run=server", "-o", "json", "-f", "-",
