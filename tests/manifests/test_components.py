@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes.client import ApiClient
 
+from certs.serving import ServingCertificates
+from certs.store import FileStore
 from gpu_admission.admission.installed import (
     ADMISSION_KINDS,
     MUTATING_POLICY,
@@ -129,7 +132,40 @@ def test_the_users_settings_win_over_every_components_and_keep_the_rest(tmp_path
     assert config.mode_of("gpu-env-guard") == "enforce"  # audit-mode's warn, replaced
     assert config.mode_of("shared-gpu-limit") == "warn"  # audit-mode's, kept
     assert config.certs.manage_ca_bundle is False  # cert-manager's, kept
-    assert config.certs.secret_name == "gpu-admission-tls"  # the base's, kept
+    assert config.certs.secret_name is None  # cert-manager's, over the base's
+
+
+def test_with_cert_manager_the_service_serves_the_secret_cert_manager_writes(
+    tmp_path: Path,
+) -> None:
+    """The Certificate's Secret is mounted at --cert-dir, and the configuration keeps no Secret
+    of the service's own: with cluster access the service still reads the mounted files (a
+    Secret store of its own would serve a CA that cert-manager's injector never publishes)."""
+    docs = render_composition(["cert-manager"])
+    [certificate] = [
+        d
+        for d in docs
+        if d["kind"] == "Certificate" and d["metadata"]["name"] == "gpu-admission-serving"
+    ]
+    [deployment] = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "gpu-admission"
+    ]
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    [cert_dir] = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--cert-dir=")]
+    [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == cert_dir]
+    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == certificate["spec"]["secretName"]
+    config = installed_config(docs, tmp_path)
+    certs = config.certs.model_copy(update={"cert_dir": Path(cert_dir)})
+    store = ServingCertificates(certs, ApiClient()).store
+    assert isinstance(store, FileStore) and store.directory == Path(cert_dir)
+    injected = {
+        d["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        for d in docs
+        if d["kind"].endswith("WebhookConfiguration")
+    }
+    assert injected == {f"gpu-admission/{certificate['metadata']['name']}"}
 
 
 def test_the_users_image_reaches_every_program(tmp_path: Path) -> None:
