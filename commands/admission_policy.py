@@ -28,7 +28,8 @@ from typing import Any, TextIO
 import yaml
 
 from gpu_admission.admission.installed import MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS
-from gpu_admission.config.model import ConfigError, load_config
+from gpu_admission.config.install import InstallLayout
+from gpu_admission.config.model import Config, ConfigError, load_config
 from webhooks.apiserver_policies.install_expectation import LAYOUT_NAMES, expected_objects
 from webhooks.apiserver_policies.webhook_configurations import Layout
 from webhooks.apiserver_policies.webhook_routing import mutating_pod_webhooks, webhook_condition
@@ -65,20 +66,32 @@ _Dumper.add_representer(str, _string)
 WEBHOOK_KINDS = (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS)
 
 
+def layout_for(config: Config, named: str | None) -> Layout:
+    """`--layout` if given, else the one the configuration declares (a layout component's
+    layer writes `install.layout`), else the base's: the in-pod command on an older server
+    prints what that server accepts."""
+    if named is not None:
+        return LAYOUT_NAMES[named]
+    declared = config.install.layout
+    return Layout.BASE if declared is InstallLayout.AUTO else LAYOUT_NAMES[str(declared)]
+
+
 def write_admission_policy(
     config_path: Path | None,
     out: TextIO,
-    layout: Layout = Layout.BASE,
+    layout: Layout | None = None,
     webhook_configurations: bool = False,
 ) -> None:
     config = load_config(config_path)
+    layout = layout_for(config, None) if layout is None else layout
     expected = [e.obj for e in expected_objects(config, layout)]
     if webhook_configurations:
         objects = [o for o in expected if o["kind"] in WEBHOOK_KINDS]
     else:
         out.write(HEADER)
         objects = [o for o in expected if o["kind"] not in WEBHOOK_KINDS]
-    yaml.dump_all(objects, out, Dumper=_Dumper, sort_keys=False, width=96)
+    # Every document opens with `---`: two outputs written one after the other stay apart.
+    yaml.dump_all(objects, out, Dumper=_Dumper, sort_keys=False, width=96, explicit_start=True)
 
 
 def admission_policy_command(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -90,7 +103,8 @@ def admission_policy_command(args: argparse.Namespace, out: TextIO | None = None
             entries = mutating_pod_webhooks(load_config(args.config))
             yaml.dump(entries, out, Dumper=_Dumper, sort_keys=False, width=96)
         else:
-            layout = LAYOUT_NAMES[args.layout]
+            config = load_config(args.config)
+            layout = layout_for(config, args.layout)
             write_admission_policy(args.config, out, layout, args.webhook_configurations)
     except ConfigError as exc:
         sys.stderr.write(f"error: {exc}\n")
@@ -125,8 +139,9 @@ def add_admission_policy_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--layout",
         choices=sorted(LAYOUT_NAMES),
-        default="base",
+        default=None,
         help="the kustomization the API server calls for: base (1.36 and later), "
-        "webhook-pod-mutations (1.30 to 1.35), webhook-pod-checks (before 1.30)",
+        "webhook-pod-mutations (1.30 to 1.35), webhook-pod-checks (before 1.30); default: "
+        "the configuration's install.layout (a layout component sets it), else base",
     )
     parser.set_defaults(func=admission_policy_command)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import io
+from pathlib import Path
 
 import yaml
 
@@ -38,6 +39,40 @@ def test_the_command_prints_them_for_a_layout() -> None:
     assert "matchConditions" not in pods  # every pod is judged by the webhook there
     assert workloads["failurePolicy"] == "Fail"
     assert "&id" not in out.getvalue()  # plain YAML, no anchors
+
+
+def _printed(config: Path | None, *, layout: str | None = None, webhooks: bool = False) -> str:
+    out = io.StringIO()
+    args = argparse.Namespace(
+        config=config,
+        webhook_condition=False,
+        mutating_webhooks=False,
+        webhook_configurations=webhooks,
+        layout=layout,
+    )
+    assert admission_policy_command(args, out) == 0
+    return out.getvalue()
+
+
+def test_without_layout_the_command_prints_the_configurations_own(tmp_path: Path) -> None:
+    """The in-pod command on an older server (a layout component's layer in its configuration)
+    prints what that server accepts: no MutatingAdmissionPolicy on 1.30 to 1.35."""
+    layer = ROOT / "manifests" / "components" / "webhook-pod-mutations" / "layout.yaml"
+    kinds = {d["kind"] for d in yaml.safe_load_all(_printed(layer))}
+    assert "MutatingAdmissionPolicy" not in kinds and "ValidatingAdmissionPolicy" in kinds
+    assert "MutatingAdmissionPolicy" in {d["kind"] for d in yaml.safe_load_all(_printed(None))}
+    printed = list(yaml.safe_load_all(_printed(layer, webhooks=True)))
+    assert printed == webhook_configurations(Config(), Layout.POD_MUTATIONS)
+    # --layout still decides when given.
+    named = list(yaml.safe_load_all(_printed(layer, layout="base", webhooks=True)))
+    assert named == webhook_configurations(Config(), Layout.BASE)
+
+
+def test_two_outputs_written_together_stay_apart() -> None:
+    """Each document opens with `---`, so `a > f; b >> f` holds both outputs' objects."""
+    first, second = _printed(None), _printed(None, webhooks=True)
+    together = [d for d in yaml.safe_load_all(first + second) if d]
+    assert len(together) == len([d for d in yaml.safe_load_all(first) if d]) + 2
 
 
 def test_another_prefix_and_service_reach_every_entry() -> None:
