@@ -347,7 +347,11 @@ def test_audit_sources_names_a_dataset_whose_source_changed(
     then = pvc_annotations(installed, "versioned")[f"{PREFIX}data-digest"]
     installed.s3.put("corpus-v", {"a.txt": b"other\n"})  # the same size, new bytes
     # The audit builds its Jobs from the controller's own configuration.
-    config = installed.core.read_namespaced_config_map("gpu-admission", "gpu-admission")
+    deployment = client.AppsV1Api(installed.api).read_namespaced_deployment(
+        "gpu-admission", "gpu-admission"
+    )
+    [volume] = [v for v in deployment.spec.template.spec.volumes if v.name == "config"]
+    config = installed.core.read_namespaced_config_map(volume.config_map.name, "gpu-admission")
     config_file = tmp_path / "config.yaml"
     config_file.write_text(config.data["config.yaml"])
     out, err = io.StringIO(), io.StringIO()

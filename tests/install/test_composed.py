@@ -22,7 +22,15 @@ from kubernetes.dynamic import DynamicClient
 
 from gpu_admission.names import MANAGED_BY, MANAGED_BY_LABEL
 from tests import ROOT
-from tests.install.cluster import IMAGE, IMPORTED_AS, NEXT_IMAGE, InstallCluster, wait_for
+from tests.install.cluster import (
+    CONTROLLER,
+    IMAGE,
+    IMPORTED_AS,
+    NEXT_IMAGE,
+    ROLLOUT_SECONDS,
+    InstallCluster,
+    wait_for,
+)
 from tests.install.journeys import install_crds, object_states
 from tests.support.markdown import block_starting, code_blocks
 from tests.world.harness import KUBECTL
@@ -392,6 +400,77 @@ def test_the_gpu_usage_agent_names_each_gpu_process_and_warns_a_pod_over_its_sha
         install_cluster.kubectl(
             "-n", "gpu-admission", "delete", "configmap", "nvml-played", "--ignore-not-found"
         )
+
+
+def _service_pods(cluster: InstallCluster) -> dict[str, client.V1Pod]:
+    return {
+        p.metadata.name: p
+        for p in cluster.core.list_namespaced_pod(
+            "gpu-admission", label_selector="app.kubernetes.io/name=gpu-admission"
+        ).items
+        if p.metadata.name.startswith("gpu-admission-")
+        and not p.metadata.name.startswith("gpu-admission-controller-")
+        and not p.metadata.deletion_timestamp
+    }
+
+
+def _ready(pod: client.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def _said_at_start(pod: client.V1Pod) -> str:
+    """What a container that stopped at start left in the pod's status (its termination
+    message: the last log lines, FallbackToLogsOnError)."""
+    said = []
+    for status in pod.status.container_statuses or []:
+        for state in (status.state, status.last_state):
+            if state is not None and state.terminated is not None:
+                said.append(state.terminated.message or "")
+    return "\n".join(said)
+
+
+def test_a_settings_change_rolls_out_by_itself_and_a_bad_one_stops_at_the_new_pods(
+    install_cluster: InstallCluster, composed: Path
+) -> None:
+    """The ConfigMap's name carries a hash of the settings: `kubectl apply -k` alone rolls the
+    programs. A bad value stops the rollout at the new pods, which say which key in which file;
+    the old replicas keep serving."""
+    settings = composed / "settings.yaml"
+    good = settings.read_text()
+    before = _service_pods(install_cluster)
+    assert len(before) == 2 and all(_ready(p) for p in before.values())
+    settings.write_text(good + "policies:\n  gpu-env-guard: {mode: wrn}\n")
+    try:
+        install_cluster.kubectl("apply", "-k", str(composed))
+        told = wait_for(
+            lambda: next(
+                (
+                    said
+                    for name, pod in _service_pods(install_cluster).items()
+                    if name not in before and "gpu-env-guard" in (said := _said_at_start(pod))
+                ),
+                None,
+            ),
+            "a new replica to say why it cannot start",
+            timeout=ROLLOUT_SECONDS,
+            diagnosis=install_cluster.diagnosis,
+        )
+        assert "settings.yaml" in told and "policies.gpu-env-guard.mode" in told, told
+        now = _service_pods(install_cluster)
+        assert set(before) <= set(now) and all(_ready(now[n]) for n in before), now
+    finally:
+        settings.write_text(good.replace("headroom: 0.9", "headroom: 0.85"))
+        install_cluster.kubectl("apply", "-k", str(composed))
+    install_cluster.rolled_out("gpu-admission")
+    install_cluster.rolled_out(CONTROLLER)
+    after = _service_pods(install_cluster)
+    assert not set(after) & set(before), (before, after)  # replaced, with no restart asked
+    mounted = {
+        v.config_map.name for p in after.values() for v in p.spec.volumes if v.name == "config"
+    }
+    [config] = mounted
+    data = install_cluster.core.read_namespaced_config_map(config, "gpu-admission").data
+    assert "headroom: 0.85" in data["settings.yaml"]
 
 
 def test_the_install_checks_itself_and_finds_this_composition(

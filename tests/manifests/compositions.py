@@ -60,7 +60,7 @@ def kustomization(
         (folder / "settings.yaml").write_text(settings)
         document["configMapGenerator"] = [
             {
-                "name": "gpu-admission",
+                "name": "gpu-admission-config",
                 "namespace": "gpu-admission",
                 "behavior": "merge",
                 "files": ["settings.yaml"],

@@ -77,6 +77,7 @@ def test_each_composition_holds_what_its_self_check_expects(
     docs = render_composition(components)
     config = installed_config(docs, tmp_path)
     assert config.install.in_use() == [c for c in COMPONENTS if c in components]
+    assert _misnamed_rbac(docs) == []
     objects = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ADMISSION}
     report = InstallExpectation(config).check(LiveAdmission(objects, _served(components)))
     assert [(o.kind, o.name, o.detail) for o in report.problems] == []
@@ -84,6 +85,21 @@ def test_each_composition_holds_what_its_self_check_expects(
     assert report.isolation_enforced == (not relaxed)
     assert report.isolation_by_nodes == ("without-gpu-visibility" in components)
     assert report.layout.startswith("manifests/ with component")
+
+
+def _misnamed_rbac(docs: tuple[dict[str, Any], ...]) -> list[str]:
+    """RBAC rules whose resourceNames kustomize re-pointed at a generated ConfigMap (it rewrites
+    any resourceName equal to a ConfigMap's name, whatever the rule's resources): each would
+    then grant nothing on the object it was written for."""
+    config_maps = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
+    return [
+        f"{d['kind']}/{d['metadata']['name']}: {rule}"
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole")
+        for rule in d.get("rules") or []
+        if set(rule.get("resourceNames") or []) & config_maps
+        and "configmaps" not in rule.get("resources", [])
+    ]
 
 
 def test_one_layout_per_install_stops_at_the_second() -> None:

@@ -116,17 +116,32 @@ def installed_config(
     workdir: Path,
     overrides: Mapping[str, Any] | None = None,
 ) -> Config:
-    """The config the programs of a rendered install read: every file of its `gpu-admission`
-    ConfigMap in a folder, as the volume mounts them, read as `--config=<folder>` reads it.
-    The process environment is ignored so a developer's GPU_ADMISSION_* cannot change results."""
+    """The config the programs of a rendered install read: every file of the ConfigMap the
+    service's Deployment mounts (`gpu-admission-config-<hash>`) in a folder, as the volume mounts them,
+    read as `--config=<folder>` reads it. The process environment is ignored so a developer's
+    GPU_ADMISSION_* cannot change results."""
+    docs = list(docs)
+    name = config_map_name(docs)
     (configmap,) = [
-        d for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == "gpu-admission"
+        d for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == name
     ]
     folder = workdir / "gpu-admission-config"
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in configmap["data"].items():
         (folder / name).write_text(text)
     return load_config(folder, overrides, environ={})
+
+
+def config_map_name(docs: Iterable[Mapping[str, Any]]) -> str:
+    """The configuration's ConfigMap, by the name kustomize gave it in the service's volume."""
+    (deployment,) = [
+        d
+        for d in docs
+        if d.get("kind") == "Deployment" and d["metadata"]["name"] == "gpu-admission"
+    ]
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    (volume,) = [v for v in volumes if v["name"] == "config"]
+    return str(volume["configMap"]["name"])
 
 
 def manifest_config(workdir: Path, overrides: Mapping[str, Any] | None) -> Config:

@@ -102,7 +102,7 @@ def files() -> dict[str, str]:
         "patches": patches,
         "configMapGenerator": [
             {
-                "name": "gpu-admission",
+                "name": "gpu-admission-config",
                 "namespace": "gpu-admission",
                 "behavior": "merge",
                 "files": [LAYER],
