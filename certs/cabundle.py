@@ -38,6 +38,8 @@ def _reason(error: BaseException) -> str | None:
 
 DEFAULT_CONFIGURATION_NAME = "gpu-admission"
 DEFAULT_SYNC_INTERVAL = 60.0
+MISSING_RETRY_SECONDS = 1.0
+MISSING_RETRY_MAX_SECONDS = 8.0
 MAX_ATTEMPTS = 5
 MUTATING = "MutatingWebhookConfiguration"
 VALIDATING = "ValidatingWebhookConfiguration"
@@ -131,15 +133,18 @@ class CABundleSyncer:
 
     async def publish(self, bundle: CertBundle) -> None:
         """For CertReloader.run(before_swap=...): publish the bundle's CAs before serving it."""
-        if not bundle.ca_cert_pem:
-            return  # certificates managed elsewhere without ca.crt: nothing to publish
-        result = await asyncio.to_thread(self.sync, bundle.ca_bundle_pem)
+        result = await self._publish(bundle)
         for kind in result.missing:
             log.warning(
                 "%s %s does not exist yet; its caBundle will be set when it appears",
                 kind,
                 self.name,
             )
+
+    async def _publish(self, bundle: CertBundle) -> SyncResult:
+        if not bundle.ca_cert_pem:
+            return SyncResult()  # certificates managed elsewhere without ca.crt: nothing to do
+        return await asyncio.to_thread(self.sync, bundle.ca_bundle_pem)
 
     async def run(
         self,
@@ -148,16 +153,21 @@ class CABundleSyncer:
         stop: asyncio.Event | None = None,
     ) -> None:
         """Re-publish every `interval` seconds: configurations created or re-applied later (with
-        an empty caBundle) get the current one."""
+        an empty caBundle) get the current one. While a configuration does not exist yet (the
+        controller writes them once it leads, after this service may have started) it is looked
+        for again sooner, from MISSING_RETRY_SECONDS doubling up to MISSING_RETRY_MAX_SECONDS
+        (two reads each): until then the API server cannot call this service."""
         stop = stop or asyncio.Event()
         # A failure repeating every interval (an API server away, a missing permission) is said
         # once, and its end once.
         quiet = QuietLog(log)
+        missing_wait = MISSING_RETRY_SECONDS
         while not stop.is_set():
             bundle = current_bundle()
+            wait = interval
             if bundle is not None:
                 try:
-                    await self.publish(bundle)
+                    result = await self._publish(bundle)
                 except Exception as exc:
                     reason = _reason(exc)
                     if reason is None:
@@ -170,5 +180,16 @@ class CABundleSyncer:
                         )
                 else:
                     quiet.recovered("sync", f"caBundle in {self.name} can be updated again")
+                    if result.missing:
+                        quiet.failed(
+                            "missing",
+                            f"{' and '.join(result.missing)} {self.name} does not exist yet; "
+                            "its caBundle is set when it appears",
+                        )
+                        wait = min(missing_wait, interval)
+                        missing_wait = min(missing_wait * 2, MISSING_RETRY_MAX_SECONDS)
+                    else:
+                        quiet.recovered("missing", f"caBundle set in {self.name}")
+                        missing_wait = MISSING_RETRY_SECONDS
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=interval)
+                await asyncio.wait_for(stop.wait(), timeout=wait)

@@ -240,6 +240,31 @@ async def test_the_sync_loop_restores_a_bundle_that_was_reset(
         await asyncio.wait_for(task, TIMEOUT)
 
 
+async def test_configurations_written_after_the_service_started_get_their_bundle_soon(
+    admission_api: client.AdmissionregistrationV1Api, bundle: CertBundle, caplog
+) -> None:
+    """The controller writes the webhook configurations once it leads, often after the service
+    has started: they are looked for again from one second on, not at the 60 s interval."""
+    syncer = CABundleSyncer(admission_api)
+    stop = asyncio.Event()
+    task = asyncio.create_task(syncer.run(lambda: bundle, stop=stop))  # the default interval
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT
+        while "does not exist yet" not in caplog.text:  # the loop has looked once
+            assert loop.time() < deadline, "the sync loop did not look for the configurations"
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(create_configurations, admission_api)
+        wanted = [bundle.ca_bundle_pem.decode()] * 4
+        while await asyncio.to_thread(published, admission_api) != wanted:
+            assert loop.time() < deadline, "caBundle was not published before the interval"
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, TIMEOUT)
+    assert caplog.text.count("does not exist yet") == 1  # said once, however often looked for
+
+
 async def test_an_api_server_outage_is_said_once_by_the_sync_loop_and_its_end_once(
     kube_api, admission_api: client.AdmissionregistrationV1Api, bundle: CertBundle, caplog
 ) -> None:
