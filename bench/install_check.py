@@ -69,12 +69,12 @@ print(json.dumps({
 def _seed(api: Any, namespaces: int, policies: int) -> None:
     from kubernetes import client, utils
 
-    from tests.world.harness import render
+    from tests.world.harness import installed_render
 
     kinds = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     kinds |= {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
     kinds |= {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
-    base = [d for d in render("manifests") if d["kind"] in kinds]
+    base = [d for d in installed_render("manifests") if d["kind"] in kinds]
     for doc in base:
         doc["metadata"].pop("namespace", None)
     for doc in base:

@@ -10,9 +10,9 @@ admission set-ups, applied in turn, in a rotated order each round, on one API se
 - `none`: no webhook, no admission policy of the project's;
 - `go`: a Go `net/http` webhook pair (bench/go_peer: a mutating webhook for every pod, with the
   same shape of patch, and a validating one that allows), `failurePolicy: Fail`;
-- `project`: the base manifests as installed: the admission policies
-  (manifests/base/admission-policy.yaml: GPU visibility in a MutatingAdmissionPolicy, the checks
-  in ValidatingAdmissionPolicies) and both webhook configurations with their routing, calling
+- `project`: the base as installed: the admission objects its controller writes for the default
+  configuration (GPU visibility in a MutatingAdmissionPolicy, the checks in
+  ValidatingAdmissionPolicies, both webhook configurations with their routing), calling
   the project's service (`bench.project_server`, every policy on, cluster state from
   examples/cluster-state.yaml).
 
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import copy
 import http.client
 import json
 import os
@@ -48,8 +47,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bench.admission import _free_port, _start
 from bench.admission_tail import build_go_peer
 from bench.policy_forms import (
@@ -62,6 +59,7 @@ from bench.server_side import GoPeerConnections, Snapshot, figures, http_text, r
 from certs.issue import CertBundle, ServingSpec, issue_bundle
 from gpu_admission.config.model import Config
 from webhooks.apiserver_policies.bindings import admission_policy_objects
+from webhooks.apiserver_policies.webhook_configurations import webhook_configurations
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
@@ -173,8 +171,7 @@ def go_objects(port: int, ca: str) -> list[dict[str, Any]]:
 
 def project_objects(port: int, ca: str) -> list[dict[str, Any]]:
     """The base's admission policies and webhook configurations, calling the service here."""
-    rendered = yaml.safe_load_all((ROOT / "manifests" / "base" / "webhooks.yaml").read_text())
-    configurations = [copy.deepcopy(d) for d in rendered if d]
+    configurations = webhook_configurations(Config())
     for configuration in configurations:
         for webhook in configuration["webhooks"]:
             path = webhook["clientConfig"].pop("service")["path"]

@@ -75,13 +75,16 @@ class ControllerProcess:
         self.metrics = metrics or Metrics()
         self.controller = DatasetController(api, config, self.metrics, identity=identity)
         # The install checks itself while this replica leads (controllers/install_check).
+        # It also writes the admission objects the configuration implies (repair.py).
+        expectation = InstallExpectation(config)
         self.install_check = InstallChecker(
             api,
             config,
             self.metrics,
-            InstallExpectation(config).check,
+            expectation.check,
             lambda pod, secrets: lacks_credentials(pod, secrets, config),
             self.controller.api,
+            implied=expectation.objects if config.install.write_admission_objects else None,
         )
         self.controller.add_term_hooks(self.install_check.start, self.install_check.stop)
         self.scan_view: LiveClusterView | None = None

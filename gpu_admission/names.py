@@ -125,6 +125,9 @@ DATA_MOUNT_PATH = "/data"
 # Object names in the cluster.
 WEBHOOK_CONFIGURATION_NAME = "gpu-admission"
 LEADER_LEASE_NAME = "gpu-admission-controller"
+# The controller's ClusterRole (manifests/base/rbac.yaml): the owner of the admission objects the
+# controller writes, so that deleting the install deletes them.
+CONTROLLER_CLUSTER_ROLE = "gpu-admission-controller"
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,13 @@ class InstallMetrics:
             "Comparisons of the installed admission objects, by outcome",
             ["outcome"],
         )
+        self.writes = metrics.counter(
+            "admission_object_writes",
+            "Admission objects the leading controller wrote as the configuration implies them "
+            "(applied: missing or stale; deleted: a leftover of an earlier configuration), by "
+            "result (done, failed)",
+            ["kind", "action", "result"],
+        )
 
 
 class InstallReporter:

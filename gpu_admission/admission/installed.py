@@ -256,11 +256,25 @@ def own_record(kind: AdmissionKind, webhook_configuration: str) -> Any:
 
 
 def admission_record(obj: dict[str, Any]) -> dict[str, Any]:
-    """What is kept of a live admission object: its name and what it says (no managedFields,
-    no annotations: kubectl's last-applied copy alone would double it)."""
+    """What is kept of a live admission object: its name, what it says, and who owns it (the
+    kind and name of each owner: whether the controller has taken it over). No managedFields,
+    no annotations: kubectl's last-applied copy alone would double it."""
     kept = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
-    kept["metadata"] = {"name": (obj.get("metadata") or {}).get("name", "")}
+    metadata = obj.get("metadata") or {}
+    kept["metadata"] = {"name": metadata.get("name", "")}
+    owners = [
+        {"kind": o.get("kind"), "name": o.get("name")}
+        for o in metadata.get("ownerReferences") or []
+    ]
+    if owners:
+        kept["metadata"]["ownerReferences"] = owners
     return kept
+
+
+def owned_by(live: Mapping[str, Any], kind: str, name: str) -> bool:
+    """Whether a kept live object names `kind`/`name` among its owners."""
+    owners = (live.get("metadata") or {}).get("ownerReferences") or []
+    return any(o.get("kind") == kind and o.get("name") == name for o in owners)
 
 
 def account_record(credentials_annotation: str) -> Any:

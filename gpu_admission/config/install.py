@@ -35,8 +35,15 @@ class InstallLayout(StrEnum):
 
 class InstallConfig(_Model):
     layout: InstallLayout = InstallLayout.AUTO
-    """The install's layout; the components for older API servers set it. auto: the one the
-    API server calls for (what it serves)."""
+    """The install's layout, which the controller writes: auto, the one the API server calls
+    for (what it serves); the layout components declare one (webhook-pod-checks also moves the
+    workloads' stateless checks into the webhook: list it on API servers before 1.30)."""
+    write_admission_objects: bool = True
+    """The leading controller writes the admission policies, their bindings and the webhook
+    configurations this configuration implies for the API server at hand (server-side apply,
+    owned by its ClusterRole), and deletes leftovers of ours. false: it only reports what
+    differs, and whoever holds that right applies `gpu-admission admission-policy` output (then
+    drop the controller's create, update, patch and delete on them from its ClusterRole)."""
     components: dict[str, bool] = Field(default_factory=dict)
     """The kustomize components the install holds, each written by its own layer
     ({audit-mode: true}); names: cert-manager, monitoring, gpu-usage, policy-reports,

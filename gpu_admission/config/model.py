@@ -410,8 +410,9 @@ class LeaderElectionConfig(_Model):
 
 class Config(_Model):
     annotation_prefix: str = DEFAULT_PREFIX
-    """Prefix of every annotation, label and scheduling gate. Changing it also means changing the
-    names in manifests/base/webhooks.yaml (namespaceSelector and matchConditions).
+    """Prefix of every annotation, label and scheduling gate. The admission objects the controller
+    writes follow it (the webhook configurations' namespaceSelector and matchConditions, the
+    policies' CEL).
     """
     exempt_namespace_label: str | None = None  # default: `<prefix>exempt`
     """Namespace label that exempts a namespace; null means "<annotation_prefix>exempt". In the

@@ -143,6 +143,8 @@ async def test_the_webhooks_label_a_dataset_pvc_and_the_controller_process_loads
                 update={"namespace": NAMESPACE, "retry_period_seconds": 0.2}
             ),
             "server": config.server.model_copy(update={"metrics_port": 0}),
+            # Its webhooks would call a Service nothing here serves.
+            "install": config.install.model_copy(update={"write_admission_objects": False}),
         }
     )
     server = AdmissionServer(config, api, metrics=Metrics(process_metrics=False))

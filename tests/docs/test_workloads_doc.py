@@ -1,16 +1,18 @@
 """docs/workloads.md: its configuration is accepted as written, its kinds are the ones checked,
-and its webhook patch applies to the webhook the base ships."""
+and the controller routes its kinds to the workloads webhook."""
 
 from __future__ import annotations
 
 import re
 
-import jsonpatch
 import yaml
 
 from gpu_admission.config.model import Config
 from tests import ROOT
-from tests.world.harness import render
+from webhooks.apiserver_policies.webhook_configurations import (
+    WORKLOADS_WEBHOOK,
+    webhook_configurations,
+)
 from webhooks.core.workload_kinds import BUILT_IN, template_kinds
 
 DOC = (ROOT / "docs" / "workloads.md").read_text()
@@ -32,10 +34,13 @@ def test_every_built_in_kind_is_in_the_table() -> None:
         assert f"| {kind.kind}" in DOC or f", {kind.kind}" in DOC, kind.kind
 
 
-def test_the_rules_patch_applies_to_the_shipped_webhook() -> None:
-    [overlay] = [yaml.safe_load(b) for b in blocks() if b.lstrip().startswith("patches:")]
-    ops = yaml.safe_load(overlay["patches"][0]["patch"])
-    [validating] = [d for d in render("manifests") if d["kind"] == "ValidatingWebhookConfiguration"]
-    patched = jsonpatch.apply_patch(validating, ops)
-    rules = patched["webhooks"][3]["rules"]
-    assert rules[-1]["resources"] == ["pytorchjobs", "tfjobs"]
+def test_the_controller_writes_the_example_kinds_into_the_workloads_webhook() -> None:
+    """The page's settings alone route the new kinds to the workloads webhook: the controller
+    writes its rules from them (no patch of the webhook configuration)."""
+    [example] = [yaml.safe_load(b) for b in blocks() if b.lstrip().startswith("workloads:")]
+    [validating] = webhook_configurations(Config.model_validate(example))[1:]
+    [workloads] = [w for w in validating["webhooks"] if w["name"] == WORKLOADS_WEBHOOK]
+    resources = {(g, r) for rule in workloads["rules"] for g in rule["apiGroups"]
+                 for r in rule["resources"]}  # fmt: skip
+    assert {("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "tfjobs")} <= resources
+    assert ("ray.io", "rayclusters") in resources

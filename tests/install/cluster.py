@@ -44,6 +44,18 @@ NEXT_IMAGE = f"gpu-admission:{__version__}-next"
 IMPORTED_AS = [f"docker.io/library/{IMAGE}", f"docker.io/library/{NEXT_IMAGE}"]
 ROLLOUT_SECONDS = 180
 CONTROLLER = "gpu-admission-controller"  # its Deployment
+# Two time-sliced GPUs in one container: the pods policy refuses it (or warns, in audit mode).
+POD_POLICY = "ValidatingAdmissionPolicy 'gpu-admission-pods'"
+POLICY_PROBE = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "policy-probe", "namespace": "default"},
+    "spec": {
+        "containers": [
+            {"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu.shared": "2"}}}
+        ]
+    },
+}
 # A StorageClass whose volumes can be snapshotted (the played CSI driver's).
 SNAPSHOT_STORAGE_CLASS = "snapshot-fs"
 SNAPSHOT_KINDS = ("volumesnapshotclasses", "volumesnapshotcontents", "volumesnapshots")
@@ -85,11 +97,74 @@ class InstallCluster:
         return self.kubectl("apply", *flags, "-f", "-", stdin=stdin, check=check)
 
     def install(self, kustomization: str) -> subprocess.CompletedProcess[str]:
-        """`kubectl apply -k` as the README says, then both Deployments rolled out."""
+        """`kubectl apply -k` as the README says, both Deployments rolled out, and the admission
+        objects the controller writes in place (its self-check finds every one ok)."""
         applied = self.kubectl("apply", "-k", str(ROOT / kustomization))
         self.rolled_out("gpu-admission")
         self.rolled_out("gpu-admission-controller")
+        self.wait_written()
         return applied
+
+    def wait_written(self) -> None:
+        """Until the controller has written every admission object, the API server applies the
+        pods policy (its own informers pick a new policy up a moment after it is written: until
+        then a create goes unchecked), and the service's CA is in every webhook."""
+        from tests.install.journeys import object_states
+
+        wait_for(
+            lambda: (states := object_states(self)) and set(states) == {"ok"},
+            "the controller to write every admission object",
+            timeout=ROLLOUT_SECONDS,
+            diagnosis=self.diagnosis,
+        )
+        wait_for(
+            lambda: (
+                POD_POLICY in self.apply([POLICY_PROBE], "--dry-run=server", check=False).stderr
+            ),
+            "kube-apiserver to apply the pods policy the controller wrote",
+            diagnosis=self.diagnosis,
+        )
+        wait_for(
+            self.ca_bundles_published,
+            "the CA published in every webhook the controller wrote",
+            diagnosis=self.diagnosis,
+        )
+
+    def ca_bundles_published(self) -> bool:
+        admission = client.AdmissionregistrationV1Api(self.api)
+        configurations = [
+            admission.read_mutating_webhook_configuration("gpu-admission"),
+            admission.read_validating_webhook_configuration("gpu-admission"),
+        ]
+        return all(w.client_config.ca_bundle for c in configurations for w in c.webhooks or [])
+
+    def config_map_name(self) -> str:
+        """The configuration's ConfigMap (`gpu-admission-config-<hash>`), as the service mounts
+        it."""
+        deployment = client.AppsV1Api(self.api).read_namespaced_deployment(
+            "gpu-admission", "gpu-admission"
+        )
+        [volume] = [v for v in deployment.spec.template.spec.volumes if v.name == "config"]
+        return str(volume.config_map.name)
+
+    def admission_objects(self) -> list[str]:
+        """The project's admission objects the API server holds (by the controller's label, and
+        the webhook configurations by name)."""
+        admission = client.AdmissionregistrationV1Api(self.api)
+        listed = {
+            "ValidatingAdmissionPolicy": admission.list_validating_admission_policy,
+            "ValidatingAdmissionPolicyBinding": admission.list_validating_admission_policy_binding,
+            "MutatingAdmissionPolicy": admission.list_mutating_admission_policy,
+            "MutatingAdmissionPolicyBinding": admission.list_mutating_admission_policy_binding,
+            "MutatingWebhookConfiguration": admission.list_mutating_webhook_configuration,
+            "ValidatingWebhookConfiguration": admission.list_validating_webhook_configuration,
+        }
+        return [
+            f"{kind} {item.metadata.name}"
+            for kind, call in listed.items()
+            for item in call().items
+            if str(item.metadata.name).startswith("gpu-admission")
+        ]
 
     def rolled_out(self, deployment: str) -> None:
         done = self.kubectl(
@@ -152,7 +227,14 @@ class InstallCluster:
         return "\n".join(parts)
 
     def uninstall(self, kustomization: str) -> None:
+        """`kubectl delete -k`, then the garbage collector's deletion of what the controller
+        wrote (owned by its ClusterRole), before another install starts."""
         self.kubectl("delete", "-k", str(ROOT / kustomization), "--ignore-not-found", "--wait=true")
+        wait_for(
+            lambda: not self.admission_objects(),
+            "the garbage collector to delete the admission objects",
+            diagnosis=lambda: "\n".join(self.admission_objects()),
+        )
 
     def namespace(self, name: str) -> None:
         namespace_ready(self.api, name)

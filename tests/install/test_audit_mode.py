@@ -18,8 +18,8 @@ from kubernetes import client
 
 from tests import ROOT
 from tests.install.cluster import IMAGE, InstallCluster, wait_for
-from tests.install.journeys import controller_metrics, install_crds, object_states
-from tests.support.markdown import block_starting, code_blocks
+from tests.install.journeys import install_crds, object_states
+from tests.support.markdown import block_starting
 
 ADOPTION = ROOT / "docs" / "adoption.md"
 NS = "audited"
@@ -214,33 +214,27 @@ def _hidden(cluster: InstallCluster) -> bool:
     return {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"} in env
 
 
-def test_enforce_is_the_line_dropped_and_the_one_object_it_names(
-    install_cluster: InstallCluster, audit_install: Path
-) -> None:
+def test_enforce_is_the_line_dropped(install_cluster: InstallCluster, audit_install: Path) -> None:
+    """Going to enforce is dropping the audit-mode line and applying: the programs roll to the
+    new settings by themselves, and the controller replaces the policy that recorded GPU
+    visibility with the one that makes it (deleting what audit mode alone held), and says so."""
     mine = _kustomization(audit_install, audit_mode=False)
     install_cluster.kubectl("apply", "-k", str(mine))  # the programs roll by themselves
     for deployment in ("gpu-admission", "gpu-admission-controller"):
         install_cluster.rolled_out(deployment)
-    # The self-check names what audit mode alone held, and how it goes.
-    stale = (
-        'gpu_admission_admission_object_state{kind="ValidatingAdmissionPolicy",'
-        'name="gpu-admission-gpu-visibility",state="stale"} 1.0'
-    )
+    said = "ValidatingAdmissionPolicy gpu-admission-gpu-visibility deleted (it was stale)"
     wait_for(
-        lambda: stale in controller_metrics(install_cluster),
-        "the self-check to name the recording policy",
+        lambda: (
+            said
+            in install_cluster.kubectl(
+                "-n", "gpu-admission", "describe", "deployment", "gpu-admission"
+            ).stdout
+        ),
+        "the controller to say it deleted the recording policy",
         diagnosis=install_cluster.diagnosis,
     )
-    [delete] = [
-        line
-        for block in code_blocks(ADOPTION.read_text(), "sh")
-        for line in block.splitlines()
-        if line.startswith("kubectl delete validatingadmissionpolicybinding")
-    ]
-    install_cluster.kubectl(*delete.split()[1:])
-    wait_for(
-        lambda: set(object_states(install_cluster)) == {"ok"},
-        "every admission object ok",
-        diagnosis=install_cluster.diagnosis,
-    )
+    install_cluster.wait_written()
+    held = install_cluster.admission_objects()
+    assert "ValidatingAdmissionPolicy gpu-admission-gpu-visibility" not in held
+    assert "MutatingAdmissionPolicy gpu-admission-gpu-visibility" in held
     wait_for(lambda: _hidden(install_cluster), "CPU-only pods hidden again")

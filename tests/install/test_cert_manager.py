@@ -57,15 +57,22 @@ def cert_manager(
     install_cluster.kubectl("apply", "-k", str(mine))
     try:
         # What cert-manager does once the objects exist: the CA, the serving certificate it
-        # signs, then the CA injected into every webhook configuration that asks for it.
+        # signs; then, once the controller has written the webhook configurations (with the
+        # annotation that asks for it), the CA injected into both.
         played.issue("gpu-admission", "gpu-admission-ca")
         played.issue("gpu-admission", "gpu-admission-serving")
-        assert sorted(played.inject()) == [
+        install_cluster.rolled_out("gpu-admission-controller")
+        injected = [
             "MutatingWebhookConfiguration/gpu-admission",
             "ValidatingWebhookConfiguration/gpu-admission",
         ]
+        wait_for(
+            lambda: sorted(played.inject()) == injected,
+            "the controller to write both webhook configurations, asking for cert-manager's CA",
+            diagnosis=install_cluster.diagnosis,
+        )
         install_cluster.rolled_out(SERVICE)
-        install_cluster.rolled_out("gpu-admission-controller")
+        install_cluster.wait_written()
         install_cluster.namespace(NS)
         yield played
     finally:

@@ -562,4 +562,9 @@ def test_uninstall_leaves_nothing_of_the_project(
         )
         assert done.returncode == 0, f"{script}\n{done.stdout}\n{done.stderr}"
     install_cluster.kubectl("delete", "namespace", VIOLATORS, "--wait=true")
-    assert _project_objects(install_cluster) == []
+    # What the controller wrote goes with its ClusterRole: the garbage collector's, in seconds.
+    wait_for(
+        lambda: _project_objects(install_cluster) == [],
+        "nothing of the project left",
+        diagnosis=lambda: "\n".join(_project_objects(install_cluster)),
+    )

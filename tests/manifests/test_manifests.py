@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.world.harness import installed_config, render
+from tests.world.harness import installed_config, installed_render
 
 EXEMPT = "gpu-admission.io/exempt"
 
@@ -26,7 +26,7 @@ def one(docs: tuple[dict[str, Any], ...], kind: str, name: str = "gpu-admission"
     ]
 )
 def docs(request):
-    return render(request.param)
+    return installed_render(request.param)
 
 
 def test_the_namespace_is_exempt_from_the_webhooks(docs):
@@ -94,13 +94,13 @@ def test_rbac_grants_no_wildcards(docs):
 
 
 def test_self_managed_base_publishes_its_own_ca_bundle(tmp_path):
-    config = installed_config(render("manifests"), tmp_path)
+    config = installed_config(installed_render("manifests"), tmp_path)
     assert config.certs.secret_name == "gpu-admission-tls"
     assert config.certs.manage_ca_bundle is True
 
 
 def test_cert_manager_overlay_injects_the_ca_and_mounts_its_certificate(tmp_path):
-    docs = render("manifests/overlays/cert-manager")
+    docs = installed_render("manifests/overlays/cert-manager")
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         annotations = one(docs, kind)["metadata"]["annotations"]
         assert annotations["cert-manager.io/inject-ca-from"] == (
@@ -179,7 +179,7 @@ def _pods_validating_webhook(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]
 
 
 def test_the_base_runs_the_pod_checks_in_the_api_server_and_the_webhook_for_the_rest():
-    docs = render("manifests")
+    docs = installed_render("manifests")
     policy = one(docs, "ValidatingAdmissionPolicy", "gpu-admission-pods")
     binding = one(docs, "ValidatingAdmissionPolicyBinding", "gpu-admission-pods")
     assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
@@ -191,7 +191,7 @@ def test_the_base_runs_the_pod_checks_in_the_api_server_and_the_webhook_for_the_
 
 
 def test_the_overlay_for_older_api_servers_calls_the_webhook_for_every_pod(tmp_path):
-    docs = render("manifests/overlays/webhook-pod-checks")
+    docs = installed_render("manifests/overlays/webhook-pod-checks")
     kinds = {d["kind"] for d in docs}
     assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     assert "matchConditions" not in _pods_validating_webhook(docs)
@@ -202,7 +202,8 @@ def test_the_overlay_for_older_api_servers_calls_the_webhook_for_every_pod(tmp_p
     assert config.install.layout == "webhook-pod-checks"
     # The other webhooks keep their conditions.
     base = {
-        w["name"]: w for w in one(render("manifests"), "ValidatingWebhookConfiguration")["webhooks"]
+        w["name"]: w
+        for w in one(installed_render("manifests"), "ValidatingWebhookConfiguration")["webhooks"]
     }
     assert base[workloads]["failurePolicy"] == "Ignore"
     for hook in one(docs, "ValidatingWebhookConfiguration")["webhooks"]:
@@ -220,7 +221,7 @@ def _pod_mutations(docs: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
 
 
 def test_the_base_makes_the_stateless_pod_changes_in_the_api_server_and_routes_the_rest():
-    docs = render("manifests")
+    docs = installed_render("manifests")
     policy = one(docs, "MutatingAdmissionPolicy", "gpu-admission-gpu-visibility")
     binding = one(docs, "MutatingAdmissionPolicyBinding", "gpu-admission-gpu-visibility")
     assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
@@ -245,7 +246,7 @@ def test_the_base_makes_the_stateless_pod_changes_in_the_api_server_and_routes_t
 
 
 def test_the_overlay_for_1_30_to_1_35_calls_the_mutating_webhook_for_every_pod():
-    docs = render("manifests/overlays/webhook-pod-mutations")
+    docs = installed_render("manifests/overlays/webhook-pod-mutations")
     kinds = {d["kind"] for d in docs}
     assert not kinds & {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
     names = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
@@ -262,12 +263,13 @@ def test_the_overlay_for_1_30_to_1_35_calls_the_mutating_webhook_for_every_pod()
     }
     # Everything else as the base has it.
     base = {
-        w["name"]: w for w in one(render("manifests"), "MutatingWebhookConfiguration")["webhooks"]
+        w["name"]: w
+        for w in one(installed_render("manifests"), "MutatingWebhookConfiguration")["webhooks"]
     }
     for hook in one(docs, "MutatingWebhookConfiguration")["webhooks"][1:]:
         assert hook == base[hook["name"]]
     # Before 1.30 (webhook-pod-checks), as it and more: no admission policy at all.
-    older = render("manifests/overlays/webhook-pod-checks")
+    older = installed_render("manifests/overlays/webhook-pod-checks")
     assert not {d["kind"] for d in older} & {
         "MutatingAdmissionPolicy",
         "ValidatingAdmissionPolicy",
@@ -278,7 +280,7 @@ def test_the_overlay_for_1_30_to_1_35_calls_the_mutating_webhook_for_every_pod()
 
 
 def test_the_gpu_usage_agent_sees_every_gpu_and_host_pids_with_the_least_rights():
-    docs = render("manifests/overlays/gpu-usage")
+    docs = installed_render("manifests/overlays/gpu-usage")
     agent = one(docs, "DaemonSet", "gpu-admission-gpu-usage")
     assert agent["metadata"]["namespace"] == "gpu-admission"  # exempt: its env stands
     assert one(docs, "Namespace")["metadata"]["labels"][EXEMPT] == "true"

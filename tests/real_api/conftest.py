@@ -79,9 +79,9 @@ def apply_base(kubectl: Kubectl) -> None:
     the Service `gpu-admission`, which nothing serves on this machine (the server-side dry runs
     of every kustomization check them). The tests that need the webhooks register the service
     running here by URL (`service.py`)."""
-    from tests.world.harness import render
+    from tests.world.harness import installed_render
 
-    docs = [d for d in render("manifests") if d.get("kind") not in WEBHOOK_KINDS]
+    docs = [d for d in installed_render("manifests") if d.get("kind") not in WEBHOOK_KINDS]
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
     # The server applies a policy a moment after it is written (its own informers): until then
     # a dry run admits what the real create a moment later refuses.

@@ -226,6 +226,9 @@ async def test_blinded_gpu_daemons_are_named_on_themselves_and_cleared_by_the_ex
         {
             "server": {"metrics_port": 0},
             "leader_election": {"namespace": "gpu-admission", "retry_period_seconds": 0.2},
+            # Its webhooks would call a Service nothing here serves (test_install_check
+            # tests the writes).
+            "install": {"write_admission_objects": False},
         }
     )
     metrics = Metrics(process_metrics=False)

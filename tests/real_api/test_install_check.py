@@ -1,7 +1,8 @@
-"""The install checks itself, on a real kube-apiserver 1.36: the controller, as its own
-ServiceAccount with the base's RBAC, watches the base's admission objects, finds each thing an
-operator or a GitOps prune can do to them, says it in a gauge and a Warning Event on the
-service's Deployment, and clears when it is put right; `gpu-admission audit` says the same."""
+"""The install checks itself and writes itself, on a real kube-apiserver 1.36: the controller, as
+its own ServiceAccount with the base's RBAC, writes the admission objects the configuration
+implies (server-side apply, owned by its ClusterRole), puts back each thing an operator or a
+GitOps prune can do to them and says so in a Normal Event on the service's Deployment, deletes
+a leftover of ours; `gpu-admission audit`, which writes nothing, names what differs."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from gpu_admission.config.model import Config
 from gpu_admission.process.metrics import Metrics
 from tests.real_api.conftest import WEBHOOK_KINDS, Kubectl, apply_base, namespace_ready
 from tests.world.control_plane import ControlPlane
-from tests.world.harness import render
+from tests.world.harness import installed_render
 
 pytestmark = pytest.mark.e2e
 
@@ -37,21 +38,21 @@ PODS_BINDING = ("ValidatingAdmissionPolicyBinding", "gpu-admission-pods")
 CREDS_NS = "install-check-creds"
 LABEL = "gpu-admission.io/serviceaccount-credentials"
 GAUGE = "gpu_admission_admission_object_state"
+WRITES = "gpu_admission_admission_object_writes_total"
+MAP_VAP = ("ValidatingAdmissionPolicy", "gpu-admission-workloads")
 
 
 def _base(kind: str, name: str) -> dict[str, Any]:
-    docs = render("manifests")
+    docs = installed_render("manifests")
     return next(d for d in docs if (d["kind"], d["metadata"]["name"]) == (kind, name))
 
 
 @pytest.fixture
 def installed(real_cluster: ControlPlane, kubectl: Kubectl) -> Iterator[ControlPlane]:
-    """The base, and its two webhook configurations for this test only: they name the Service
-    `gpu-admission`, which nothing here serves, so they go before the tier checks that none is
-    left, and no other test meets them."""
+    """The base with its policies as other tests of the session apply them (by kubectl); the
+    webhook configurations the controller writes name the Service `gpu-admission`, which
+    nothing here serves, so they go before the tier checks that none is left."""
     apply_base(kubectl)
-    webhooks = [d for d in render("manifests") if d["kind"] in WEBHOOK_KINDS]
-    kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(webhooks))
     try:
         yield real_cluster
     finally:
@@ -113,7 +114,32 @@ def _audit(plane: ControlPlane, config: Path | None = None) -> tuple[int, dict[s
     return status, json.loads(out.getvalue())["installedAdmissionObjects"], table.getvalue()
 
 
-async def test_the_install_reports_what_was_done_to_it_and_clears(
+def _live(kubectl: Kubectl, kind: str, name: str) -> dict[str, Any] | None:
+    done = kubectl("get", kind, name, "-o", "json", "--show-managed-fields", check=False)
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+async def _eventually(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not await asyncio.to_thread(check):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)  # polling a condition, bounded by the deadline
+
+
+def _owned_by_the_controller(obj: dict[str, Any] | None, role_uid: str) -> bool:
+    if obj is None:
+        return False
+    meta = obj["metadata"]
+    managers = {(f["manager"], f["operation"]) for f in meta.get("managedFields") or []}
+    return (
+        (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == "gpu-admission"
+        and [(o["kind"], o["name"], o["uid"]) for o in meta.get("ownerReferences") or []]
+        == [("ClusterRole", "gpu-admission-controller", role_uid)]
+        and ("gpu-admission-controller", "Apply") in managers
+    )
+
+
+async def test_the_controller_writes_the_install_and_puts_back_what_was_done_to_it(
     installed: ControlPlane, api: client.ApiClient, kubectl: Kubectl, tmp_path: Path
 ) -> None:
     config = Config.model_validate(
@@ -126,32 +152,35 @@ async def test_the_install_reports_what_was_done_to_it_and_clears(
     process = ControllerProcess(config, _as_controller(api), metrics, identity="install-check")
     checker = process.install_check
     checker.recount_seconds = 0.5  # pods are counted on a timer as well as on changes
+    role = client.RbacAuthorizationV1Api(api).read_cluster_role("gpu-admission-controller")
+    uid = str(role.metadata.uid)
     await process.start()
     try:
+        # The webhook configurations were missing, the policies applied by kubectl: written,
+        # and every object owned by the controller's ClusterRole (gone with the install).
         report = await _until(checker, lambda r: not r.problems, "every object ok")
         assert report.layout == "manifests/" and report.isolation_enforced
+        for key in [(o.kind, o.name) for o in report.objects]:
+            await _eventually(
+                lambda key=key: _owned_by_the_controller(_live(kubectl, *key), uid),
+                f"{key} owned by the controller",
+            )
+        event = await _event(api, "AdmissionObjectsWritten", "MutatingWebhookConfiguration")
+        assert event.type == "Normal"
+        assert "MutatingWebhookConfiguration gpu-admission applied (it was missing)" in (
+            event.message
+        )
         labels = {"kind": MAP[0], "name": MAP[1]}
         assert metrics.registry.get_sample_value(GAUGE, {**labels, "state": "ok"}) == 1.0
 
-        # A GitOps prune, a partial apply: the MutatingAdmissionPolicy is gone.
+        # A GitOps prune, a partial apply: the MutatingAdmissionPolicy is gone, and back.
         kubectl("delete", *MAP)
-        report = await _until(
-            checker, lambda r: _state(r, MAP) is ObjectState.MISSING, "the policy missing"
-        )
-        assert not report.isolation_enforced
-        assert metrics.registry.get_sample_value(GAUGE, {**labels, "state": "missing"}) == 1.0
-        event = await _event(api, "AdmissionObjectMissing", MAP[1])
-        assert event.type == "Warning"
-        assert "NVIDIA_VISIBLE_DEVICES=none" in event.message
-        assert "Fix: kubectl apply -k manifests/" in event.message
-        status, section, table = await asyncio.to_thread(_audit, installed)
-        assert status != 0 and section["gpuIsolationEnforced"] is False
-        assert "GPU isolation: NOT enforced: MutatingAdmissionPolicy" in table
-        kubectl("apply", "-f", "-", stdin=json.dumps(_base(*MAP)))
-        await _until(checker, lambda r: not r.problems, "the policy back")
-        assert metrics.registry.get_sample_value(GAUGE, {**labels, "state": "ok"}) == 1.0
+        await _event(api, "AdmissionObjectsWritten", f"{MAP[0]} {MAP[1]} applied (it was missing)")
+        await _eventually(lambda: _live(kubectl, *MAP) is not None, "the policy back")
+        written = {"kind": MAP[0], "action": "applied", "result": "done"}
+        assert metrics.registry.get_sample_value(WRITES, written) >= 1.0
 
-        # An edited routing condition, and a binding left in Audit after a trial.
+        # An edited routing condition, and a binding left in Audit after a trial: put back.
         kubectl(
             "patch",
             *WEBHOOKS,
@@ -166,19 +195,23 @@ async def test_the_install_reports_what_was_done_to_it_and_clears(
             "-p",
             json.dumps({"spec": {"validationActions": ["Audit"]}}),
         )
-        report = await _until(
-            checker,
-            lambda r: {(o.kind, o.name) for o in r.problems} == {WEBHOOKS, PODS_BINDING},
-            "the webhooks and the binding stale",
+        await _eventually(
+            lambda: (
+                len((_live(kubectl, *WEBHOOKS) or {})["webhooks"][0]["matchConditions"]) == 2
+                and (_live(kubectl, *PODS_BINDING) or {})["spec"]["validationActions"] == ["Deny"]
+            ),
+            "the routing condition and the binding's actions put back",
         )
-        stale = {(o.kind, o.name): o for o in report.problems}
-        assert "webhooks[0].matchConditions has 1 item(s), expected 2" in stale[WEBHOOKS].detail
-        assert '"Audit", expected "Deny"' in stale[PODS_BINDING].detail
-        await _event(api, "AdmissionObjectStale", "validationActions")
-        await _event(api, "AdmissionObjectStale", "matchConditions")
-        for key in (WEBHOOKS, PODS_BINDING):
-            kubectl("apply", "-f", "-", stdin=json.dumps(_base(*key)))
-        await _until(checker, lambda r: not r.problems, "both put right")
+        await _event(api, "AdmissionObjectsWritten", f"{PODS_BINDING[1]} applied (it was stale)")
+
+        # A policy of ours the configuration does not imply: deleted.
+        leftover = {**_base(*MAP_VAP), "metadata": {"name": "gpu-admission-leftover"}}
+        kubectl("apply", "-f", "-", stdin=json.dumps(leftover))
+        await _eventually(
+            lambda: _live(kubectl, "ValidatingAdmissionPolicy", "gpu-admission-leftover") is None,
+            "the leftover deleted",
+        )
+        await _until(checker, lambda r: not r.problems, "every object ok again")
 
         # A bound ServiceAccount in a namespace whose label routes its pods no more.
         namespace_ready(api, CREDS_NS, labels={LABEL: "true"})
@@ -217,6 +250,7 @@ async def test_the_install_reports_what_was_done_to_it_and_clears(
         other = tmp_path / "config.yaml"
         other.write_text(yaml.safe_dump({"gpu": {"guarded_env": ["ROCR_VISIBLE_DEVICES"]}}))
         status, section, table = await asyncio.to_thread(_audit, installed, other)
+        assert status != 0  # the audit writes nothing: it names what differs
         stale_names = {o["name"] for o in section["objects"] if o["state"] == "stale"}
         assert {"gpu-admission-pods", "gpu-admission"} <= stale_names
         assert "installed admission objects (manifests/):" in table

@@ -2,9 +2,9 @@
 1.35 do: a real kube-apiserver 1.36.2 with the resource and its admission plugin turned off
 (`--runtime-config admissionregistration.k8s.io/v1/mutatingadmissionpolicies=false`, its
 binding's too, `--disable-admission-plugins MutatingAdmissionPolicy`), on a control plane of its
-own. There `kubectl apply -k manifests/` fails on the policy with the message the docs quote and
-applies the rest: the check names that as the docs' mistake, and expects the overlay's objects
-once the overlay is applied."""
+own. There `kubectl apply -k manifests/` applies as on 1.36, and the leading controller writes the
+objects of the layout the server calls for (webhook-pod-mutations'), over what an earlier
+release's base had left."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ from tests.real_api.test_install_check import _until
 from tests.world import control_plane
 from tests.world.harness import KUBECTL
 from tests.world.real_cluster import unavailable
+from webhooks.apiserver_policies.install_expectation import expected_objects
+from webhooks.apiserver_policies.webhook_configurations import Layout
 
 pytestmark = pytest.mark.e2e
 
@@ -54,10 +56,13 @@ def older() -> Iterator[control_plane.ControlPlane]:
         plane.stop()
 
 
-def _kubectl(plane: control_plane.ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+def _kubectl(
+    plane: control_plane.ControlPlane, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     assert KUBECTL
     return subprocess.run(
         [KUBECTL, "--kubeconfig", str(plane.kubeconfig), *args],
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=120,
@@ -73,21 +78,38 @@ def _section(plane: control_plane.ControlPlane) -> tuple[int, dict[str, Any]]:
     return status, json.loads(out.getvalue())["installedAdmissionObjects"]
 
 
-async def test_the_base_on_an_older_server_is_named_and_the_overlay_is_expected(
+def _earlier_release(plane: control_plane.ControlPlane) -> None:
+    """What an earlier release's base left on this server: the 1.36 routing of the webhooks and
+    the credential routing's guards (applied by kubectl, owned by nobody)."""
+    written = [
+        e.obj
+        for e in expected_objects(Config(), Layout.BASE)
+        if e.obj["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        or e.obj["metadata"]["name"] in GUARDS
+    ]
+    applied = _kubectl(plane, "apply", "-f", "-", stdin=json.dumps({"kind": "List",
+        "apiVersion": "v1", "items": written}))  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+
+
+GUARDS = ("gpu-admission-serviceaccount-credentials", "gpu-admission-credential-namespaces")
+
+
+async def test_on_an_older_server_the_controller_writes_the_layout_it_serves(
     older: control_plane.ControlPlane,
 ) -> None:
+    """`kubectl apply -k manifests/` applies on 1.30 to 1.35 as on 1.36 (the base holds no
+    MutatingAdmissionPolicy); the controller writes the objects the server calls for, replacing
+    the 1.36 routing an earlier release left and deleting the guards it no longer implies."""
     applied = _kubectl(older, "apply", "-k", str(ROOT / "manifests"))
-    assert applied.returncode != 0
-    assert 'no matches for kind "MutatingAdmissionPolicy" in version' in applied.stderr
+    assert applied.returncode == 0, applied.stderr
+    await asyncio.to_thread(_earlier_release, older)
     status, section = await asyncio.to_thread(_section, older)
     assert status == EXIT_FINDINGS and section["layout"] == OVERLAY
-    assert section["gpuIsolationEnforced"] is False
     webhooks = next(o for o in section["objects"] if o["kind"] == "MutatingWebhookConfiguration")
     assert webhooks["state"] == "stale"
-    assert webhooks["detail"].startswith("the base (kubectl apply -k manifests/) was applied")
-    assert webhooks["fix"] == f"kubectl apply -k {OVERLAY}"
+    assert webhooks["detail"].startswith("it routes pods as on an API server that serves")
 
-    # The controller's watch sees the same: the policy kinds answer 404, their informers empty.
     api = kube_config.new_client_from_config(str(older.kubeconfig))
     settings = Config.model_validate(
         {"server": {"metrics_port": 0}, "leader_election": {"retry_period_seconds": 0.2}}
@@ -96,27 +118,16 @@ async def test_the_base_on_an_older_server_is_named_and_the_overlay_is_expected(
     await process.start()
     try:
         report = await _until(
-            process.install_check, lambda r: r.layout == OVERLAY, "the older server's layout"
+            process.install_check,
+            lambda r: r.layout == OVERLAY and not r.problems,
+            "the older server's layout, written",
         )
-        stale = {(o.kind, o.name) for o in report.problems}
-        assert ("MutatingWebhookConfiguration", "gpu-admission") in stale
+        assert report.isolation_enforced  # the webhook hides GPUs from every CPU-only pod
     finally:
         await process.stop()
-
-    # As the docs say: the overlay. The base's guards it does not hold stay behind until
-    # deleted, and are named as leftovers; then all is as the overlay expects.
-    assert _kubectl(older, "apply", "-k", str(ROOT / OVERLAY)).returncode == 0
-    status, section = await asyncio.to_thread(_section, older)
-    leftovers = {o["name"]: o["fix"] for o in section["objects"] if o["state"] != "ok"}
-    assert set(leftovers) == {
-        "gpu-admission-serviceaccount-credentials",
-        "gpu-admission-credential-namespaces",
-    }
-    for fix in set(leftovers.values()):
-        assert fix.startswith("kubectl delete ValidatingAdmissionPolicy")
-    for name in leftovers:
-        for kind in ("validatingadmissionpolicy", "validatingadmissionpolicybinding"):
-            assert _kubectl(older, "delete", kind, name).returncode == 0
     status, section = await asyncio.to_thread(_section, older)
     assert [o for o in section["objects"] if o["state"] != "ok"] == []
     assert section["gpuIsolationEnforced"] is True
+    for name in GUARDS:
+        gone = _kubectl(older, "get", "validatingadmissionpolicy", name)
+        assert "NotFound" in gone.stderr, gone.stdout

@@ -48,10 +48,14 @@ def test_the_agents_namespace_says_the_level_it_needs(
     labels = {k: v for k, v in namespace["metadata"]["labels"].items() if k == ENFORCE}
     assert labels == {ENFORCE: "privileged"}
     namespace_ready(api, "psa-agent", labels)
-    assert _create(kubectl, _pod(rendered, "DaemonSet", "gpu-admission-gpu-usage", "psa-agent")) == ""
+    assert (
+        _create(kubectl, _pod(rendered, "DaemonSet", "gpu-admission-gpu-usage", "psa-agent")) == ""
+    )
     # Why: under "baseline" (a common cluster default) the agent's pods are refused.
     namespace_ready(api, "psa-baseline", {ENFORCE: "baseline"})
-    refused = _create(kubectl, _pod(rendered, "DaemonSet", "gpu-admission-gpu-usage", "psa-baseline"))
+    refused = _create(
+        kubectl, _pod(rendered, "DaemonSet", "gpu-admission-gpu-usage", "psa-baseline")
+    )
     assert "violates PodSecurity" in refused and "hostPID=true" in refused, refused
 
 

@@ -129,6 +129,9 @@ async def test_the_scan_writes_updates_and_removes_reports(
             "audit": {"interval": "1h"},
             "server": {"metrics_port": 0},
             "leader_election": {"namespace": "gpu-admission", "retry_period_seconds": 0.2},
+            # Its webhooks would call a Service nothing here serves (test_install_check
+            # tests the writes).
+            "install": {"write_admission_objects": False},
         }
     )
     metrics = Metrics(process_metrics=False)
@@ -207,6 +210,9 @@ async def test_openreports_reports_are_accepted_by_their_crd(
             "audit": {"interval": "1h", "report_format": "openreports"},
             "server": {"metrics_port": 0},
             "leader_election": {"namespace": "gpu-admission", "retry_period_seconds": 0.2},
+            # Its webhooks would call a Service nothing here serves (test_install_check
+            # tests the writes).
+            "install": {"write_admission_objects": False},
         }
     )
     process = ControllerProcess(

@@ -48,6 +48,7 @@ from kubernetes import config as kube_config
 
 from certs.issue import CertBundle, ServingSpec, issue_bundle
 from certs.reloader import CertReloader
+from gpu_admission.admission.installed import ADMISSION_KINDS
 from gpu_admission.cluster.live_view import LiveClusterView
 from gpu_admission.config.model import Config, load_config
 from gpu_admission.process.metrics import Metrics
@@ -56,6 +57,7 @@ from tests.support.loops import run_until_stopped
 from tests.world.faults import Faults
 from tests.world.namespaces import namespace_ready
 from tests.world.real_cluster import KubeApi
+from webhooks.apiserver_policies.install_expectation import expected_objects, layout_of
 from webhooks.apiserver_policies.webhook_routing import mutating_pod_webhooks
 from webhooks.dispatch.registry import build_policy_set
 from webhooks.service.server import create_app, make_runner
@@ -83,9 +85,33 @@ def render(path: str) -> tuple[dict[str, Any], ...]:
     return tuple(doc for doc in yaml.safe_load_all(rendered.stdout) if doc)
 
 
+# What a 1.36 API server serves of the admission kinds: every one.
+SERVED_1_36 = frozenset(k.kind for k in ADMISSION_KINDS)
+
+
+def controller_objects(
+    docs: Iterable[Mapping[str, Any]], served: frozenset[str] = SERVED_1_36
+) -> tuple[dict[str, Any], ...]:
+    """The admission objects the leading controller of a rendered install writes on an API
+    server that serves `served`: what its configuration implies (controllers/install_check/
+    repair.py applies exactly these)."""
+    with tempfile.TemporaryDirectory(prefix="installed-config-") as folder:
+        config = installed_config(docs, Path(folder))
+    return tuple(e.obj for e in expected_objects(config, layout_of(served, config.install.layout)))
+
+
+@functools.cache
+def installed_render(path: str) -> tuple[dict[str, Any], ...]:
+    """`render(path)` and what its controller then writes on a 1.36 API server: the objects the
+    cluster holds once the install has started (cached: callers must not change them)."""
+    docs = render(path)
+    return docs + controller_objects(docs)
+
+
 def rendered_manifests() -> tuple[dict[str, Any], ...]:
-    """The base install: what `kubectl apply -k manifests/` would send."""
-    return render("manifests")
+    """The base install: what `kubectl apply -k manifests/` sends, and the admission objects its
+    controller then writes on a 1.36 server."""
+    return installed_render("manifests")
 
 
 def manifest_objects(kind: str) -> list[dict[str, Any]]:
@@ -117,9 +143,9 @@ def installed_config(
     overrides: Mapping[str, Any] | None = None,
 ) -> Config:
     """The config the programs of a rendered install read: every file of the ConfigMap the
-    service's Deployment mounts (`gpu-admission-config-<hash>`) in a folder, as the volume mounts them,
-    read as `--config=<folder>` reads it. The process environment is ignored so a developer's
-    GPU_ADMISSION_* cannot change results."""
+    service's Deployment mounts (`gpu-admission-config-<hash>`) in a folder, as the volume mounts
+    them, read as `--config=<folder>` reads it. The process environment is ignored so a
+    developer's GPU_ADMISSION_* cannot change results."""
     docs = list(docs)
     name = config_map_name(docs)
     (configmap,) = [

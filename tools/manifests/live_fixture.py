@@ -1,13 +1,15 @@
-"""Writes tests/fixtures/installed-admission/base-live-<version>.json: the base's admission
-objects as a real kube-apiserver holds them. `kubectl kustomize manifests/` is applied with
-`kubectl apply` to the real control plane (KUBEBUILDER_ASSETS, as the tests start it), and each
-admission object is read back with `kubectl get KIND NAME -o json`, its `managedFields` and
-kubectl's last-applied annotation left out, nothing else changed (the fixture's README).
+"""Writes tests/fixtures/installed-admission/base-live-<version>.json: the admission objects the
+controller writes for the default configuration on a 1.36 server, as a real kube-apiserver holds
+them. `kubectl kustomize manifests/` and those objects (what `gpu-admission admission-policy`
+and `--webhook-configurations` print) are applied with `kubectl apply` to the real control plane
+(KUBEBUILDER_ASSETS, as the tests start it), and each admission object is read back with
+`kubectl get KIND NAME -o json`, its `managedFields` and kubectl's last-applied annotation left
+out, nothing else changed (the fixture's README).
 
     KUBEBUILDER_ASSETS=$(../shared/kube/unpack.sh) .venv/bin/python tools/manifests/live_fixture.py
 
-Run it after a change to what the base's admission objects are; the install's self-check must
-find every object of the fixture ok (tests/webhooks/apiserver_policies/
+Run it after a change to what the default configuration's admission objects are; the install's
+self-check must find every object of the fixture ok (tests/webhooks/apiserver_policies/
 test_install_expectation.py).
 """
 
@@ -26,7 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gpu_admission.admission.installed import ADMISSION_KINDS  # noqa: E402
+from gpu_admission.config.model import Config  # noqa: E402
 from tests.world import control_plane  # noqa: E402
+from webhooks.apiserver_policies.install_expectation import expected_objects  # noqa: E402
+from webhooks.apiserver_policies.webhook_configurations import Layout  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "installed-admission"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -59,6 +64,8 @@ def main() -> int:
         text=True,
         check=True,
     ).stdout
+    written = [e.obj for e in expected_objects(Config(), Layout.BASE)]
+    rendered += "".join(f"---\n{json.dumps(o)}\n" for o in written)
     plane = control_plane.start()
     try:
         _kubectl(plane.kubeconfig, "apply", "-f", "-", stdin=rendered)

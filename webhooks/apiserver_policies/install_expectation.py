@@ -4,18 +4,20 @@ webhook configurations of `webhook_configurations`), each found ok, missing or s
 ServiceAccounts bound to credentials whose pods the installed routing never sends to the webhook.
 
 Pure: the controller's watch and `gpu-admission audit` bring the live objects
-(`gpu_admission.admission.installed.LiveAdmission`) and report what this returns.
+(`gpu_admission.admission.installed.LiveAdmission`) and report what this returns; the leading
+controller also writes what it finds missing or stale (`objects`, applied by
+controllers/install_check/repair.py), so the kustomization ships none of these objects.
 
-Which layout is expected follows from what the API server serves, as the docs prescribe: the base
-where MutatingAdmissionPolicy v1 is served (1.36 and later), `webhook-pod-mutations` where only
-ValidatingAdmissionPolicy v1 is (1.30 to 1.35), `webhook-pod-checks` before. The base applied to
-an older server (its pods webhook routed for a policy that cannot exist there) is named as such.
+Which layout is expected follows from what the API server serves: the base's objects where
+MutatingAdmissionPolicy v1 is served (1.36 and later), `webhook-pod-mutations`' where only
+ValidatingAdmissionPolicy v1 is (1.30 to 1.35), `webhook-pod-checks`' before; a layout component
+may declare one the server can hold. A pods webhook routed as on 1.36 on an older server is
+named as such.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +38,7 @@ from gpu_admission.admission.installed import (
 )
 from gpu_admission.config.install import InstallLayout
 from gpu_admission.config.model import Config
-from gpu_admission.config.policy_modes import PolicyMode, audit_mode
+from gpu_admission.config.policy_modes import PolicyMode
 from webhooks.apiserver_policies.bindings import GPU_VISIBILITY, admission_policy_objects
 from webhooks.apiserver_policies.blinded_daemons import blinded_daemons
 from webhooks.apiserver_policies.credential_namespaces import BINDING_POLICY, LABEL_POLICY
@@ -80,13 +82,6 @@ def layout_of(served: frozenset[str], declared: InstallLayout = InstallLayout.AU
         return fits
     chosen = LAYOUT_NAMES[str(declared)]
     return chosen if _NEEDS.index(chosen) >= _NEEDS.index(fits) else fits
-
-
-def shipped_config(components: Iterable[str]) -> Config:
-    """The configuration the kustomization of these components implies for the admission
-    objects: the defaults, in audit mode with the audit-mode component."""
-    audit = "audit-mode" in components
-    return Config(policies={n: {"mode": m} for n, m in audit_mode().items()} if audit else {})
 
 
 def _impact(obj: Mapping[str, Any], config: Config, layout: Layout) -> tuple[str, bool]:
@@ -158,30 +153,29 @@ def expected_objects(config: Config, layout: Layout) -> list[Expected]:
     return [Expected(o, *_impact(o, config, layout)) for o in objects]
 
 
-@functools.cache
-def _shipped_objects(layout: Layout, components: tuple[str, ...]) -> list[dict[str, Any]]:
-    return [e.obj for e in expected_objects(shipped_config(components), layout)]
+# What each finding's fix says: the leading controller owns the project's admission objects
+# (controllers/install_check/repair.py) and writes what the comparison finds missing or stale.
+APPLIED_BY_CONTROLLER = (
+    "the leading gpu-admission-controller applies it from the configuration (server-side apply, "
+    "field manager gpu-admission-controller); if it stays, read that controller's log"
+)
+DELETED_BY_CONTROLLER = (
+    "the leading gpu-admission-controller deletes it; if it stays, read that controller's log"
+)
 
 
-def is_default(expected: list[Expected], layout: Layout, components: tuple[str, ...] = ()) -> bool:
-    """Whether `expected` is what the shipped kustomization of `layout` holds (with these
-    components)."""
-    return [e.obj for e in expected] == _shipped_objects(layout, components)
-
-
-def fix_command(
-    expected: Expected, layout: Layout, default: bool, components: tuple[str, ...] = ()
-) -> str:
-    """What puts `expected` in place: the kustomization, where the configuration's objects are
-    the ones it ships (`default`); else the printed objects of this configuration."""
-    if default and components:
-        return f"kubectl apply -k YOUR-KUSTOMIZATION (the base with {_with(components)})"
-    if default:
-        return f"kubectl apply -k {layout}"
-    flags = "" if layout is Layout.BASE else f" --layout {_layout_name(layout)}"
-    if expected.obj["kind"] in (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS):
-        flags += " --webhook-configurations"
-    return f"gpu-admission admission-policy --config FILE{flags} | kubectl apply -f -"
+def fixes(config: Config, expected: Expected | None, kind: str, name: str) -> str:
+    """What a finding's fix says: the controller's own write, or (install.write_admission_objects
+    off) the command that applies the printed object, or deletes a leftover."""
+    if config.install.write_admission_objects:
+        return DELETED_BY_CONTROLLER if expected is None else APPLIED_BY_CONTROLLER
+    if expected is None:
+        return f"kubectl delete {kind} {name}"
+    flags = " --webhook-configurations" if kind in (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS) else ""
+    return (
+        f"gpu-admission admission-policy --config DIR{flags} | "
+        "kubectl apply --server-side --field-manager gpu-admission-controller -f -"
+    )
 
 
 def _with(components: tuple[str, ...]) -> str:
@@ -215,34 +209,28 @@ def _base_on_older_server(live: Mapping[str, Any], layout: Layout) -> bool:
 
 
 def _judged(
-    expected: Expected,
-    live: Mapping[str, Any] | None,
-    layout: Layout,
-    default: bool,
-    components: tuple[str, ...] = (),
+    expected: Expected, live: Mapping[str, Any] | None, layout: Layout, config: Config
 ) -> ObjectFinding:
     kind, name = expected.key
-    fix = fix_command(expected, layout, default, components)
+    fix = fixes(config, expected, kind, name)
     found = ObjectFinding(kind, name, ObjectState.OK, isolation=expected.isolation)
     if live is None:
         return ObjectFinding(
-            kind, name, ObjectState.MISSING, expected.impact, fix, expected.isolation
+            kind,
+            name,
+            ObjectState.MISSING,
+            expected.impact,
+            fix,
+            expected.isolation,
         )
     if kind == MUTATING_WEBHOOKS and _base_on_older_server(live, layout):
         detail = (
-            "the base (kubectl apply -k manifests/) was applied to an API server that serves no "
-            "MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kubernetes 1.36 and "
-            "later): its pods webhook sees only the pods that need cluster state, and nothing "
+            "it routes pods as on an API server that serves MutatingAdmissionPolicy "
+            "(admissionregistration.k8s.io/v1, Kubernetes 1.36 and later), and this one serves "
+            "none: its pods webhook sees only the pods that need cluster state, and nothing "
             "gives the other CPU-only pods NVIDIA_VISIBLE_DEVICES=none."
         )
-        add = f"kubectl apply -k {layout}"
-        if components:  # a kustomization of the user's: the layout goes in it
-            layout_name = _layout_name(layout)
-            add = (
-                f"list manifests/components/{layout_name} last in YOUR-KUSTOMIZATION, then "
-                "kubectl apply -k YOUR-KUSTOMIZATION"
-            )
-        return ObjectFinding(kind, name, ObjectState.STALE, detail, add, True)
+        return ObjectFinding(kind, name, ObjectState.STALE, detail, fix, True)
     differs = object_difference(expected.obj, live)
     if differs is None:
         return found
@@ -257,7 +245,7 @@ def _judged(
 
 
 def _leftovers(
-    live: LiveAdmission, expected: set[tuple[str, str]], layout: Layout
+    live: LiveAdmission, expected: set[tuple[str, str]], layout: Layout, config: Config
 ) -> list[ObjectFinding]:
     kinds = (MUTATING_POLICY, MUTATING_POLICY_BINDING, VALIDATING_POLICY, VALIDATING_POLICY_BINDING)
     found = []
@@ -269,7 +257,7 @@ def _leftovers(
             )
             found.append(
                 ObjectFinding(
-                    kind, name, ObjectState.STALE, detail, f"kubectl delete {kind} {name}"
+                    kind, name, ObjectState.STALE, detail, fixes(config, None, kind, name)
                 )
             )
     return found
@@ -297,24 +285,30 @@ class InstallExpectation:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.components = tuple(config.install.in_use())
-        self._by_layout: dict[Layout, tuple[list[Expected], bool]] = {}
+        self._by_layout: dict[Layout, list[Expected]] = {}
 
-    def _expected(self, layout: Layout) -> tuple[list[Expected], bool]:
+    def _expected(self, layout: Layout) -> list[Expected]:
         if layout not in self._by_layout:
-            expected = expected_objects(self.config, layout)
-            self._by_layout[layout] = (expected, is_default(expected, layout, self.components))
+            self._by_layout[layout] = expected_objects(self.config, layout)
         return self._by_layout[layout]
+
+    def layout(self, live: LiveAdmission) -> Layout:
+        """The layout the install holds on this API server (what it serves, as declared)."""
+        return layout_of(live.served, self.config.install.layout)
+
+    def objects(self, live: LiveAdmission) -> dict[tuple[str, str], dict[str, Any]]:
+        """(kind, name) -> the object the configuration implies for this API server: what
+        the leading controller applies."""
+        return {e.key: e.obj for e in self._expected(self.layout(live))}
 
     def check(self, live: LiveAdmission) -> InstallReport:
         """Each object the configuration implies for the install's layout, judged against the
         live one, the leftovers of ours that still act, and the ServiceAccounts whose
         credentials are not routed."""
-        layout = layout_of(live.served, self.config.install.layout)
-        expected, default = self._expected(layout)
-        judged = [
-            _judged(e, live.objects.get(e.key), layout, default, self.components) for e in expected
-        ]
-        judged += _leftovers(live, {e.key for e in expected}, layout)
+        layout = self.layout(live)
+        expected = self._expected(layout)
+        judged = [_judged(e, live.objects.get(e.key), layout, self.config) for e in expected]
+        judged += _leftovers(live, {e.key for e in expected}, layout, self.config)
         credentials = credentials_findings(self.config, live) if layout is Layout.BASE else []
         daemons = blinded_daemons(self.config, live.workloads, live.namespace_labels)
         return InstallReport(

@@ -1,10 +1,9 @@
 """The two webhook configurations a configuration implies, whole: every entry's rules, routing
 (namespaceSelector, matchConditions) and failure policy, for each layout the manifests ship.
 
-manifests/base/webhooks.yaml is this module's output for the default configuration, with
-comments (tests/webhooks/apiserver_policies/test_webhook_configurations.py holds them equal);
-the overlays for older API servers patch it as `webhook_configurations(config, layout)` does.
-The install's self-check compares the live configurations with these.
+The leading controller applies them (controllers/install_check/repair.py) and its self-check
+compares the live configurations with these; `gpu-admission admission-policy
+--webhook-configurations` prints them.
 """
 
 from __future__ import annotations
@@ -125,9 +124,24 @@ def mutating_configuration(config: Config, layout: Layout = Layout.BASE) -> dict
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": config.certs.webhook_configuration_name},
+        "metadata": _metadata(config),
         "webhooks": [*_pod_mutations(config, layout), pvcs],
     }
+
+
+# The cert-manager component's serving Certificate (manifests/components/cert-manager).
+CERT_MANAGER_CERTIFICATE = "gpu-admission-serving"
+INJECT_CA_FROM = "cert-manager.io/inject-ca-from"
+
+
+def _metadata(config: Config) -> dict[str, Any]:
+    """The configurations' name; with the cert-manager component, the annotation that has
+    cert-manager's CA injector write caBundle from its Certificate's Secret (`ca.crt`)."""
+    metadata: dict[str, Any] = {"name": config.certs.webhook_configuration_name}
+    if "cert-manager" in config.install.in_use():
+        source = f"{config.certs.namespace}/{CERT_MANAGER_CERTIFICATE}"
+        metadata["annotations"] = {INJECT_CA_FROM: source}
+    return metadata
 
 
 def _workload_rules(config: Config) -> list[dict[str, Any]]:
@@ -184,7 +198,7 @@ def validating_configuration(config: Config, layout: Layout = Layout.BASE) -> di
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": config.certs.webhook_configuration_name},
+        "metadata": _metadata(config),
         "webhooks": [pods, secrets, pvcs, workloads],
     }
 

@@ -25,8 +25,10 @@ from gpu_admission.admission.installed import (
 )
 from gpu_admission.config.model import Config
 from tests import ROOT
-from tests.world.harness import render
+from tests.world.harness import installed_render
 from webhooks.apiserver_policies.install_expectation import (
+    APPLIED_BY_CONTROLLER,
+    DELETED_BY_CONTROLLER,
     check_install,
     lacks_credentials,
     layout_of,
@@ -71,7 +73,7 @@ def _state(report: Any, kind: str, name: str) -> Any:
 def test_each_kustomization_is_what_its_server_expects(
     folder: str, served: frozenset[str], layout: Layout
 ) -> None:
-    report = check_install(Config(), _live(render(folder), served))
+    report = check_install(Config(), _live(installed_render(folder), served))
     assert report.layout == str(layout)
     assert report.problems == []
     assert report.isolation_enforced
@@ -97,7 +99,7 @@ def test_a_missing_visibility_policy_is_named_with_what_it_leaves_undone(
     )
     assert missing.reason == "AdmissionObjectMissing"
     assert "NVIDIA_VISIBLE_DEVICES=none" in missing.detail
-    assert missing.fix == "kubectl apply -k manifests/"
+    assert missing.fix == APPLIED_BY_CONTROLLER
     assert not report.isolation_enforced
 
 
@@ -153,9 +155,9 @@ def test_another_configuration_against_the_default_install_is_found(
     assert (MUTATING_WEBHOOKS, "gpu-admission") in stale  # its routing names the env too
     pods = _state(report, VALIDATING_POLICY, "gpu-admission-pods")
     assert "ROCR_VISIBLE_DEVICES" in pods.detail
-    assert pods.fix == "gpu-admission admission-policy --config FILE | kubectl apply -f -"
+    assert pods.fix == APPLIED_BY_CONTROLLER
     webhooks = _state(report, MUTATING_WEBHOOKS, "gpu-admission")
-    assert webhooks.fix.endswith("--webhook-configurations | kubectl apply -f -")
+    assert webhooks.fix == APPLIED_BY_CONTROLLER
 
 
 def test_a_split_mode_leaves_no_leftover_unnamed(real: list[dict[str, Any]]) -> None:
@@ -165,19 +167,43 @@ def test_a_split_mode_leaves_no_leftover_unnamed(real: list[dict[str, Any]]) -> 
     assert {"gpu-admission-gpu-env-guard", "gpu-admission-shared-gpu-limit"} <= missing
     leftover = _state(report, VALIDATING_POLICY, "gpu-admission-pods")
     assert leftover.state is ObjectState.STALE
-    assert leftover.fix == "kubectl delete ValidatingAdmissionPolicy gpu-admission-pods"
+    assert leftover.fix == DELETED_BY_CONTROLLER
 
 
-def test_the_base_on_an_older_server_is_named_as_the_docs_mistake() -> None:
-    docs = [d for d in render("manifests") if not d["kind"].startswith(MUTATING_POLICY)]
+def test_without_the_controllers_writes_each_fix_is_the_command_that_applies_it(
+    real: list[dict[str, Any]],
+) -> None:
+    config = Config.model_validate(
+        {
+            "install": {"write_admission_objects": False},
+            "policies": {"shared-gpu-limit": {"mode": "warn"}},
+        }
+    )
+    docs = [d for d in real if d["kind"] != MUTATING_WEBHOOKS]
+    report = check_install(config, _live(docs))
+    fixes = {(o.kind, o.name): o.fix for o in report.problems}
+    apply = "kubectl apply --server-side --field-manager gpu-admission-controller -f -"
+    assert fixes[(VALIDATING_POLICY, "gpu-admission-shared-gpu-limit")] == (
+        f"gpu-admission admission-policy --config DIR | {apply}"
+    )
+    assert fixes[(MUTATING_WEBHOOKS, "gpu-admission")] == (
+        f"gpu-admission admission-policy --config DIR --webhook-configurations | {apply}"
+    )
+    assert fixes[(VALIDATING_POLICY, "gpu-admission-pods")] == (
+        "kubectl delete ValidatingAdmissionPolicy gpu-admission-pods"
+    )
+
+
+def test_the_base_on_an_older_server_is_named_as_such() -> None:
+    docs = [d for d in installed_render("manifests") if not d["kind"].startswith(MUTATING_POLICY)]
     report = check_install(Config(), _live(docs, NO_MUTATING_POLICY))
     assert report.layout == "manifests/overlays/webhook-pod-mutations/"
     webhooks = _state(report, MUTATING_WEBHOOKS, "gpu-admission")
     assert webhooks.state is ObjectState.STALE
-    assert "the base (kubectl apply -k manifests/) was applied to an API server that serves no" in (
+    assert "it routes pods as on an API server that serves MutatingAdmissionPolicy" in (
         webhooks.detail
     )
-    assert webhooks.fix == "kubectl apply -k manifests/overlays/webhook-pod-mutations/"
+    assert webhooks.fix == APPLIED_BY_CONTROLLER
     assert not report.isolation_enforced
     guards = {o.name for o in report.problems if o.kind == VALIDATING_POLICY}
     assert guards == {

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from commands.admission_policy import write_admission_policy
 from gpu_admission.config.model import Config
-from tests import ROOT
+from tests.world.harness import installed_config, installed_render
 from webhooks.apiserver_policies.cel import glob_regex
 from webhooks.apiserver_policies.pod_checks import admission_policy
 from webhooks.apiserver_policies.webhook_routing import webhook_condition, webhook_sees
@@ -42,22 +42,24 @@ def test_the_webhook_sees_claims_and_plain_gpus_over_one_and_only_those() -> Non
     assert not webhook_sees(_limits("nvidia.com/gpu", "1"), gpu)
     assert not webhook_sees(_limits("nvidia.com/gpu.shared", "2"), gpu)  # the policy's own case
     assert not webhook_sees(_limits("cpu", "4"), gpu)
-    webhooks = yaml.safe_load_all((ROOT / "manifests" / "base" / "webhooks.yaml").read_text())
+    webhooks = installed_render("manifests")
     validating = next(d for d in webhooks if d["kind"] == "ValidatingWebhookConfiguration")
     pods_hook = next(w for w in validating["webhooks"] if w["name"].startswith("pods."))
     (condition,) = pods_hook["matchConditions"]
-    assert " ".join(condition["expression"].split()) == webhook_condition(gpu), (
-        "regenerate with `.venv/bin/python tools/manifests/webhook_conditions.py`"
-    )
+    assert " ".join(condition["expression"].split()) == webhook_condition(gpu)
 
 
-def test_the_default_manifests_carry_the_policy_for_the_deployed_config(tmp_path) -> None:
+def test_the_controller_writes_what_the_command_prints_for_the_deployed_config(tmp_path) -> None:
+    """`gpu-admission admission-policy --config DIR` over the base's configuration prints the
+    policies the base's controller writes: one generator for both."""
+    docs = installed_render("manifests")
+    folder = tmp_path / "config"
+    installed_config(docs, folder)  # writes the ConfigMap's files, as mounted
     with (tmp_path / "out.yaml").open("w") as out:
-        write_admission_policy(None, out)
-    generated = (tmp_path / "out.yaml").read_text()
-    assert generated == (ROOT / "manifests" / "base" / "admission-policy.yaml").read_text(), (
-        "regenerate with `gpu-admission admission-policy > manifests/base/admission-policy.yaml`"
-    )
+        write_admission_policy(folder / "gpu-admission-config", out)
+    printed = [d for d in yaml.safe_load_all((tmp_path / "out.yaml").read_text()) if d]
+    written = [d for d in docs if d["kind"].endswith(("AdmissionPolicy", "AdmissionPolicyBinding"))]
+    assert printed == written
 
 
 def test_a_custom_config_changes_the_cel() -> None:

@@ -1,6 +1,6 @@
-"""manifests/base/webhooks.yaml is what `webhook_configurations` makes of the default
-configuration (the comments aside), so the self-check's expectation and the shipped file are one
-fact; and `admission-policy --webhook-configurations` prints it."""
+"""The webhook configurations the base's controller writes are what `webhook_configurations`
+makes of the deployed configuration, and `admission-policy --webhook-configurations` prints them:
+one generator for the cluster, the self-check and the command."""
 
 from __future__ import annotations
 
@@ -13,14 +13,13 @@ import yaml
 from commands.admission_policy import admission_policy_command
 from gpu_admission.config.model import Config
 from tests import ROOT
+from tests.world.harness import installed_render
 from webhooks.apiserver_policies.webhook_configurations import Layout, webhook_configurations
 
-SHIPPED = ROOT / "manifests" / "base" / "webhooks.yaml"
 
-
-def test_the_shipped_configurations_are_the_generated_ones() -> None:
-    shipped = list(yaml.safe_load_all(SHIPPED.read_text()))
-    assert shipped == webhook_configurations(Config())
+def test_the_base_controller_writes_the_generated_ones() -> None:
+    written = [d for d in installed_render("manifests") if d["kind"].endswith("Configuration")]
+    assert written == webhook_configurations(Config())
 
 
 def test_the_command_prints_them_for_a_layout() -> None:

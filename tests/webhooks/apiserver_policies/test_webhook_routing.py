@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,9 +19,9 @@ from gpu_admission.cluster.view import (
     StaticClusterView,
 )
 from gpu_admission.config.model import Config
-from tests import ROOT
 from tests.webhooks.pod_strategies import NAMES, admission_pods
 from tests.webhooks.policy_helpers import make_request
+from tests.world.harness import installed_render
 from webhooks.apiserver_policies.visibility_mutation import changes
 from webhooks.apiserver_policies.webhook_routing import (
     mutating_pod_webhooks,
@@ -142,14 +141,12 @@ def test_the_pods_that_need_state_and_those_that_do_not() -> None:
 
 
 def test_the_manifests_route_as_the_configuration_says() -> None:
-    webhooks = yaml.safe_load_all((ROOT / "manifests" / "base" / "webhooks.yaml").read_text())
+    webhooks = installed_render("manifests")  # what the base's controller writes
     mutating = next(d for d in webhooks if d["kind"] == "MutatingWebhookConfiguration")
     entries = [
         w for w in mutating["webhooks"] if w["clientConfig"]["service"]["path"] == "/mutate/pods"
     ]
     shown = [{k: w[k] for k in ("name", "namespaceSelector", "matchConditions")} for w in entries]
-    assert shown == mutating_pod_webhooks(CONFIG), (
-        "regenerate with `.venv/bin/python tools/manifests/webhook_conditions.py`"
-    )
+    assert shown == mutating_pod_webhooks(CONFIG)
     for entry in entries:
         assert entry["failurePolicy"] == "Fail" and entry["reinvocationPolicy"] == "IfNeeded"
