@@ -44,8 +44,9 @@ NEXT_IMAGE = f"gpu-admission:{__version__}-next"
 IMPORTED_AS = [f"docker.io/library/{IMAGE}", f"docker.io/library/{NEXT_IMAGE}"]
 ROLLOUT_SECONDS = 180
 CONTROLLER = "gpu-admission-controller"  # its Deployment
-# Two time-sliced GPUs in one container: the pods policy refuses it (or warns, in audit mode).
-POD_POLICY = "ValidatingAdmissionPolicy 'gpu-admission-pods'"
+# Two time-sliced GPUs in one container: the pods policy refuses it (or warns, in audit mode;
+# or its shared-gpu-limit half does, where the checks' modes split it).
+POD_POLICY = "ValidatingAdmissionPolicy 'gpu-admission-"
 POLICY_PROBE = {
     "apiVersion": "v1",
     "kind": "Pod",

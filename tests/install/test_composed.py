@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -471,6 +472,122 @@ def test_a_settings_change_rolls_out_by_itself_and_a_bad_one_stops_at_the_new_po
     [config] = mounted
     data = install_cluster.core.read_namespaced_config_map(config, "gpu-admission").data
     assert "headroom: 0.85" in data["settings.yaml"]
+
+
+SETTINGS_FOR_ADMISSION = """\
+gpu:
+  resource_patterns: [nvidia.com/gpu, nvidia.com/gpu.shared, "nvidia.com/mig-*", amd.com/gpu]
+policies:
+  shared-gpu-limit: {mode: warn}
+"""
+
+
+def _dry_run(cluster: InstallCluster, name: str, limits: dict[str, str]) -> tuple[Any, str]:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": VIOLATORS},
+        "spec": {
+            "schedulingGates": [{"name": "test.gpu-admission.io/hold"}],
+            "containers": [
+                {"name": "main", "image": "registry.k8s.io/pause:3.10",
+                 "resources": {"limits": limits}}
+            ],
+        },
+    }  # fmt: skip
+    done = cluster.apply([pod], "--dry-run=server", "-o", "json", check=False)
+    return (json.loads(done.stdout) if done.returncode == 0 else None), done.stderr
+
+
+def _visible(made: Any) -> list[str]:
+    env = (made or {}).get("spec", {}).get("containers", [{}])[0].get("env") or []
+    return [e.get("value") for e in env if e["name"] == "NVIDIA_VISIBLE_DEVICES"]
+
+
+def _versions(cluster: InstallCluster) -> dict[str, str]:
+    dynamic = DynamicClient(cluster.api)
+    found = {}
+    for kind in (
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ):
+        resource = dynamic.resources.get(api_version="admissionregistration.k8s.io/v1", kind=kind)
+        for item in resource.get().items:
+            if str(item.metadata.name).startswith("gpu-admission"):
+                found[f"{kind} {item.metadata.name}"] = item.metadata.resourceVersion
+    return found
+
+
+def test_settings_that_change_the_admission_objects_take_effect_by_apply_alone(
+    install_cluster: InstallCluster, composed: Path
+) -> None:
+    """A settings.yaml that adds a GPU resource name and puts one policy in warn mode: `kubectl
+    apply -k` alone, and the API server runs what they imply (the pods policy split in two, one
+    warning; a container asking for the new resource is a GPU container, not hidden). A second
+    apply, as a GitOps re-sync, changes nothing back."""
+    settings = composed / "settings.yaml"
+    kept = settings.read_text()
+    assert _visible(_dry_run(install_cluster, "amd", {"amd.com/gpu": "1"})[0]) == ["none"]
+    settings.write_text(kept + SETTINGS_FOR_ADMISSION)
+    try:
+        started = time.monotonic()
+        install_cluster.kubectl("apply", "-k", str(composed))
+        install_cluster.rolled_out(CONTROLLER)
+        wait_for(
+            lambda: (
+                "ValidatingAdmissionPolicyBinding gpu-admission-shared-gpu-limit"
+                in (held := install_cluster.admission_objects())
+                and "ValidatingAdmissionPolicy gpu-admission-pods" not in held
+            ),
+            "the controller to write the split policies",
+            diagnosis=install_cluster.diagnosis,
+        )
+        reached = time.monotonic() - started
+        wait_for(
+            lambda: (
+                "gpu-admission-shared-gpu-limit"
+                in _dry_run(install_cluster, "two", {"nvidia.com/gpu.shared": "2"})[1]
+            ),
+            "a pod over the shared limit admitted with the split policy's warning",
+        )
+        made, said = _dry_run(install_cluster, "two", {"nvidia.com/gpu.shared": "2"})
+        assert made is not None and "Warning: Validation failed" in said, said
+        wait_for(
+            lambda: _visible(_dry_run(install_cluster, "amd", {"amd.com/gpu": "1"})[0]) == [],
+            "a container asking for amd.com/gpu left its GPUs",
+        )
+        install_cluster.rolled_out("gpu-admission")
+        install_cluster.wait_written()
+        print(f"\nsettings change: the admission objects followed {reached:.0f} s after apply")
+        # A GitOps re-sync: the same kustomization applied again changes nothing.
+        before = _versions(install_cluster)
+        generations = {
+            d.metadata.name: d.metadata.generation
+            for d in client.AppsV1Api(install_cluster.api)
+            .list_namespaced_deployment("gpu-admission")
+            .items
+        }
+        again = install_cluster.kubectl("apply", "-k", str(composed))
+        assert all(
+            line.endswith((" unchanged", " configured")) for line in again.stdout.splitlines()
+        ), again.stdout
+        assert {
+            d.metadata.name: d.metadata.generation
+            for d in client.AppsV1Api(install_cluster.api)
+            .list_namespaced_deployment("gpu-admission")
+            .items
+        } == generations
+        assert _versions(install_cluster) == before
+    finally:
+        settings.write_text(kept)
+        install_cluster.kubectl("apply", "-k", str(composed))
+        install_cluster.rolled_out("gpu-admission")
+        install_cluster.rolled_out(CONTROLLER)
+        install_cluster.wait_written()
 
 
 def test_the_install_checks_itself_and_finds_this_composition(
