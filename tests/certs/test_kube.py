@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
-from certs.cabundle import MUTATING, VALIDATING, CABundleSyncer, bundle_patch
+from certs.cabundle import MUTATING, VALIDATING, CABundleSyncer, SyncResult, bundle_patch
 from certs.issue import (
     CertBundle,
     ServingSpec,
@@ -274,14 +274,14 @@ async def test_an_api_server_outage_is_said_once_by_the_sync_loop_and_its_end_on
     direct = kube_config.new_client_from_config(str(kube_api.plane.kubeconfig))
     syncer = CABundleSyncer(client.AdmissionregistrationV1Api(direct))
     attempts = 0
-    publish = syncer.publish
+    publish = syncer._publish  # what the loop calls each round
 
-    async def counted(published: CertBundle) -> None:
+    async def counted(published: CertBundle) -> SyncResult:
         nonlocal attempts
         attempts += 1
-        await publish(published)
+        return await publish(published)
 
-    syncer.publish = counted  # type: ignore[method-assign]
+    syncer._publish = counted  # type: ignore[method-assign]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
