@@ -82,6 +82,9 @@ def launch(command: str, kubeconfig: Path, workdir: Path, *extra: str) -> Proces
     metrics_port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_ADMISSION_")}
     env["GPU_ADMISSION_SERVER__HOST"] = "127.0.0.1"
+    # The webhooks here are registered by URL (nothing routes the Service): the controller only
+    # reports them, rather than writing the Service-bound ones the configuration implies.
+    env["GPU_ADMISSION_INSTALL__WRITE_ADMISSION_OBJECTS"] = "false"
     log_path = workdir / f"{command}.log"
     with log_path.open("wb") as log_file:
         popen = subprocess.Popen(
