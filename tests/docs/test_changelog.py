@@ -15,4 +15,3 @@ CHANGELOG = (ROOT / "CHANGELOG.md").read_text()
 def test_the_changelog_has_an_entry_for_this_version() -> None:
     versions = re.findall(r"^## (\d+\.\d+\.\d+)\b", CHANGELOG, re.M)
     assert __version__ in versions, f"CHANGELOG.md has no '## {__version__}' section"
-
