@@ -7,9 +7,11 @@ must not take the webhooks down too (docs/operations.md).
 
 While this replica leads: the caches of `live.py`, and a comparison (`judge`, brought by the
 entry point: webhooks/apiserver_policies/install_expectation.py) at start and after every change
-they see, coalesced. The running pods of the ServiceAccounts whose credentials are not routed are
-counted (`with_running_counts`: a list per namespace, or one of the cluster when they are many),
-after each comparison and every RECOUNT_SECONDS while any is found: pods come and go without the
+they see, coalesced. Given what the configuration implies (`implied`), what a comparison finds
+missing or stale is written first (`repair.py`), and the report said is the one after the
+writes. The running pods of the ServiceAccounts whose credentials are not routed are counted
+(`with_running_counts`: a list per namespace, or one of the cluster when they are many), after
+each comparison and every RECOUNT_SECONDS while any is found: pods come and go without the
 watched objects changing.
 """
 

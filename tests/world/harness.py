@@ -48,7 +48,7 @@ from kubernetes import config as kube_config
 
 from certs.issue import CertBundle, ServingSpec, issue_bundle
 from certs.reloader import CertReloader
-from gpu_admission.admission.installed import ADMISSION_KINDS
+from gpu_admission.admission.installed import ADMISSION_KINDS, LiveAdmission
 from gpu_admission.cluster.live_view import LiveClusterView
 from gpu_admission.config.model import Config, load_config
 from gpu_admission.process.metrics import Metrics
@@ -57,7 +57,7 @@ from tests.support.loops import run_until_stopped
 from tests.world.faults import Faults
 from tests.world.namespaces import namespace_ready
 from tests.world.real_cluster import KubeApi
-from webhooks.apiserver_policies.install_expectation import expected_objects, layout_of
+from webhooks.apiserver_policies.install_expectation import InstallExpectation
 from webhooks.apiserver_policies.webhook_routing import mutating_pod_webhooks
 from webhooks.dispatch.registry import build_policy_set
 from webhooks.service.server import create_app, make_runner
@@ -97,7 +97,7 @@ def controller_objects(
     repair.py applies exactly these)."""
     with tempfile.TemporaryDirectory(prefix="installed-config-") as folder:
         config = installed_config(docs, Path(folder))
-    return tuple(e.obj for e in expected_objects(config, layout_of(served, config.install.layout)))
+    return tuple(InstallExpectation(config).objects(LiveAdmission({}, served)).values())
 
 
 @functools.cache

@@ -164,12 +164,12 @@ DELETED_BY_CONTROLLER = (
 )
 
 
-def fixes(config: Config, expected: Expected | None, kind: str, name: str) -> str:
+def fixes(config: Config, implied: bool, kind: str, name: str) -> str:
     """What a finding's fix says: the controller's own write, or (install.write_admission_objects
-    off) the command that applies the printed object, or deletes a leftover."""
+    off) the command that applies the printed object, or deletes a leftover (not `implied`)."""
     if config.install.write_admission_objects:
-        return DELETED_BY_CONTROLLER if expected is None else APPLIED_BY_CONTROLLER
-    if expected is None:
+        return APPLIED_BY_CONTROLLER if implied else DELETED_BY_CONTROLLER
+    if not implied:
         return f"kubectl delete {kind} {name}"
     flags = " --webhook-configurations" if kind in (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS) else ""
     return (
@@ -212,7 +212,7 @@ def _judged(
     expected: Expected, live: Mapping[str, Any] | None, layout: Layout, config: Config
 ) -> ObjectFinding:
     kind, name = expected.key
-    fix = fixes(config, expected, kind, name)
+    fix = fixes(config, True, kind, name)
     found = ObjectFinding(kind, name, ObjectState.OK, isolation=expected.isolation)
     if live is None:
         return ObjectFinding(
@@ -257,7 +257,7 @@ def _leftovers(
             )
             found.append(
                 ObjectFinding(
-                    kind, name, ObjectState.STALE, detail, fixes(config, None, kind, name)
+                    kind, name, ObjectState.STALE, detail, fixes(config, False, kind, name)
                 )
             )
     return found

@@ -23,21 +23,13 @@ def test_the_base_controller_writes_the_generated_ones() -> None:
 
 
 def test_the_command_prints_them_for_a_layout() -> None:
-    out = io.StringIO()
-    args = argparse.Namespace(
-        config=None,
-        webhook_condition=False,
-        mutating_webhooks=False,
-        webhook_configurations=True,
-        layout="webhook-pod-checks",
-    )
-    assert admission_policy_command(args, out) == 0
-    printed = list(yaml.safe_load_all(out.getvalue()))
+    text = _printed(None, layout="webhook-pod-checks", webhooks=True)
+    printed = list(yaml.safe_load_all(text))
     assert printed == webhook_configurations(Config(), Layout.POD_CHECKS)
     pods, *_, workloads = printed[1]["webhooks"]
     assert "matchConditions" not in pods  # every pod is judged by the webhook there
     assert workloads["failurePolicy"] == "Fail"
-    assert "&id" not in out.getvalue()  # plain YAML, no anchors
+    assert "&id" not in text  # plain YAML, no anchors
 
 
 def _printed(config: Path | None, *, layout: str | None = None, webhooks: bool = False) -> str:
