@@ -33,6 +33,7 @@ from tests.world.namespaces import namespace_ready
 from tests.world.node import apiserver_address, network
 from tests.world.node import node as real_node
 from tests.world.node.pki import ClusterCA
+from tests.world.policy_probe import POLICY_PROBE
 from tests.world.provisioner import Provisioner
 from tests.world.real_cluster import CRDS
 from tests.world.snapshotter import FakeSnapshotter
@@ -44,19 +45,8 @@ NEXT_IMAGE = f"gpu-admission:{__version__}-next"
 IMPORTED_AS = [f"docker.io/library/{IMAGE}", f"docker.io/library/{NEXT_IMAGE}"]
 ROLLOUT_SECONDS = 180
 CONTROLLER = "gpu-admission-controller"  # its Deployment
-# Two time-sliced GPUs in one container: the pods policy refuses it (or warns, in audit mode;
-# or its shared-gpu-limit half does, where the checks' modes split it).
+# What the probe's refusal or warning names (the pods policy, or a half of it).
 POD_POLICY = "ValidatingAdmissionPolicy 'gpu-admission-"
-POLICY_PROBE = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "policy-probe", "namespace": "default"},
-    "spec": {
-        "containers": [
-            {"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu.shared": "2"}}}
-        ]
-    },
-}
 # A StorageClass whose volumes can be snapshotted (the played CSI driver's).
 SNAPSHOT_STORAGE_CLASS = "snapshot-fs"
 SNAPSHOT_KINDS = ("volumesnapshotclasses", "volumesnapshotcontents", "volumesnapshots")
@@ -148,9 +138,16 @@ class InstallCluster:
         [volume] = [v for v in deployment.spec.template.spec.volumes if v.name == "config"]
         return str(volume.config_map.name)
 
-    def admission_objects(self) -> list[str]:
-        """The project's admission objects the API server holds (by the controller's label, and
-        the webhook configurations by name)."""
+    def told_on_service(self, words: str) -> bool:
+        """Whether the service's Deployment carries an Event saying `words` (as `kubectl
+        describe` shows them to an operator)."""
+        described = self.kubectl("-n", "gpu-admission", "describe", "deployment", "gpu-admission")
+        return words in described.stdout
+
+    def admission_objects(self) -> dict[str, str]:
+        """The project's admission objects the API server holds, "Kind name" -> resourceVersion
+        (named gpu-admission*: the controller's policies and bindings, the webhook
+        configurations)."""
         admission = client.AdmissionregistrationV1Api(self.api)
         listed = {
             "ValidatingAdmissionPolicy": admission.list_validating_admission_policy,
@@ -160,12 +157,12 @@ class InstallCluster:
             "MutatingWebhookConfiguration": admission.list_mutating_webhook_configuration,
             "ValidatingWebhookConfiguration": admission.list_validating_webhook_configuration,
         }
-        return [
-            f"{kind} {item.metadata.name}"
+        return {
+            f"{kind} {item.metadata.name}": str(item.metadata.resource_version)
             for kind, call in listed.items()
             for item in call().items
             if str(item.metadata.name).startswith("gpu-admission")
-        ]
+        }
 
     def rolled_out(self, deployment: str) -> None:
         done = self.kubectl(

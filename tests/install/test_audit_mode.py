@@ -224,12 +224,7 @@ def test_enforce_is_the_line_dropped(install_cluster: InstallCluster, audit_inst
         install_cluster.rolled_out(deployment)
     said = "ValidatingAdmissionPolicy gpu-admission-gpu-visibility deleted (it was stale)"
     wait_for(
-        lambda: (
-            said
-            in install_cluster.kubectl(
-                "-n", "gpu-admission", "describe", "deployment", "gpu-admission"
-            ).stdout
-        ),
+        lambda: install_cluster.told_on_service(said),
         "the controller to say it deleted the recording policy",
         diagnosis=install_cluster.diagnosis,
     )

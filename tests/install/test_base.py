@@ -574,12 +574,7 @@ def test_a_pruned_visibility_policy_is_put_back_and_said_on_the_service_deployme
     installed.kubectl("delete", *VISIBILITY)
     said = "MutatingAdmissionPolicy gpu-admission-gpu-visibility applied (it was missing)"
     wait_for(
-        lambda: (
-            said
-            in installed.kubectl(
-                "-n", "gpu-admission", "describe", "deployment", "gpu-admission"
-            ).stdout
-        ),
+        lambda: installed.told_on_service(said),
         "the controller to say it wrote the policy back",
         diagnosis=installed.diagnosis,
     )

@@ -504,24 +504,6 @@ def _visible(made: Any) -> list[str]:
     return [e.get("value") for e in env if e["name"] == "NVIDIA_VISIBLE_DEVICES"]
 
 
-def _versions(cluster: InstallCluster) -> dict[str, str]:
-    dynamic = DynamicClient(cluster.api)
-    found = {}
-    for kind in (
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-        "MutatingAdmissionPolicy",
-        "MutatingAdmissionPolicyBinding",
-        "MutatingWebhookConfiguration",
-        "ValidatingWebhookConfiguration",
-    ):
-        resource = dynamic.resources.get(api_version="admissionregistration.k8s.io/v1", kind=kind)
-        for item in resource.get().items:
-            if str(item.metadata.name).startswith("gpu-admission"):
-                found[f"{kind} {item.metadata.name}"] = item.metadata.resourceVersion
-    return found
-
-
 def test_settings_that_change_the_admission_objects_take_effect_by_apply_alone(
     install_cluster: InstallCluster, composed: Path
 ) -> None:
@@ -564,7 +546,7 @@ def test_settings_that_change_the_admission_objects_take_effect_by_apply_alone(
         install_cluster.wait_written()
         print(f"\nsettings change: the admission objects followed {reached:.0f} s after apply")
         # A GitOps re-sync: the same kustomization applied again changes nothing.
-        before = _versions(install_cluster)
+        before = install_cluster.admission_objects()
         generations = {
             d.metadata.name: d.metadata.generation
             for d in client.AppsV1Api(install_cluster.api)
@@ -581,7 +563,7 @@ def test_settings_that_change_the_admission_objects_take_effect_by_apply_alone(
             .list_namespaced_deployment("gpu-admission")
             .items
         } == generations
-        assert _versions(install_cluster) == before
+        assert install_cluster.admission_objects() == before
     finally:
         settings.write_text(kept)
         install_cluster.kubectl("apply", "-k", str(composed))

@@ -17,6 +17,7 @@ from tests.support.waits import while_running
 from tests.world import control_plane
 from tests.world.harness import KUBECTL
 from tests.world.namespaces import namespace_ready
+from tests.world.policy_probe import POLICY_PROBE
 
 __all__ = ["namespace_ready"]  # the tier's modules import it from here
 
@@ -100,27 +101,16 @@ def apply_base(kubectl: Kubectl) -> None:
 
 
 POLICY_WAIT_SECONDS = 60
-# Two time-sliced GPUs in one container: the base's ValidatingAdmissionPolicy refuses it.
-_REFUSED_POD = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "policy-probe", "namespace": "default"},
-    "spec": {
-        "containers": [
-            {"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu.shared": "2"}}}
-        ]
-    },
-}
 
 
 def _pod_policy_in_force(kubectl: Kubectl) -> bool:
-    probe = json.dumps(_REFUSED_POD)
+    probe = json.dumps(POLICY_PROBE)
     done = kubectl("create", "--dry-run=server", "-f", "-", stdin=probe, check=False)
     return "ValidatingAdmissionPolicy 'gpu-admission-pods'" in done.stderr
 
 
 def _visibility_policy_in_force(kubectl: Kubectl) -> bool:
-    cpu = {**_REFUSED_POD, "spec": {"containers": [{"name": "c", "image": "python"}]}}
+    cpu = {**POLICY_PROBE, "spec": {"containers": [{"name": "c", "image": "python"}]}}
     cpu["metadata"] = {"name": "visibility-probe", "namespace": "default"}
     done = kubectl(
         "create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(cpu), check=False
