@@ -44,14 +44,17 @@ def generate_key(key_type: KeyType) -> PrivateKey:
     return rsa.generate_private_key(public_exponent=65537, key_size=size)
 
 
+def api_server_host(service: str, namespace: str) -> str:
+    """The name the API server checks in the certificate of a webhook it calls through a Service
+    (k8s.io/apiserver/pkg/util/webhook/client.go: `serverName := name + "." + namespace +
+    ".svc"`)."""
+    return f"{service}.{namespace}.svc"
+
+
 def service_dns_names(service: str, namespace: str) -> list[str]:
-    """The names the API server may use for `<service>.<namespace>`, shortest first."""
-    return [
-        service,
-        f"{service}.{namespace}",
-        f"{service}.{namespace}.svc",
-        f"{service}.{namespace}.svc.cluster.local",
-    ]
+    """The names in-cluster clients may use for `<service>.<namespace>`, shortest first."""
+    host = api_server_host(service, namespace)
+    return [service, f"{service}.{namespace}", host, f"{host}.cluster.local"]
 
 
 @dataclass(frozen=True)

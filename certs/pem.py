@@ -74,3 +74,25 @@ def encode_private_key(key: PrivateKey) -> bytes:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
+
+
+def dns_names(cert: x509.Certificate) -> list[str]:
+    """The certificate's subjectAltName DNS names (none without the extension)."""
+    try:
+        extension = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return []
+    return extension.value.get_values_for_type(x509.DNSName)
+
+
+def names_host(cert: x509.Certificate, host: str) -> bool:
+    """Whether a TLS client checking `host` accepts `cert`'s names: a DNS name equal to it, or a
+    wildcard for its first label only (RFC 6125 as Go's crypto/x509 applies it); the common name
+    counts for nothing (Go ignores it since 1.15)."""
+    host = host.lower().rstrip(".")
+    for name in (n.lower().rstrip(".") for n in dns_names(cert)):
+        if name == host:
+            return True
+        if name.startswith("*.") and "." in host and host.split(".", 1)[1] == name[2:]:
+            return True
+    return False

@@ -33,7 +33,13 @@ from certs.issue import (
     issue_bundle,
     renew_bundle,
 )
-from certs.pem import CertificateError, check_key_matches, load_certificate
+from certs.pem import (
+    CertificateError,
+    check_key_matches,
+    dns_names,
+    load_certificate,
+    names_host,
+)
 from certs.store import CertStore, content_fingerprint
 from gpu_admission.cluster.informer import describe_error
 from gpu_admission.process.quiet_log import QuietLog
@@ -93,7 +99,10 @@ def _utc_now() -> datetime:
 class CertReloader:
     """Holds the server's one SSLContext and swaps the certificate inside it."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str | None = None) -> None:
+        """`host`: the name TLS clients check (the API server calls a Service webhook as
+        `<service>.<namespace>.svc`); a loaded certificate that does not name it is logged."""
+        self.host = host
         self.context = make_server_context()
         self.current: CertBundle | None = None
         self._fingerprint: str | None = None
@@ -146,7 +155,24 @@ class CertReloader:
         self._fingerprint, self._key_kind = fingerprint, kind
         self.current = bundle if bundle is not None else _partial_bundle(cert_pem, key_pem)
         log.info("serving certificate loaded (serial %x)", self.current.serial)
+        self._check_names(cert_pem, cert_name)
         return True
+
+    def _check_names(self, cert_pem: bytes, source: str) -> None:
+        cert = load_certificate(cert_pem, source)
+        if self.host is None or names_host(cert, self.host):
+            return
+        # A certificate without it fails every call: served anyway, as nothing else can be.
+        log.error(
+            "the serving certificate (serial %x) names %s but not %s, the name the API server "
+            "checks when it calls this service: every webhook call will fail TLS. Issue it for "
+            "%s (a cert-manager Certificate in another namespace: "
+            "docs/install.md#another-namespace)",
+            cert.serial_number,
+            ", ".join(dns_names(cert)) or "no DNS name",
+            self.host,
+            self.host,
+        )
 
     async def check_once(
         self,

@@ -17,7 +17,7 @@ from kubernetes.client import AdmissionregistrationV1Api, ApiClient, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from certs.cabundle import CABundleSyncer
-from certs.issue import CertBundle, KeyType, ServingSpec
+from certs.issue import CertBundle, KeyType, ServingSpec, api_server_host
 from certs.pem import CertificateError
 from certs.reloader import DEFAULT_POLL_INTERVAL, CertReloader
 from certs.store import CertStore, FileStore, SecretStore
@@ -43,7 +43,7 @@ class ServingCertificates:
         poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> None:
         self.config = config
-        self.reloader = CertReloader()
+        self.reloader = CertReloader(api_server_host(config.service_name, config.namespace))
         self.poll_interval = poll_interval
         self.store = self._choose_store(api)
         self.syncer = (

@@ -1,4 +1,5 @@
-"""Configuration from `GPU_ADMISSION_*` environment variables, and only the project's own.
+"""Configuration from the environment: `GPU_ADMISSION_*` variables, and only the project's own;
+and the namespace the program runs in, which the project's own namespaced settings follow.
 
 A cluster puts variables of its own into every container. The kubelet adds, for each Service in
 the pod's namespace (`enableServiceLinks`, on by default), `<NAME>_SERVICE_HOST`,
@@ -21,6 +22,9 @@ from typing import Any
 import yaml
 
 ENV_PREFIX = "GPU_ADMISSION_"
+# The pod's namespace, from the downward API (`fieldRef: metadata.namespace`): set in both
+# Deployments, so a kustomization's `namespace:` is the one place the namespace is chosen.
+POD_NAMESPACE = "POD_NAMESPACE"
 
 # The kubelet's service-link variables, after the Service's prefix, and their value's shape.
 _PORT_NUMBER = r"[0-9]{1,5}"
@@ -108,3 +112,14 @@ def read_environ(environ: Mapping[str, str], known: Collection[str]) -> dict[str
     if unknown:
         raise UnknownSetting("\n".join(unknown))
     return values
+
+
+def own_namespace_defaults(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The settings that name the project's own namespace, set to the namespace the program runs
+    in (`POD_NAMESPACE`), as a layer below every file: the Service's namespace (webhook
+    clientConfig, the serving certificate's names, cert-manager's `inject-ca-from`) and the
+    Lease's. Empty outside a pod, where the models' defaults (`gpu-admission`) stand."""
+    namespace = environ.get(POD_NAMESPACE, "").strip()
+    if not namespace:
+        return {}
+    return {"certs": {"namespace": namespace}, "leader_election": {"namespace": namespace}}

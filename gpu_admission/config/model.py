@@ -21,7 +21,12 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gpu_admission.config.adoption import AuditConfig, PolicySettings, known_policy_names
 from gpu_admission.config.base import _Model
-from gpu_admission.config.environ import ENV_PREFIX, UnknownSetting, read_environ
+from gpu_admission.config.environ import (
+    ENV_PREFIX,
+    UnknownSetting,
+    own_namespace_defaults,
+    read_environ,
+)
 from gpu_admission.config.files import ConfigFileError, Layer, merged, read_layers, source_of
 from gpu_admission.config.install import InstallConfig
 from gpu_admission.config.policy_modes import (
@@ -93,7 +98,9 @@ class CertConfig(_Model):
     service_name: str = "gpu-admission"
     """The Service the certificate is issued for."""
     namespace: str = "gpu-admission"
-    """The Service's namespace: the certificate names <service>.<namespace>.svc."""
+    """The Service's namespace: the certificate names <service>.<namespace>.svc. Unset, the
+    namespace the program runs in (its pod's POD_NAMESPACE), so a kustomization's `namespace:`
+    moves it; gpu-admission outside a pod."""
     secret_name: str | None = None  # store certificates in this kubernetes.io/tls Secret
     """A kubernetes.io/tls Secret that every replica shares (used with cluster access; the base
     sets gpu-admission-tls); null: cert_dir only.
@@ -399,7 +406,8 @@ class LeaderElectionConfig(_Model):
     lease_name: str = "gpu-admission-controller"
     """Name of the Lease the controller replicas campaign for."""
     namespace: str = "gpu-admission"
-    """Where the Lease lives."""
+    """Where the Lease lives. Unset, the namespace the controller runs in (POD_NAMESPACE);
+    gpu-admission outside a pod."""
     lease_duration_seconds: Annotated[float, Field(gt=0)] = 15.0
     """A standby takes over this long after the leader vanished."""
     renew_deadline_seconds: Annotated[float, Field(gt=0)] = 10.0
@@ -516,13 +524,15 @@ def load_config(
     environ: Mapping[str, str] | None = None,
 ) -> Config:
     """Build the config from a YAML file or a folder of layers (gpu_admission/config/files.py),
-    then `GPU_ADMISSION_*` variables, then flag overrides; each merged over the ones before."""
+    then `GPU_ADMISSION_*` variables, then flag overrides; each merged over the ones before, all
+    over the namespace the program runs in (POD_NAMESPACE) for the settings that name it."""
+    environ = os.environ if environ is None else environ
     try:
         layers = read_layers(Path(path)) if path is not None else []
     except ConfigFileError as exc:
         raise ConfigError(str(exc)) from None
     try:
-        env_values = read_environ(os.environ if environ is None else environ, Config.model_fields)
+        env_values = read_environ(environ, Config.model_fields)
     except UnknownSetting as exc:
         raise ConfigError(
             f"invalid configuration ({ENV_PREFIX}* environment variables):\n{exc}"
@@ -531,7 +541,8 @@ def load_config(
         layers.append(Layer(f"{ENV_PREFIX}* environment variables", env_values))
     if overrides:
         layers.append(Layer("command-line flags", dict(overrides)))
-    data: dict[str, Any] = {}
+    # Below every layer, as the models' defaults are: the namespace the program runs in.
+    data: dict[str, Any] = own_namespace_defaults(environ)
     for layer in layers:
         data = merged(data, layer.data)
     try:

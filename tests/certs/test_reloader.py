@@ -10,9 +10,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.x509.oid import NameOID
 from kubernetes.client.exceptions import ApiException
 
-from certs.issue import CertBundle, ServingSpec, issue_bundle, renew_bundle
+from certs.issue import (
+    CertBundle,
+    KeyType,
+    ServingSpec,
+    api_server_host,
+    generate_key,
+    issue_bundle,
+    renew_bundle,
+)
+from certs.pem import names_host
 from certs.reloader import CertPaths, CertReloader
 from certs.store import ALL_KEYS, FileStore, bundle_to_items
 
@@ -190,3 +202,51 @@ def test_reload_from_paths(tmp_path: Path) -> None:
     reloader = CertReloader()
     assert reloader.reload(CertPaths(tmp_path / "tls.crt", tmp_path / "tls.key"))
     assert reloader.loaded and reloader.serial == bundle.serial
+
+
+def test_a_certificate_for_another_namespace_is_named_as_failing_every_call(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cert-manager Certificate whose dnsNames kept `gpu-admission` after the install moved to
+    another namespace: served (nothing else can be), and the log says why every call fails."""
+    FileStore(tmp_path).save(issue_bundle(SPEC))  # issued for gpu-admission.gpu-system.svc
+    paths = CertPaths(tmp_path / "tls.crt", tmp_path / "tls.key")
+    with caplog.at_level(logging.INFO, logger="certs.reloader"):
+        assert CertReloader(api_server_host("gpu-admission", "gpu-system")).reload(paths)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="certs.reloader"):
+        assert CertReloader(api_server_host("gpu-admission", "ml-platform")).reload(paths)
+    [error] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "but not gpu-admission.ml-platform.svc" in error
+    assert "gpu-admission.gpu-system.svc" in error  # what it names instead
+    assert "docs/install.md#another-namespace" in error
+
+
+@pytest.mark.parametrize(
+    ("names", "host", "accepted"),
+    [
+        (["gpu-admission.ml.svc"], "gpu-admission.ml.svc", True),
+        (["GPU-Admission.ml.svc."], "gpu-admission.ml.svc", True),
+        (["*.ml.svc"], "gpu-admission.ml.svc", True),
+        (["*.svc"], "gpu-admission.ml.svc", False),  # a wildcard covers one label
+        (["gpu-admission.ml"], "gpu-admission.ml.svc", False),
+        ([], "gpu-admission.ml.svc", False),
+    ],
+)
+def test_names_host_as_a_tls_client_checks(names: list[str], host: str, accepted: bool) -> None:
+    key = generate_key(KeyType.ECDSA_P256)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])  # counts for nothing
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(datetime.now(UTC))
+        .not_valid_after(datetime.now(UTC) + timedelta(days=1))
+    )
+    if names:
+        san = x509.SubjectAlternativeName([x509.DNSName(n) for n in names])
+        builder = builder.add_extension(san, critical=False)
+    assert names_host(builder.sign(key, hashes.SHA256()), host) is accepted

@@ -10,6 +10,7 @@ removes with `kubectl delete -k`, as users uninstall.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -61,6 +62,13 @@ class InstallCluster:
     provisioner: Provisioner
     volumes: Path
     snapshots: FakeSnapshotter
+    # Where the install under test lives: its kustomization's `namespace:` (gpu-admission unless
+    # the test moves it, docs/install.md#another-namespace).
+    install_namespace: str = "gpu-admission"
+
+    def moved_to(self, namespace: str) -> InstallCluster:
+        """This cluster, seen by a test whose install lives in `namespace`."""
+        return dataclasses.replace(self, install_namespace=namespace)
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -133,7 +141,7 @@ class InstallCluster:
         """The configuration's ConfigMap (`gpu-admission-config-<hash>`), as the service mounts
         it."""
         deployment = client.AppsV1Api(self.api).read_namespaced_deployment(
-            "gpu-admission", "gpu-admission"
+            "gpu-admission", self.install_namespace
         )
         [volume] = [v for v in deployment.spec.template.spec.volumes if v.name == "config"]
         return str(volume.config_map.name)
@@ -141,7 +149,9 @@ class InstallCluster:
     def told_on_service(self, words: str) -> bool:
         """Whether the service's Deployment carries an Event saying `words` (as `kubectl
         describe` shows them to an operator)."""
-        described = self.kubectl("-n", "gpu-admission", "describe", "deployment", "gpu-admission")
+        described = self.kubectl(
+            "-n", self.install_namespace, "describe", "deployment", "gpu-admission"
+        )
         return words in described.stdout
 
     def admission_objects(self) -> dict[str, str]:
@@ -166,7 +176,7 @@ class InstallCluster:
 
     def rolled_out(self, deployment: str) -> None:
         done = self.kubectl(
-            *("-n", "gpu-admission", "rollout", "status", f"deployment/{deployment}"),
+            *("-n", self.install_namespace, "rollout", "status", f"deployment/{deployment}"),
             f"--timeout={ROLLOUT_SECONDS}s",
             check=False,
         )
@@ -188,19 +198,21 @@ class InstallCluster:
         `<pod name>_<suffix>`, manifests/base/controller-deployment.yaml's POD_NAME)."""
         try:
             lease = client.CoordinationV1Api(self.api).read_namespaced_lease(
-                LEADER_LEASE_NAME, "gpu-admission"
+                LEADER_LEASE_NAME, self.install_namespace
             )
         except client.ApiException as error:
             if error.status == 404:  # no replica has led yet
                 return False
             raise
         holder = (lease.spec.holder_identity or "").rpartition("_")[0]
-        pods = self.core.list_namespaced_pod("gpu-admission").items
+        pods = self.core.list_namespaced_pod(self.install_namespace).items
         return any(p.metadata.name == holder and not p.metadata.deletion_timestamp for p in pods)
 
-    def diagnosis(self, namespace: str = "gpu-admission") -> str:
-        """What a person would look at: the pods, the namespace's events, the containers' logs
-        (the previous run's too), and the end of the kubelet's log."""
+    def diagnosis(self, namespace: str | None = None) -> str:
+        """What a person would look at: the pods, the namespace's events (the install's, unless
+        another is named), the containers' logs (the previous run's too), and the end of the
+        kubelet's log."""
+        namespace = namespace or self.install_namespace
         parts = [
             self.kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False).stdout,
             self.kubectl(

@@ -263,10 +263,10 @@ def controller_metrics(cluster: InstallCluster) -> str:
     """The leading controller's /metrics, through the API server's pod proxy (where a
     PodMonitor points Prometheus)."""
     lease = client.CoordinationV1Api(cluster.api).read_namespaced_lease(
-        LEADER_LEASE_NAME, "gpu-admission"
+        LEADER_LEASE_NAME, cluster.install_namespace
     )
     leader = (lease.spec.holder_identity or "").rpartition("_")[0]
-    path = f"/api/v1/namespaces/gpu-admission/pods/{leader}:9090/proxy/metrics"
+    path = f"/api/v1/namespaces/{cluster.install_namespace}/pods/{leader}:9090/proxy/metrics"
     return cluster.kubectl("get", "--raw", path, check=False).stdout
 
 

@@ -1,9 +1,12 @@
 """The cert-manager component on the real node, with cert-manager played through the API as its
 source makes it (tests/world/stand_ins/cert_manager.py): the base and the component applied as
-docs/install.md composes them, cert-manager issues the component's Certificates and injects its
-CA into both webhook configurations, and a pod that needs the service is admitted through it,
-TLS and all. Then a renewal: cert-manager rewrites the Secret in place with a new key, every
-replica serves the new certificate without a restart, and the API server still trusts it."""
+docs/install.md composes them, in another namespace than gpu-admission as its "Another
+namespace" says (one `namespace:` line and the replacements block), cert-manager issues the
+component's Certificates and injects its CA into both webhook configurations, and a pod that
+needs the service is admitted through it, TLS and all (the API server checks the name
+`gpu-admission.<namespace>.svc`). Then a renewal: cert-manager rewrites the Secret in place with
+a new key, every replica serves the new certificate without a restart, and the API server still
+trusts it."""
 
 from __future__ import annotations
 
@@ -22,9 +25,11 @@ from kubernetes import client
 from tests import ROOT
 from tests.install.cluster import IMAGE, ROLLOUT_SECONDS, InstallCluster, wait_for
 from tests.install.journeys import install_crds
+from tests.manifests.compositions import namespace_replacements
 from tests.world.stand_ins.cert_manager import CertManager
 
 NS = "certified"
+HOME = "ml-platform"  # the install's namespace, not the base's
 SERVICE = "gpu-admission"  # the Deployment
 LOADED = re.compile(r"serving certificate loaded \(serial ([0-9a-f]+)\)")
 
@@ -37,31 +42,36 @@ def _kustomization(folder: Path) -> Path:
     document = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
+        "namespace": HOME,
         "resources": ["../gpu-admission/manifests/base"],
         "components": ["../gpu-admission/manifests/components/cert-manager"],
         "images": [{"name": "gpu-admission", "newName": name, "newTag": tag}],
+        "replacements": namespace_replacements(),
     }
     (mine / "kustomization.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
     return mine
 
 
 @pytest.fixture(scope="module")
+def cluster(install_cluster: InstallCluster) -> InstallCluster:
+    return install_cluster.moved_to(HOME)
+
+
+@pytest.fixture(scope="module")
 def cert_manager(
-    install_cluster: InstallCluster, tmp_path_factory: pytest.TempPathFactory
+    cluster: InstallCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CertManager]:
-    install_crds(
-        install_cluster, "cert-manager.io_certificates.yaml", "cert-manager.io_issuers.yaml"
-    )
+    install_crds(cluster, "cert-manager.io_certificates.yaml", "cert-manager.io_issuers.yaml")
     mine = _kustomization(tmp_path_factory.mktemp("cert-manager"))
-    played = CertManager(install_cluster.api)
-    install_cluster.kubectl("apply", "-k", str(mine))
+    played = CertManager(cluster.api)
+    cluster.kubectl("apply", "-k", str(mine))
     try:
         # What cert-manager does once the objects exist: the CA, the serving certificate it
         # signs; then, once the controller has written the webhook configurations (with the
         # annotation that asks for it), the CA injected into both.
-        played.issue("gpu-admission", "gpu-admission-ca")
-        played.issue("gpu-admission", "gpu-admission-serving")
-        install_cluster.rolled_out("gpu-admission-controller")
+        played.issue(HOME, "gpu-admission-ca")
+        played.issue(HOME, "gpu-admission-serving")
+        cluster.rolled_out("gpu-admission-controller")
         injected = [
             "MutatingWebhookConfiguration/gpu-admission",
             "ValidatingWebhookConfiguration/gpu-admission",
@@ -69,28 +79,28 @@ def cert_manager(
         wait_for(
             lambda: sorted(played.inject()) == injected,
             "the controller to write both webhook configurations, asking for cert-manager's CA",
-            diagnosis=install_cluster.diagnosis,
+            diagnosis=cluster.diagnosis,
         )
-        install_cluster.rolled_out(SERVICE)
-        install_cluster.wait_written()
-        install_cluster.namespace(NS)
+        cluster.rolled_out(SERVICE)
+        cluster.wait_written()
+        cluster.namespace(NS)
         yield played
     finally:
-        install_cluster.kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=false")
-        install_cluster.uninstall(str(mine))
+        cluster.kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=false")
+        cluster.uninstall(str(mine))
 
 
 def _serials(cluster: InstallCluster) -> dict[str, str]:
     """Each ready replica of the service -> the serial of the certificate it last loaded."""
     serials = {}
     for pod in cluster.core.list_namespaced_pod(
-        "gpu-admission", label_selector="app.kubernetes.io/name=gpu-admission"
+        HOME, label_selector="app.kubernetes.io/name=gpu-admission"
     ).items:
         if pod.metadata.deletion_timestamp or not pod.metadata.name.startswith(f"{SERVICE}-"):
             continue
         if pod.metadata.name.startswith("gpu-admission-controller-"):
             continue
-        log = cluster.core.read_namespaced_pod_log(pod.metadata.name, "gpu-admission")
+        log = cluster.core.read_namespaced_pod_log(pod.metadata.name, HOME)
         if found := LOADED.findall(log):
             serials[pod.metadata.name] = found[-1]
     return serials
@@ -100,7 +110,7 @@ def _restarts(cluster: InstallCluster) -> dict[str, int]:
     return {
         p.metadata.name: sum(s.restart_count for s in p.status.container_statuses or [])
         for p in cluster.core.list_namespaced_pod(
-            "gpu-admission", label_selector="app.kubernetes.io/name=gpu-admission"
+            HOME, label_selector="app.kubernetes.io/name=gpu-admission"
         ).items
     }
 
@@ -136,7 +146,7 @@ def _secret_key_refs(pod: dict[str, Any]) -> set[str]:
 
 
 def test_a_pod_that_needs_the_service_is_admitted_with_cert_managers_certificate(
-    install_cluster: InstallCluster, cert_manager: CertManager
+    cluster: InstallCluster, cert_manager: CertManager
 ) -> None:
     secret = {
         "apiVersion": "v1",
@@ -149,18 +159,17 @@ def test_a_pod_that_needs_the_service_is_admitted_with_cert_managers_certificate
             "AWS_ENDPOINT_URL": "https://minio.storage.svc:9000",
         },
     }
-    install_cluster.apply([secret])  # the Secrets webhook is called too
-    pod = _admitted_with_credentials(install_cluster, "reader")
+    cluster.apply([secret])  # the Secrets webhook is called too
+    pod = _admitted_with_credentials(cluster, "reader")
     assert _secret_key_refs(pod) == {"s3-reader"}, pod["spec"]["containers"]
     # The service serves cert-manager's certificate, not one of its own.
-    issued = cert_manager.core.read_namespaced_secret("gpu-admission-serving", "gpu-admission")
+    issued = cert_manager.core.read_namespaced_secret("gpu-admission-serving", HOME)
     assert (issued.metadata.annotations or {}).get("cert-manager.io/certificate-name") == (
         "gpu-admission-serving"
     )
-    served = wait_for(lambda: _serials(install_cluster) or None, "the replicas' serials")
+    served = wait_for(lambda: _serials(cluster) or None, "the replicas' serials")
     assert set(served.values()) == {_serial(issued)}, served
-    secrets = {s.metadata.name for s in install_cluster.core.list_namespaced_secret(
-        "gpu-admission").items}  # fmt: skip
+    secrets = {s.metadata.name for s in cluster.core.list_namespaced_secret(HOME).items}
     assert "gpu-admission-tls" not in secrets  # no Secret of the service's own
 
 
@@ -170,18 +179,18 @@ def _serial(secret: client.V1Secret) -> str:
 
 
 def test_a_renewal_is_served_without_a_restart(
-    install_cluster: InstallCluster, cert_manager: CertManager
+    cluster: InstallCluster, cert_manager: CertManager
 ) -> None:
-    restarts = _restarts(install_cluster)
-    renewed = f"{cert_manager.issue('gpu-admission', 'gpu-admission-serving').serial_number:x}"
+    restarts = _restarts(cluster)
+    renewed = f"{cert_manager.issue(HOME, 'gpu-admission-serving').serial_number:x}"
     cert_manager.inject()  # the same CA: nothing new to merge, as cert-manager finds it
     # The kubelet refreshes the mounted Secret (its sync period), the service polls the files.
     wait_for(
-        lambda: (s := _serials(install_cluster)) and set(s.values()) == {renewed},
+        lambda: (s := _serials(cluster)) and set(s.values()) == {renewed},
         "every replica to load the renewed certificate",
         timeout=ROLLOUT_SECONDS,
-        diagnosis=install_cluster.diagnosis,
+        diagnosis=cluster.diagnosis,
     )
-    pod = _admitted_with_credentials(install_cluster, "after-renewal")
+    pod = _admitted_with_credentials(cluster, "after-renewal")
     assert _secret_key_refs(pod) == {"s3-reader"}
-    assert _restarts(install_cluster) == restarts
+    assert _restarts(cluster) == restarts

@@ -17,6 +17,7 @@ import yaml
 
 from gpu_admission.config.install import COMPONENTS
 from tests import ROOT
+from tests.support.markdown import code_blocks
 from tests.world.harness import KUBECTL, WAIT_SECONDS
 
 LAYOUTS = ("webhook-pod-mutations", "webhook-pod-checks")
@@ -86,3 +87,11 @@ def render_folder(folder: Path) -> tuple[dict[str, Any], ...]:
 def render_composition(components: Sequence[str], **kwargs: Any) -> tuple[dict[str, Any], ...]:
     with tempfile.TemporaryDirectory(prefix="composition-") as folder:
         return render_folder(kustomization(Path(folder), components, **kwargs))
+
+
+def namespace_replacements() -> list[dict[str, Any]]:
+    """The `replacements:` docs/install.md#another-namespace asks a cert-manager install in another
+    namespace to add to its kustomization, read from the page itself."""
+    page = (ROOT / "docs" / "install.md").read_text()
+    [block] = [b for b in code_blocks(page, "yaml") if "\nreplacements:" in b]
+    return list(yaml.safe_load(block)["replacements"])

@@ -42,7 +42,15 @@ def test_the_service_monitor_selects_the_webhook_service_and_its_metrics_port() 
     assert labels_match(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
     ports = {port["name"] for port in service["spec"]["ports"]}
     assert {endpoint["port"] for endpoint in monitor["spec"]["endpoints"]} <= ports
-    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
+    assert _looks_in(monitor) == service["metadata"]["namespace"]
+
+
+def _looks_in(monitor: dict) -> str:
+    """The namespace a monitor discovers targets in: its own, without a namespaceSelector (the
+    Prometheus Operator's CRDs: "By default, the services are discovered in the same namespace
+    as the `ServiceMonitor` object"), so a kustomization's `namespace:` moves both together."""
+    assert "namespaceSelector" not in monitor["spec"], monitor["spec"]
+    return str(monitor["metadata"]["namespace"])
 
 
 def _pod_monitor(name: str) -> dict:
@@ -57,6 +65,7 @@ def test_the_pod_monitor_selects_the_controller_pods_and_keeps_pvc_namespaces() 
     assert labels_match(selector, template["metadata"]["labels"])
     webhook_pods = deployments["gpu-admission"]["spec"]["template"]["metadata"]["labels"]
     assert not labels_match(selector, webhook_pods)  # the webhooks come through the Service
+    assert _looks_in(monitor) == deployments["gpu-admission-controller"]["metadata"]["namespace"]
     ports = {p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])}
     [endpoint] = monitor["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] in ports
@@ -70,7 +79,7 @@ def test_the_agents_pod_monitor_selects_its_pods_and_keeps_the_workloads_labels(
     agent = next(d for d in render("manifests/overlays/gpu-usage") if d["kind"] == "DaemonSet")
     template = agent["spec"]["template"]
     assert labels_match(monitor["spec"]["selector"]["matchLabels"], template["metadata"]["labels"])
-    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [agent["metadata"]["namespace"]]
+    assert _looks_in(monitor) == agent["metadata"]["namespace"]
     ports = {p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])}
     [endpoint] = monitor["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] in ports

@@ -50,6 +50,7 @@ from certs.issue import CertBundle, ServingSpec, issue_bundle
 from certs.reloader import CertReloader
 from gpu_admission.admission.installed import ADMISSION_KINDS, LiveAdmission
 from gpu_admission.cluster.live_view import LiveClusterView
+from gpu_admission.config.environ import POD_NAMESPACE
 from gpu_admission.config.model import Config, load_config
 from gpu_admission.process.metrics import Metrics
 from tests import ROOT
@@ -144,8 +145,9 @@ def installed_config(
 ) -> Config:
     """The config the programs of a rendered install read: every file of the ConfigMap the
     service's Deployment mounts (`gpu-admission-config-<hash>`) in a folder, as the volume mounts
-    them, read as `--config=<folder>` reads it. The process environment is ignored so a
-    developer's GPU_ADMISSION_* cannot change results."""
+    them, read as `--config=<folder>` reads it, in the namespace the Deployment runs in (its pods'
+    POD_NAMESPACE). The process environment is ignored so a developer's GPU_ADMISSION_* cannot
+    change results."""
     docs = list(docs)
     name = config_map_name(docs)
     (configmap,) = [
@@ -155,16 +157,22 @@ def installed_config(
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in configmap["data"].items():
         (folder / name).write_text(text)
-    return load_config(folder, overrides, environ={})
+    namespace = _service_deployment(docs)["metadata"]["namespace"]
+    return load_config(folder, overrides, environ={POD_NAMESPACE: namespace})
 
 
-def config_map_name(docs: Iterable[Mapping[str, Any]]) -> str:
-    """The configuration's ConfigMap, by the name kustomize gave it in the service's volume."""
+def _service_deployment(docs: Iterable[Mapping[str, Any]]) -> Mapping[str, Any]:
     (deployment,) = [
         d
         for d in docs
         if d.get("kind") == "Deployment" and d["metadata"]["name"] == "gpu-admission"
     ]
+    return deployment
+
+
+def config_map_name(docs: Iterable[Mapping[str, Any]]) -> str:
+    """The configuration's ConfigMap, by the name kustomize gave it in the service's volume."""
+    deployment = _service_deployment(docs)
     volumes = deployment["spec"]["template"]["spec"]["volumes"]
     (volume,) = [v for v in volumes if v["name"] == "config"]
     return str(volume["configMap"]["name"])

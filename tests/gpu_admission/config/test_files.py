@@ -10,6 +10,7 @@ import pytest
 
 from gpu_admission.config.files import layer_paths
 from gpu_admission.config.model import ConfigError, load_config
+from tests import ROOT
 
 
 def _folder(tmp_path: Path, **files: str) -> Path:
@@ -92,3 +93,20 @@ def test_one_file_is_read_as_before(tmp_path: Path) -> None:
     path.write_text("leader_election:\n  namespace: ml\n")
     (tmp_path / "settings.yaml").write_text("leader_election:\n  namespace: other\n")
     assert load_config(path, environ={}).leader_election.namespace == "ml"
+
+
+def test_the_project_namespace_is_the_pods_unless_a_layer_names_one(tmp_path: Path) -> None:
+    """A kustomization's `namespace:` reaches the programs as their POD_NAMESPACE: the Service's
+    and the Lease's namespace follow it; a file or a variable that names one still wins."""
+    pod = {"POD_NAMESPACE": "ml-platform"}
+    shipped = load_config(ROOT / "manifests/base/config.yaml", environ=pod)
+    assert (shipped.certs.namespace, shipped.leader_election.namespace) == (
+        "ml-platform",
+        "ml-platform",
+    )
+    outside = load_config(ROOT / "manifests/base/config.yaml", environ={})
+    assert outside.certs.namespace == "gpu-admission"
+    folder = _folder(tmp_path, config_yaml="certs:\n  namespace: gpu-system\n")
+    assert load_config(folder, environ=pod).certs.namespace == "gpu-system"
+    variable = {**pod, "GPU_ADMISSION_LEADER_ELECTION__NAMESPACE": "leases"}
+    assert load_config(folder, environ=variable).leader_election.namespace == "leases"
