@@ -3,9 +3,9 @@ NVML per process, mapped through `/proc/<pid>/cgroup` to its container and throu
 server to its pod; served as metrics on the metrics port, with a Warning Event on a pod whose
 container passes its memory share.
 
-`--once` prints the node's table and exits: `kubectl exec` it in the agent's pod, or run it on
-a node; without access to the API server, processes in pods are named by pod UID and container
-ID, and processes outside any pod by their command.
+`--once` prints the node's table (utilization over one second) and exits: `kubectl exec` it in
+the agent's pod, or run it on a node; without access to the API server, processes in pods are
+named by pod UID and container ID, and processes outside any pod by their command.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from gpu_admission.process.metrics import Metrics
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_INTERVAL = 5.0
+ONCE_WINDOW_SECONDS = 1.0  # `--once`: the utilization window its table is over
 DEFAULT_ALLOWANCE_MIB = 1024
 EXIT_DRIVER_CHANGED = 3  # the kubelet restarts the container, with the new driver's library
 log = logging.getLogger("gpu_admission.gpu_usage")
@@ -91,12 +93,14 @@ def add_gpu_usage_parser(subparsers: Any) -> argparse.ArgumentParser:
         f"{DEFAULT_ALLOWANCE_MIB}; docs/gpu-usage.md has the measured sizes)",
     )
     parser.add_argument(
-        "--hold-nvml",
+        "--release-nvml",
         action="store_true",
-        help="keep NVML initialised between sweeps (default: released after each, so the "
-        "agent holds no GPU device file open that would keep a driver upgrade from unloading "
-        "the driver)",
+        help="shut NVML down after each sweep, each then opening every GPU again (seconds per "
+        "GPU without persistence mode); default: held, and released while the GPU Operator's "
+        "driver manager takes the driver off the node (docs/gpu-usage.md)",
     )
+    # Before NVML was held by default: the flag that asked for it is accepted and changes nothing.
+    parser.add_argument("--hold-nvml", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--once", action="store_true", help="print the node's table and exit")
     parser.add_argument(
         "--proc",
@@ -142,6 +146,7 @@ def _node_pods(args: argparse.Namespace, gpu: GpuConfig) -> Any:
 
 def gpu_usage_command(args: argparse.Namespace) -> int:
     from gpu_usage.agent import Agent
+    from gpu_usage.driver_pause import DriverPause
     from gpu_usage.host_processes import ProcessTable
     from gpu_usage.nvml_reader import DriverChanged, NvmlReader, NvmlUnavailable
     from gpu_usage.over_share import OverShareWatch
@@ -158,11 +163,17 @@ def gpu_usage_command(args: argparse.Namespace) -> int:
     except ClusterConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    reader = NvmlReader(release_between_sweeps=not args.hold_nvml)
+    reader = NvmlReader(release_between_sweeps=args.release_nvml)
     watch = OverShareWatch(args.context_allowance_mib * MIB)
-    agent = Agent(reader, ProcessTable(args.proc), pods, instance=args.node, watch=watch)
+    pause = None if pods is None or args.once else DriverPause(pods.api, args.node)
+    agent = Agent(
+        reader, ProcessTable(args.proc), pods, instance=args.node, watch=watch, pause=pause
+    )
     if args.once:
         try:
+            # NVML's first answer opens the utilization window; the table is over the next.
+            agent.sweep()
+            time.sleep(ONCE_WINDOW_SECONDS)  # the window measured, not a wait for a state
             result = agent.sweep()
         except NvmlUnavailable as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -205,8 +216,12 @@ async def _serve(agent: Any, host: str, port: int, interval: float) -> None:
         port,
         interval,
     )
+    if agent.pause is not None:
+        agent.pause.start()
     try:
         await agent.run(interval, stop)
     finally:
+        if agent.pause is not None:
+            agent.pause.stop()
         agent.reader.stop()
         await runner.cleanup()

@@ -12,8 +12,13 @@ the start: on a slow back-off): a node whose driver is being installed comes rig
 restart. A driver other than the one whose library this process loaded (an upgrade) ends the
 process (`DriverChanged`): only a new one reads it.
 
-The API server's troubles are not the sweep's: NodePods says a failed listing or Event and the
-sweep goes on with the last listing, its NVML series intact.
+The API server's troubles are not the sweep's: the node's pods are listed and Events written on
+tasks of their own, beside the sweeps, which read the last listing; NodePods says a failed
+listing or Event, and a stalled one holds nothing but itself.
+
+NVML is held between sweeps, and let go while the GPU Operator's driver manager takes the
+driver off the node (gpu_usage/driver_pause.py, watched on its own thread): no sweep starts
+then, NVML is shut down, and readiness says why until the manager is done.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 
 from gpu_usage.attribution import UsageRow, attribute
 from gpu_usage.containers import ContainerUsage, Peaks, by_container
+from gpu_usage.driver_pause import DriverPause
 from gpu_usage.host_processes import ProcessTable
 from gpu_usage.node_pods import NodePods
 from gpu_usage.nvml_reader import ALL, DriverChanged, Fault, Gpu, NvmlReader, NvmlUnavailable
@@ -48,6 +54,8 @@ class SweepResult:
     over_now: list[tuple[ContainerUsage, int]] = field(default_factory=list)  # and by how much
     seconds: dict[str, float] = field(default_factory=dict)  # nvml, proc, rest
     faults: dict[str, Fault] = field(default_factory=dict)  # GPUs not read this sweep, and why
+    gpu_busy: dict[str, float] = field(default_factory=dict)  # GPU UUID -> its own percent busy
+    garbage_samples: int = 0  # utilization samples NVML gave that were no percentage
 
 
 class Agent:
@@ -59,8 +67,10 @@ class Agent:
         metrics: AgentMetrics | None = None,
         instance: str = "",
         watch: OverShareWatch | None = None,
+        pause: DriverPause | None = None,
     ) -> None:
         self.reader, self.processes, self.pods = reader, processes, pods
+        self.pause = pause
         self.metrics = metrics
         self.instance = instance
         self.peaks = Peaks()
@@ -70,9 +80,12 @@ class Agent:
         self.hang_seconds = MIN_HANG_SECONDS
         self._sweep_started: float | None = None  # the running sweep's start, if one runs
         self._faults: dict[str, Fault] = {}
+        self.unknown_containers = False  # the last sweep met a container the listing lacks
 
-    def sweep(self) -> SweepResult:
-        """One sweep (blocking); raises NvmlUnavailable when NVML cannot be read."""
+    def sweep(self, list_pods: bool = True) -> SweepResult:
+        """One sweep (blocking); raises NvmlUnavailable when NVML cannot be read. `list_pods`:
+        list the node's pods here when due (`--once`); the loop lists them on a task of its own,
+        and the sweep reads the last listing."""
         started = time.perf_counter()
         reading = self.reader.sweep()
         proc_started = time.perf_counter()
@@ -82,13 +95,14 @@ class Agent:
         index = running = None
         if self.pods is not None:
             # A container the last listing does not name: started since, or its status lagged.
-            unknown = any(
-                h.container is not None
-                and h.container.container_id not in self.pods.index.container_ids
+            known = self.pods.index.container_ids
+            self.unknown_containers = any(
+                h.container is not None and h.container.container_id not in known
                 for h in hosts.values()
             )
             self.pods.know_gpus(g.model for g in reading.gpus)
-            self.pods.refresh(unknown)
+            if list_pods:
+                self.pods.refresh(self.unknown_containers)
             index = self.pods.index
             if not self.pods.error:
                 running = index.container_ids
@@ -96,7 +110,7 @@ class Agent:
         # While the listing works, a container it does not name yet (started since) waits
         # for the next one (at most REFRESH_SECONDS) rather than appear under its IDs first.
         shown = [r for r in rows if r.named or running is None]
-        containers = self.peaks.update(by_container(shown), running)
+        containers = self.peaks.update(by_container(shown, reading.gpu_busy), running)
         over = self.watch.update(containers, running)
         total = time.perf_counter() - started
         seconds = {
@@ -112,10 +126,13 @@ class Agent:
             self.watch.current,
             seconds,
             dict(reading.faults),
+            dict(reading.gpu_busy),
+            reading.garbage_samples,
         )
 
-    def record(self, result: SweepResult) -> None:
-        """The sweep into the metrics, and its over-share findings into Events."""
+    def record(self, result: SweepResult, write_events: bool = True) -> None:
+        """The sweep into the metrics, and its over-share findings into Events (the loop writes
+        them on a task of its own: `write_events` False)."""
         self._say_faults(result.faults)
         if self.metrics is not None:
             self.metrics.usage.latest = LatestSweep(
@@ -125,8 +142,11 @@ class Agent:
                 self.pods.index.holdings if self.pods is not None else [],
                 result.over_now,
                 result.faults,
+                result.gpu_busy,
             )
             self.metrics.nvml_up.set(1)
+            if result.garbage_samples:
+                self.metrics.garbage_samples.inc(result.garbage_samples)
             for part, value in result.seconds.items():
                 self.metrics.sweep_seconds.labels(part).observe(value)
             in_pods = unnamed = outside = 0
@@ -143,15 +163,21 @@ class Agent:
         for finding in result.over_share:
             u = finding.usage
             log.warning("%s/%s: %s", u.namespace, u.pod, finding.message())
-            written = self.pods is not None and self.pods.event(
-                (u.namespace, u.pod),
-                OVER_SHARE_REASON,
-                finding.message(),
-                self.instance,
-                name=finding.event_name(),
-            )
-            if self.metrics is not None:
-                self.metrics.over_share_events.labels("written" if written else "failed").inc()
+            if write_events:
+                self.write_event(finding)
+
+    def write_event(self, finding: OverShare) -> None:
+        """The finding's Warning Event on its pod (blocking: the API server's time)."""
+        u = finding.usage
+        written = self.pods is not None and self.pods.event(
+            (u.namespace, u.pod),
+            OVER_SHARE_REASON,
+            finding.message(),
+            self.instance,
+            name=finding.event_name(),
+        )
+        if self.metrics is not None:
+            self.metrics.over_share_events.labels("written" if written else "failed").inc()
 
     def _say_faults(self, faults: dict[str, Fault]) -> None:
         for gpu, fault in faults.items():
@@ -171,6 +197,9 @@ class Agent:
             self.metrics.usage.latest = LatestSweep()
             self.metrics.nvml_up.set(0)
 
+    def _paused(self) -> str | None:
+        return self.pause.paused if self.pause is not None else None
+
     def readiness(self) -> list[str]:
         return [f"nvml: {self.unavailable}"] if self.unavailable else []
 
@@ -184,14 +213,65 @@ class Agent:
         return []
 
     async def run(self, interval: float, stop: asyncio.Event) -> None:
-        """Sweep until `stop`; raises DriverChanged when the process must end."""
+        """Sweep until `stop`; raises DriverChanged when the process must end. The node's pods
+        are listed, and Events written, on tasks of their own: an API server that stalls or
+        drops connections holds neither the sweeps nor their series."""
+        listing_due = asyncio.Event()
+        events: asyncio.Queue[OverShare] = asyncio.Queue()
+        helpers = [
+            asyncio.create_task(self._list_pods(listing_due), name="gpu-usage-pods"),
+            asyncio.create_task(self._write_events(events), name="gpu-usage-events"),
+        ]
+        try:
+            await self._sweeps(interval, stop, listing_due, events)
+        finally:
+            for helper in helpers:
+                helper.cancel()  # a call in flight finishes on its thread, unawaited
+            await asyncio.gather(*helpers, return_exceptions=True)
+
+    async def _list_pods(self, due: asyncio.Event) -> None:
+        if self.pods is None:
+            return
+        while True:
+            await due.wait()
+            due.clear()
+            try:
+                # NodePods says its own failures; REFRESH/MAX_AGE decide whether it lists now.
+                await asyncio.to_thread(self.pods.refresh, self.unknown_containers)
+            except Exception:  # a defect: said, and the next sweep asks again
+                log.exception("listing the node's pods failed")
+
+    async def _write_events(self, events: asyncio.Queue[OverShare]) -> None:
+        while True:
+            finding = await events.get()
+            try:
+                await asyncio.to_thread(self.write_event, finding)
+            except Exception:  # a defect: said, and the next finding is written
+                log.exception("writing an Event failed")
+
+    async def _sweeps(
+        self,
+        interval: float,
+        stop: asyncio.Event,
+        listing_due: asyncio.Event,
+        events: asyncio.Queue[OverShare],
+    ) -> None:
         self.hang_seconds = max(self.min_hang_seconds, 6 * interval)
         # A sweep takes milliseconds: one not back when the next is due serves nothing stale.
         stale_after = max(MIN_STALE_SECONDS, interval)
         pending: asyncio.Future[SweepResult] | None = None
         while not stop.is_set():
+            if pending is None and (paused := self._paused()):
+                await asyncio.to_thread(self.reader.stop)  # the driver's module may now unload
+                self.forget(
+                    f"NVML released: the GPU Operator's driver manager is taking the driver off "
+                    f"this node ({paused}); sweeping again once it is done"
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), interval)
+                continue
             if pending is None:  # a hung sweep's thread is not started over
-                pending = asyncio.ensure_future(asyncio.to_thread(self.sweep))
+                pending = asyncio.ensure_future(asyncio.to_thread(self.sweep, False))
                 self._sweep_started = time.monotonic()
             try:
                 result = await asyncio.wait_for(asyncio.shield(pending), stale_after)
@@ -213,10 +293,13 @@ class Agent:
                 if self.unavailable:
                     log.info("NVML answers: sweeping every %g s", interval)
                 self.unavailable = ""
+                listing_due.set()
                 try:
-                    await asyncio.to_thread(self.record, result)
+                    self.record(result, write_events=False)
                 except Exception:  # a defect, as in a sweep: said, and the loop goes on
                     log.exception("recording the sweep failed")
+                for finding in result.over_share:
+                    events.put_nowait(finding)
             finally:
                 if pending is not None and pending.done():
                     pending, self._sweep_started = None, None

@@ -61,8 +61,8 @@ def attribute(
             continue  # it ended between NVML's list and /proc: its memory is being freed
         place = _place(host, pods)
         sm = sweep.sm_percent.get((gpu.uuid, process.pid))
-        if process.mps_client:
-            sm = None  # its samples are the MPS server's: its own share is not known
+        if process.mps_client or (gpu.uuid, process.pid) in sweep.sm_dropped:
+            sm = None  # the MPS server's samples, or a garbage one: its own share is not known
         elif sm is None and sweep.utilization_read(gpu.uuid):
             sm = 0.0  # sampled, and no sample for it: it did not compute since the last sweep
         rows.append(

@@ -1,5 +1,6 @@
 """Per container and GPU: the sum of its processes' memory and utilization, its share, and its
-peak since it started (pure).
+peak since it started (pure). A container's duty is its processes' SM percents summed, never more
+than the GPU's own busy figure for the same window (nor 100).
 
 A container's processes come and go (a launcher, its workers); what the container uses of a GPU
 is their sum. Its peak is kept under its runtime ID, so a restarted container (a new ID) starts
@@ -8,7 +9,7 @@ again from nothing, and is forgotten once the container has ended.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, replace
 
 from gpu_usage.attribution import UsageRow
@@ -32,10 +33,15 @@ class ContainerUsage:
     pids: tuple[int, ...] = ()
     workload_kind: str = ""
     workload: str = ""
+    gpu_busy: float | None = None  # the GPU's own percent busy over the window
 
 
-def by_container(rows: Iterable[UsageRow]) -> list[ContainerUsage]:
-    """The rows of processes in pods, summed per container and GPU."""
+def by_container(
+    rows: Iterable[UsageRow], gpu_busy: Mapping[str, float] | None = None
+) -> list[ContainerUsage]:
+    """The rows of processes in pods, summed per container and GPU; `gpu_busy`: each GPU's own
+    percent busy (gpu_usage/nvml_utilization.py), which caps its containers' duty."""
+    gpu_busy = gpu_busy or {}
     sums: dict[tuple[str, str], ContainerUsage] = {}
     for row in rows:
         if not row.in_pod or not row.container_id:
@@ -57,14 +63,21 @@ def by_container(rows: Iterable[UsageRow]) -> list[ContainerUsage]:
                 pids=(row.pid,),
                 workload_kind=row.workload_kind,
                 workload=row.workload,
+                gpu_busy=gpu_busy.get(row.gpu.uuid),
             )
             continue
         sm = seen.sm_percent
         if row.sm_percent is not None:
-            sm = min(100.0, (sm or 0.0) + row.sm_percent)
+            sm = (sm or 0.0) + row.sm_percent
         # One process's memory unknown: the container's is unknown, not a lower bound.
         total = None if used is None or seen.used_bytes is None else seen.used_bytes + used
         sums[key] = replace(seen, used_bytes=total, sm_percent=sm, pids=(*seen.pids, row.pid))
+    for usage in sums.values():
+        if usage.sm_percent is not None:
+            # Processes' samples are taken at their own moments: their sum may pass what the
+            # GPU itself was busy over the window, which bounds what any container kept it busy.
+            cap = 100.0 if usage.gpu_busy is None else min(100.0, usage.gpu_busy)
+            usage.sm_percent = min(cap, usage.sm_percent)
     return list(sums.values())
 
 

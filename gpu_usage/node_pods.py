@@ -21,7 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal, overload
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -51,7 +51,7 @@ class NodePods:
         gpu: GpuConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._api = api
+        self.api = api
         self._node = node
         self._gpu = gpu or GpuConfig()  # the GPU resource names, as the policies read them
         self._clock = clock
@@ -121,22 +121,63 @@ class NodePods:
     def _call(
         self, method: str, path: str, query: list[tuple[str, str]] | None = None, body: Any = None
     ) -> bytes:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        request = self._api.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=query or [],
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        answer = self._api.call_api(*request, _request_timeout=TIMEOUT_SECONDS)
-        data = answer.read()
-        if not 200 <= answer.status < 300:
-            raise ApiException(http_resp=answer)
-        return bytes(data)
+        return call(self.api, method, path, query, body)
+
+
+@overload
+def call(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    query: list[tuple[str, str]] | None = None,
+    body: Any = None,
+    timeout: float = TIMEOUT_SECONDS,
+    stream: Literal[False] = False,
+) -> bytes: ...
+
+
+@overload
+def call(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    query: list[tuple[str, str]] | None = None,
+    body: Any = None,
+    timeout: float = TIMEOUT_SECONDS,
+    *,
+    stream: Literal[True],
+) -> Iterable[bytes]: ...
+
+
+def call(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    query: list[tuple[str, str]] | None = None,
+    body: Any = None,
+    timeout: float = TIMEOUT_SECONDS,
+    stream: bool = False,
+) -> bytes | Iterable[bytes]:
+    """One request through the ApiClient's own path; the answer's body, or with `stream` its
+    lines as they come (a watch). Raises ApiException for an answer that is not 2xx."""
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    request = api.param_serialize(
+        method=method,
+        resource_path=path,
+        query_params=query or [],
+        header_params=headers,
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    answer = api.call_api(*request, _request_timeout=timeout)
+    if not 200 <= answer.status < 300:
+        answer.read()
+        raise ApiException(http_resp=answer)
+    if stream:
+        return answer.response  # urllib3's: iterated, it yields the body's lines
+    return bytes(answer.read())
 
 
 def _listing_error(error: Exception, node: str) -> str:

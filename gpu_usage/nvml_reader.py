@@ -2,12 +2,10 @@
 
 One sweep reads, per GPU (per MIG instance where MIG is on): its UUID, model and memory; each
 process on it (compute, MPS clients and graphics, as `nvidia-smi` lists them) with its PID as the
-node sees it and the memory NVML counts for it (None where NVML cannot tell); each process's SM
-utilization samples since the last sweep, and the GPU's own utilization samples over the same
-time (idle periods included: NVML returns a process sample only for a period in which that
-process was busy). Older GPUs and MIG instances answer per-process utilization with
-NOT_SUPPORTED: memory is still reported, utilization is None, and the question is not asked of
-that GPU again.
+node sees it and the memory NVML counts for it (None where NVML cannot tell); how busy each
+process kept it since the last sweep, and how busy it was itself (gpu_usage/nvml_utilization.py).
+Older GPUs and MIG instances answer per-process utilization with NOT_SUPPORTED: memory is still
+reported, utilization is None, and the question is not asked of that GPU again.
 
 One GPU's fault is that GPU's: a GPU fallen off the bus (GPU_IS_LOST), a MIG instance the agent
 may not read (NO_PERMISSION), a process that started between the binding's two calls
@@ -25,35 +23,37 @@ packages were upgraded without its kernel module being reloaded: the library the
 is the new one, the module the old, and a new process would meet the same; it is reported (not
 ready) and init is tried again on a slow back-off, which a reboot or a module reload ends.
 
-`release_between_sweeps`: NVML is shut down after each sweep, so the agent holds no
-`/dev/nvidia*` open between sweeps, which would keep the driver's module from unloading (the
-GPU Operator's driver manager unloads it without asking who holds it).
+`release_between_sweeps`: NVML is shut down after each sweep (each init then opens every GPU
+again: on a node without persistence mode, seconds per GPU). Off by default: NVML is held, as
+dcgm-exporter and the device plugin hold it, and released when the agent is told to let the
+driver go (`release`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# NVML return codes (nvml.h), by number, so the played binding in the tests needs only these.
-UNINITIALIZED = 1
-INVALID_ARGUMENT = 2
-NOT_SUPPORTED = 3
-NO_PERMISSION = 4
-NOT_FOUND = 6
-INSUFFICIENT_SIZE = 7
-DRIVER_NOT_LOADED = 9
-LIBRARY_NOT_FOUND = 12
-GPU_IS_LOST = 15
-LIB_RM_VERSION_MISMATCH = 18
+from gpu_usage.nvml_codes import (
+    DRIVER_NOT_LOADED,
+    GPU_IS_LOST,
+    INVALID_ARGUMENT,
+    LIB_RM_VERSION_MISMATCH,
+    LIBRARY_NOT_FOUND,
+    NO_PERMISSION,
+    NOT_FOUND,
+    NOT_SUPPORTED,
+    UNINITIALIZED,
+    code_of,
+)
+from gpu_usage.nvml_utilization import Utilization, UtilizationWindows
+
 # What concerns the library, not one GPU.
 _WHOLE = {UNINITIALIZED, DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND, LIB_RM_VERSION_MISMATCH}
 MIG_ENABLED = 1
-GPU_UTILIZATION_SAMPLES = 1  # NVML_GPU_UTILIZATION_SAMPLES
 # nvmlDeviceGetMigDeviceHandleByIndex on a slot with no instance: nvml.h names "NOT_FOUND if no
 # valid MIG device was found at index" and "INVALID_ARGUMENT if device, index or migDevice
 # reference is invalid"; dcgm-exporter skips both (internal/pkg/nvmlprovider/provider.go:
@@ -113,25 +113,37 @@ class Fault:
 class Sweep:
     gpus: list[Gpu]
     processes: list[GpuProcess]
-    # (GPU UUID, PID) -> its share of the window's sample periods the SMs ran its kernels,
-    # percent: the sum of its samples over the GPU's samples in the window (idle included).
+    # (GPU UUID, PID) -> the percent of the window the SMs ran its kernels, as NVML gives it
+    # (its one sample's smUtil); processes without a new sample are absent.
     sm_percent: dict[tuple[str, int], float] = field(default_factory=dict)
+    gpu_busy: dict[str, float] = field(default_factory=dict)  # GPU UUID -> its own percent busy
+    sm_dropped: set[tuple[str, int]] = field(default_factory=set)  # garbage: unknown this time
     utilization_unsupported: frozenset[str] = frozenset()  # GPU UUIDs, for good
     utilization_failed: set[str] = field(default_factory=set)  # GPU UUIDs, this sweep (faults)
+    utilization_opening: set[str] = field(default_factory=set)  # first window: no figure yet
+    garbage_samples: int = 0  # utilization samples dropped: a value that is no percentage
     faults: dict[str, Fault] = field(default_factory=dict)  # "GPU 3" or a UUID -> why
     nvml_seconds: float = 0.0
+    init_seconds: float = 0.0  # NVML's init in this sweep (0 while it is held)
+
+    def add(self, gpu_uuid: str, figures: Utilization | None) -> None:
+        """One GPU's utilization (None: it gives none)."""
+        if figures is None:
+            return
+        self.sm_percent.update({(gpu_uuid, pid): v for pid, v in figures.by_pid.items()})
+        self.sm_dropped.update((gpu_uuid, pid) for pid in figures.dropped)
+        if figures.busy is not None:
+            self.gpu_busy[gpu_uuid] = figures.busy
+        if figures.opening:
+            self.utilization_opening.add(gpu_uuid)
+        self.garbage_samples += figures.garbage
 
     def utilization_read(self, gpu_uuid: str) -> bool:
         """Whether this sweep has the GPU's per-process utilization (a process without a
         sample was then idle, not unknown)."""
-        return gpu_uuid not in self.utilization_unsupported and (
-            gpu_uuid not in self.utilization_failed
+        return gpu_uuid not in (
+            self.utilization_unsupported | self.utilization_failed | self.utilization_opening
         )
-
-
-def _code(error: BaseException) -> int | None:
-    value = getattr(error, "value", None)
-    return value if isinstance(value, int) else None
 
 
 def _text(value: Any) -> str:
@@ -139,7 +151,7 @@ def _text(value: Any) -> str:
 
 
 def unavailable_message(error: BaseException) -> str:
-    code = _code(error)
+    code = code_of(error)
     if code == LIBRARY_NOT_FOUND or isinstance(error, (OSError, ImportError)):
         return (
             "NVML (libnvidia-ml.so.1) was not found: this node has no NVIDIA driver, or the "
@@ -166,7 +178,7 @@ MISMATCH_AT_START = (
 
 
 def _fault(error: BaseException, figure: str = ALL) -> Fault:
-    code = _code(error)
+    code = code_of(error)
     if code == GPU_IS_LOST:
         return Fault(
             "gpu_lost",
@@ -207,9 +219,7 @@ class NvmlReader:
         self._mismatch_retry_at: float | None = None
         self._mismatch_wait = MISMATCH_RETRY_SECONDS
         self.release_between_sweeps = release_between_sweeps
-        self._last_seen: dict[str, int] = {}  # GPU UUID -> newest process sample, µs
-        self._device_seen: dict[str, int] = {}  # GPU UUID -> newest device sample, µs
-        self._no_utilization: set[str] = set()
+        self._windows: UtilizationWindows | None = None
 
     @property
     def nvml(self) -> Any:
@@ -220,6 +230,12 @@ class NvmlReader:
                 raise NvmlUnavailable(unavailable_message(error)) from error
             self._nvml = pynvml
         return self._nvml
+
+    @property
+    def windows(self) -> UtilizationWindows:
+        if self._windows is None:
+            self._windows = UtilizationWindows(self.nvml)
+        return self._windows
 
     def _mismatch(self) -> tuple[type[BaseException], ...]:
         found = getattr(self.nvml, "NVMLLibraryMismatchError", None)
@@ -234,7 +250,7 @@ class NvmlReader:
         try:
             self.nvml.nvmlInit()
         except self.nvml.NVMLError as error:
-            code = _code(error)
+            code = code_of(error)
             if self._worked and code in (
                 LIB_RM_VERSION_MISMATCH,
                 DRIVER_NOT_LOADED,
@@ -262,13 +278,14 @@ class NvmlReader:
     def sweep(self) -> Sweep:
         """One reading of every GPU; NVML is initialised first when it is not (at start, after a
         driver reload, or every sweep with `release_between_sweeps`)."""
-        self.start()
         started = time.perf_counter()
+        self.start()
+        init_seconds = time.perf_counter() - started
         try:
             sweep = self._read()
         except self.nvml.NVMLError as error:
             self.stop()
-            if _code(error) == LIB_RM_VERSION_MISMATCH:
+            if code_of(error) == LIB_RM_VERSION_MISMATCH:
                 raise DriverChanged(unavailable_message(error)) from error
             raise NvmlUnavailable(
                 f"NVML lost the driver mid-sweep ({error}); initialising it again next time"
@@ -277,7 +294,9 @@ class NvmlReader:
             if self.release_between_sweeps:
                 self.stop()
         self._worked = True
+        # The init's time is NVML's: on a node without persistence mode it is most of it.
         sweep.nvml_seconds = time.perf_counter() - started
+        sweep.init_seconds = init_seconds
         return sweep
 
     def _read(self) -> Sweep:
@@ -288,7 +307,7 @@ class NvmlReader:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 devices = self._devices(handle, index)
             except nvml.NVMLError as error:
-                if _code(error) in _WHOLE:
+                if code_of(error) in _WHOLE:
                     raise
                 sweep.faults[f"GPU {index}"] = _fault(error)
                 continue
@@ -296,7 +315,7 @@ class NvmlReader:
                 try:
                     processes = self._processes(device, gpu.uuid)
                 except nvml.NVMLError as error:
-                    if _code(error) in _WHOLE:
+                    if code_of(error) in _WHOLE:
                         raise
                     sweep.faults[gpu.uuid] = _fault(error)
                     continue
@@ -307,16 +326,17 @@ class NvmlReader:
                 sweep.processes.extend(processes)
                 # Apart: the processes' memory stands whatever the utilization calls answer.
                 try:
-                    sweep.sm_percent.update(self._utilization(device, gpu.uuid))
+                    running = {p.pid for p in processes}
+                    sweep.add(gpu.uuid, self.windows.read(device, gpu.uuid, running))
                 except nvml.NVMLError as error:
-                    if _code(error) in _WHOLE:
+                    if code_of(error) in _WHOLE:
                         raise
                     sweep.faults[gpu.uuid] = _fault(error, UTILIZATION)
                     sweep.utilization_failed.add(gpu.uuid)
                 except self._mismatch() as error:
                     sweep.faults[gpu.uuid] = _fault(error, UTILIZATION)
                     sweep.utilization_failed.add(gpu.uuid)
-        sweep.utilization_unsupported = frozenset(self._no_utilization)
+        sweep.utilization_unsupported = frozenset(self.windows.unsupported)
         return sweep
 
     def _devices(self, handle: Any, index: int) -> list[tuple[Gpu, Any]]:
@@ -326,7 +346,7 @@ class NvmlReader:
         try:
             mig_on = nvml.nvmlDeviceGetMigMode(handle)[0] == MIG_ENABLED
         except nvml.NVMLError as error:
-            if _code(error) != NOT_SUPPORTED:
+            if code_of(error) != NOT_SUPPORTED:
                 raise
             mig_on = False
         if not mig_on:
@@ -337,7 +357,7 @@ class NvmlReader:
             try:
                 mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
             except nvml.NVMLError as error:
-                if _code(error) in EMPTY_MIG_SLOT:
+                if code_of(error) in EMPTY_MIG_SLOT:
                     continue  # a slot without an instance; other answers are the GPU's fault
                 raise
             memory = nvml.nvmlDeviceGetMemoryInfo(mig)
@@ -368,7 +388,7 @@ class NvmlReader:
             try:
                 listed = call(device)
             except nvml.NVMLError as error:
-                if _code(error) == NOT_SUPPORTED:
+                if code_of(error) == NOT_SUPPORTED:
                     continue
                 raise
             for process in listed:
@@ -377,64 +397,3 @@ class NvmlReader:
                 if "MPS" in name:
                     mps.add(int(process.pid))
         return [GpuProcess(pid, gpu_uuid, used, pid in mps) for pid, used in found.items()]
-
-    def _process_samples(self, device: Any, gpu_uuid: str) -> list[Any]:
-        nvml = self.nvml
-        for attempt in (1, 2):
-            try:
-                return list(
-                    nvml.nvmlDeviceGetProcessUtilization(device, self._last_seen.get(gpu_uuid, 0))
-                )
-            except nvml.NVMLError as error:
-                if _code(error) == NOT_FOUND:
-                    return []  # no process was busy since the last sweep
-                if _code(error) == INSUFFICIENT_SIZE and attempt == 1:
-                    continue  # a process started between the binding's two calls
-                raise
-        return []
-
-    def _device_periods(self, device: Any, gpu_uuid: str) -> int | None:
-        """How many sample periods the GPU has had since the last sweep (idle ones too); None
-        where it does not say (MIG instances)."""
-        nvml = self.nvml
-        try:
-            _, samples = nvml.nvmlDeviceGetSamples(
-                device, GPU_UTILIZATION_SAMPLES, self._device_seen.get(gpu_uuid, 0)
-            )
-        except nvml.NVMLError as error:
-            if _code(error) == NOT_FOUND:
-                return 0
-            if _code(error) == NOT_SUPPORTED:
-                return None
-            raise
-        stamps = [int(s.timeStamp) for s in samples]
-        if stamps:
-            self._device_seen[gpu_uuid] = max(stamps)
-        return len(stamps)
-
-    def _utilization(self, device: Any, gpu_uuid: str) -> dict[tuple[str, int], float]:
-        if gpu_uuid in self._no_utilization:
-            return {}
-        try:
-            samples = self._process_samples(device, gpu_uuid)
-            periods = self._device_periods(device, gpu_uuid)
-        except self.nvml.NVMLError as error:
-            if _code(error) == NOT_SUPPORTED:
-                self._no_utilization.add(gpu_uuid)
-                return {}
-            if _code(error) == INSUFFICIENT_SIZE:
-                return {}  # still racing a starting process: next sweep
-            raise
-        if periods is None:
-            self._no_utilization.add(gpu_uuid)
-            return {}
-        busy: dict[int, int] = defaultdict(int)
-        newest = self._last_seen.get(gpu_uuid, 0)
-        for sample in samples:  # a sample per busy process per period: hundreds a sweep
-            busy[sample.pid] += sample.smUtil
-            if sample.timeStamp > newest:
-                newest = sample.timeStamp
-        self._last_seen[gpu_uuid] = newest
-        if not periods:
-            return {}  # no period elapsed: nothing to say yet
-        return {(gpu_uuid, pid): min(100.0, total / periods) for pid, total in busy.items()}

@@ -1,6 +1,8 @@
 """The agent's metrics: per container under the names the kubelet used before KEP 1867 removed
-them (so dashboards built on them work again, now also right on shared GPUs), the share and the
-peak beside them, the memory no container owns, and the agent's own health.
+them (so dashboards built on them work again, now also right on shared GPUs; the duty cycle under
+its old name only where the old meaning holds), each container's own duty cycle, the share and the
+peak beside them, each GPU's own duty cycle, the memory no container owns, and the agent's own
+health.
 
 Each scrape shows the latest sweep: a collector over it, not gauges set and left behind, so a
 container that has gone is gone from the next scrape.
@@ -28,9 +30,10 @@ ACCELERATOR_LABELS = (*CONTAINER_LABELS, *KUBELET_LABELS)
 # Added to the kubelet's labels (a dashboard that sums by the old ones is unaffected): the
 # pod's workload, for the rules that size a workload's share and bill its namespace.
 WORKLOAD_LABELS = ("workload_kind", "workload")
-# The duty cycle, as the kubelet's was: percent of the window the GPU was busy with the
-# container's kernels.
-DUTY_CYCLE = "container_accelerator_duty_cycle"
+# The kubelet's duty cycle was the whole GPU's (cAdvisor: nvmlDeviceGetSamples over 10 s, for each
+# container holding the GPU): under its name only for a container alone on a whole GPU, where the
+# two meanings agree. Each container's own share is the project's series.
+KUBELET_DUTY_CYCLE = "container_accelerator_duty_cycle"
 
 
 @dataclass
@@ -43,6 +46,7 @@ class LatestSweep:
     holdings: list[Holding] = field(default_factory=list)  # running containers' GPUs
     over_share: list[tuple[ContainerUsage, int]] = field(default_factory=list)  # bytes over
     faults: dict[str, Fault] = field(default_factory=dict)  # GPUs not read, and why
+    gpu_busy: dict[str, float] = field(default_factory=dict)  # GPU UUID -> its percent busy
 
 
 @dataclass(frozen=True)
@@ -70,11 +74,24 @@ MEMORY_TOTAL = Family(
     ACCELERATOR_LABELS,
 )
 DUTY = Family(
-    DUTY_CYCLE,
-    "Percent of the last sweep's window the GPU was busy with the container's kernels, idle "
-    "time included (absent where NVML cannot tell one process's share: MIG instances, MPS "
-    "clients, older GPUs).",
+    "gpu_admission_container_gpu_duty_cycle",
+    "Percent of the last sweep's window the GPU's SMs ran the container's kernels: its "
+    "processes' per-process figures from NVML summed, at most the GPU's own "
+    "(gpu_admission_gpu_duty_cycle). Absent where NVML cannot tell one process's share: MIG "
+    "instances, MPS clients, older GPUs, and the agent's first sweep.",
     (*ACCELERATOR_LABELS, *WORKLOAD_LABELS),
+)
+KUBELET_DUTY = Family(
+    KUBELET_DUTY_CYCLE,
+    "The kubelet's meaning: percent of the window the whole GPU was busy, for a container that "
+    "is the only one on a whole GPU (not a MIG instance; no other container or host process).",
+    (*ACCELERATOR_LABELS, *WORKLOAD_LABELS),
+)
+GPU_DUTY = Family(
+    "gpu_admission_gpu_duty_cycle",
+    "Percent of the last sweep's window the GPU was busy (one or more kernels running), idle "
+    "periods included: NVML's own samples of the GPU.",
+    ("gpu_uuid", "gpu_model"),
 )
 SHARE = Family(
     "gpu_admission_container_gpu_memory_share_bytes",
@@ -110,15 +127,15 @@ GPU_TOTAL = Family(
     ("gpu_uuid", "gpu_model"),
 )
 GPU_FAULT = Family(
-    "gpu_usage_gpu_fault",
+    "gpu_admission_gpu_usage_gpu_fault",
     "1 for each GPU (or MIG instance) NVML could not read at the last sweep, with why and what: "
     'figure="all", its containers have no series meanwhile; figure="utilization", only their '
     "duty cycle is missing.",
     ("gpu", "reason", "figure"),
 )
 FAMILIES = (
-    MEMORY_USED, MEMORY_TOTAL, DUTY, SHARE, PEAK, HELD, OVER_SHARE, OUTSIDE_PODS, GPU_TOTAL,
-    GPU_FAULT,
+    MEMORY_USED, MEMORY_TOTAL, DUTY, KUBELET_DUTY, SHARE, PEAK, HELD, OVER_SHARE, OUTSIDE_PODS,
+    GPU_TOTAL, GPU_DUTY, GPU_FAULT,
 )  # fmt: skip
 
 
@@ -134,6 +151,16 @@ def _workload(u: ContainerUsage | Holding) -> list[str]:
     return [u.workload_kind, u.workload]
 
 
+def _alone_on_whole_gpus(latest: LatestSweep) -> set[str]:
+    """GPUs (not MIG instances) that one container uses and no host process does."""
+    users: dict[str, int] = {}
+    for u in latest.containers:
+        if not u.gpu.parent_uuid:
+            users[u.gpu.uuid] = users.get(u.gpu.uuid, 0) + 1
+    shared = {row.gpu.uuid for row in latest.outside if row.pid}
+    return {uuid for uuid, count in users.items() if count == 1 and uuid not in shared}
+
+
 class UsageCollector:
     def __init__(self) -> None:
         self.latest = LatestSweep()
@@ -144,6 +171,7 @@ class UsageCollector:
     def collect(self) -> Iterator[Metric]:
         latest = self.latest  # one sweep's, though the next may replace it meanwhile
         out = {family: family.empty() for family in FAMILIES}
+        alone = _alone_on_whole_gpus(latest)
         for u in latest.containers:
             labels, accelerator, workload = _container(u), _accelerator(u), _workload(u)
             pool = "true" if u.preallocated else "false"
@@ -154,6 +182,8 @@ class UsageCollector:
                 out[PEAK].add_metric([*labels, pool, *workload], u.peak_bytes)
             if u.sm_percent is not None:
                 out[DUTY].add_metric([*accelerator, *workload], u.sm_percent)
+            if u.gpu_busy is not None and u.gpu.uuid in alone:
+                out[KUBELET_DUTY].add_metric([*accelerator, *workload], u.gpu_busy)
             if u.share_bytes is not None:
                 out[SHARE].add_metric([*labels, *workload], u.share_bytes)
         for h in latest.holdings:
@@ -168,6 +198,8 @@ class UsageCollector:
             out[OUTSIDE_PODS].add_metric(list(key), value)
         for uuid, model, total_bytes in latest.gpus:
             out[GPU_TOTAL].add_metric([uuid, model], total_bytes)
+            if (busy := latest.gpu_busy.get(uuid)) is not None:
+                out[GPU_DUTY].add_metric([uuid, model], busy)
         for gpu, fault in latest.faults.items():
             out[GPU_FAULT].add_metric([gpu, fault.reason, fault.figure], 1)
         yield from out.values()
@@ -193,6 +225,11 @@ class AgentMetrics:
             "a container the agent's last pod listing does not name yet; its series wait for "
             "the next listing).",
             ["place"],
+        )
+        self.garbage_samples = metrics.counter(
+            "gpu_usage_nvml_garbage_samples_total",
+            "Utilization samples NVML gave that were no percentage (above 100: 2147483632 has "
+            "been seen), dropped rather than clamped.",
         )
         self.over_share_events = metrics.counter(
             "gpu_usage_over_share_events_total",

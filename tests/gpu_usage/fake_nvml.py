@@ -7,6 +7,18 @@ not an NVMLError, where a driver is older than the binding's process calls.
 
 Faults are played per GPU and per call: `FakeGpu.faults` maps a call's name to the code it
 raises (or "mismatch"), once or for good.
+
+Utilization is played as nvml.h documents it. Time passes a window at a time: each sweep's first
+call (`nvmlDeviceGetCount`) ends a window of `window_periods` sample periods, and the driver keeps
+what each GPU did in it: each process's SM percent (`FakeGpu.sm`) and the GPU's own
+(`FakeGpu.busy`, else the processes' sum). `nvmlDeviceGetProcessUtilization(device,
+lastSeenTimeStamp)` answers "One utilization sample structure ... per process running, that had
+some non-zero utilization": one sample per process busy since the stamp, its `smUtil` the mean
+over the windows since (idle ones as 0), its `timeStamp` when it was recorded (the window's end,
+less `FakeGpu.lag_us` for a process whose samples lag), and 0 asks for the whole buffer.
+`nvmlDeviceGetSamples` gives the GPU's own samples, one per period, idle ones too;
+`nvmlDeviceGetUtilizationRates` the last period's. `FakeGpu.garbage` names processes whose
+sample reads 2147483632, a value real drivers have given (DCGM#83).
 """
 
 from __future__ import annotations
@@ -40,9 +52,12 @@ class FakeGpu:
     name: str = "NVIDIA H100 80GB HBM3"
     total: int = 80 * 1024**3
     reserved: int = 512 * 1024**2  # what the driver holds whatever runs
-    # pid -> bytes (None: NVML says "not available"); pid -> SM % in each busy period
+    # pid -> bytes (None: NVML says "not available"); pid -> its SM % over each window
     processes: dict[int, int | None] = field(default_factory=dict)
     sm: dict[int, int] = field(default_factory=dict)
+    busy: int | None = None  # the GPU's own % in each period; None: the processes' sum
+    lag_us: dict[int, int] = field(default_factory=dict)  # pid -> how far its stamp lags
+    garbage: set[int] = field(default_factory=set)  # pids whose sample is no percentage
     graphics: dict[int, int | None] = field(default_factory=dict)  # pid -> bytes
     mps_clients: dict[int, int | None] = field(default_factory=dict)  # pid -> bytes
     utilization_supported: bool = True
@@ -53,14 +68,25 @@ class FakeGpu:
     # A call's name -> an NVML code to raise, or "mismatch"; `fault_once` clears it after.
     faults: dict[str, int | str] = field(default_factory=dict)
     fault_once: bool = False
-    periods: int = 6  # sample periods between two sweeps (a second at 1/6 s)
-    busy_periods: dict[int, int] = field(default_factory=dict)  # pid -> periods it was busy
 
     @property
     def used(self) -> int:
         tables = (self.processes, self.graphics, self.mps_clients)
         own = sum(v or 0 for table in tables for v in table.values())
         return self.reserved + own + sum(i.used for i in self.mig or [] if i is not None)
+
+    @property
+    def busy_now(self) -> int:
+        return self.busy if self.busy is not None else min(100, sum(self.sm.values()))
+
+
+@dataclass(frozen=True)
+class Window:
+    """What the driver kept of one GPU for one window."""
+
+    end: int  # µs
+    sm: dict[int, int]
+    busy: int
 
 
 class FakeNvml:
@@ -75,7 +101,9 @@ class FakeNvml:
         self.inits = 0  # that succeeded
         self.init_attempts = 0
         self.shutdowns = 0
-        self.clock = 1_000_000  # µs
+        self.clock = 1_700_000_000_000_000  # µs, as the driver stamps samples
+        self.window_periods = 6  # a second at 1/6 s
+        self.windows: dict[str, list[Window]] = {}  # GPU UUID -> the driver's buffer
 
     def _live(self) -> None:
         if not self.initialised:
@@ -108,7 +136,24 @@ class FakeNvml:
 
     def nvmlDeviceGetCount(self) -> int:
         self._live()
+        self._end_window()
         return len(self.gpus)
+
+    def _end_window(self) -> None:
+        """A sweep's first call: the window since the last one ends now."""
+        self.clock += self.window_periods * SAMPLE_PERIOD_US
+        for gpu in self.gpus:
+            kept = self.windows.setdefault(gpu.uuid, [])
+            kept.append(Window(self.clock, dict(gpu.sm), gpu.busy_now))
+            del kept[:-60]  # the driver's buffer is bounded too
+
+    def _utilization_of(self, handle: FakeGpu) -> list[Window]:
+        if not handle.utilization_supported or self._mig_related(handle):
+            raise NVMLError(3)  # older GPUs, MIG: NOT_SUPPORTED
+        return self.windows.get(handle.uuid, [])
+
+    def _mig_related(self, handle: FakeGpu) -> bool:
+        return handle.mig is not None or any(handle in (g.mig or []) for g in self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
         self._live()
@@ -164,38 +209,48 @@ class FakeNvml:
         return self._listed(handle, "nvmlDeviceGetGraphicsRunningProcesses", handle.graphics)
 
     def nvmlDeviceGetProcessUtilization(self, handle: FakeGpu, timeStamp: int) -> list[Any]:
-        """One sample per process per period it was busy, since `timeStamp` (the driver keeps
-        only samples of busy processes)."""
+        """One sample per process busy since `timeStamp` (0: the whole buffer)."""
         self._live()
         self._fault(handle, "nvmlDeviceGetProcessUtilization")
-        if not handle.utilization_supported or handle.mig is not None:
-            raise NVMLError(3)
+        since = [w for w in self._utilization_of(handle) if w.end > timeStamp]
         samples = []
-        for pid, sm in handle.sm.items():
-            busy = handle.busy_periods.get(pid, handle.periods)
-            for period in range(busy):
-                stamp = timeStamp + (period + 1) * SAMPLE_PERIOD_US
-                samples.append(
-                    SimpleNamespace(
-                        pid=pid, timeStamp=stamp, smUtil=sm, memUtil=0, encUtil=0, decUtil=0
-                    )
+        for pid in sorted({pid for w in since for pid, sm in w.sm.items() if sm > 0}):
+            last = max(w.end for w in since if w.sm.get(pid, 0) > 0)
+            mean = sum(w.sm.get(pid, 0) for w in since) // len(since)
+            stamp = last - handle.lag_us.get(pid, 0)
+            if stamp <= timeStamp:
+                continue
+            value = 2147483632 if pid in handle.garbage else mean
+            samples.append(
+                SimpleNamespace(
+                    pid=pid, timeStamp=stamp, smUtil=value, memUtil=0, encUtil=0, decUtil=0
                 )
+            )
         if not samples:
-            raise NVMLError(6)  # no sample since timeStamp
+            raise NVMLError(6)  # NOT_FOUND: no process busy since timeStamp
         return samples
 
     def nvmlDeviceGetSamples(self, device: FakeGpu, sampling_type: int, timeStamp: int) -> Any:
         """The GPU's own samples since `timeStamp`, one per period, idle ones too."""
         self._live()
         self._fault(device, "nvmlDeviceGetSamples")
-        if device.mig is not None or not device.utilization_supported:
-            raise NVMLError(3)
-        start = max(timeStamp, self.clock)
-        self.clock = start + device.periods * SAMPLE_PERIOD_US
         samples = [
-            SimpleNamespace(
-                timeStamp=start + (i + 1) * SAMPLE_PERIOD_US, sampleValue=SimpleNamespace(uiVal=0)
+            SimpleNamespace(timeStamp=stamp, sampleValue=SimpleNamespace(uiVal=window.busy))
+            for window in self._utilization_of(device)
+            for stamp in range(
+                window.end - (self.window_periods - 1) * SAMPLE_PERIOD_US,
+                window.end + 1,
+                SAMPLE_PERIOD_US,
             )
-            for i in range(device.periods)
+            if stamp > timeStamp
         ]
+        if not samples:
+            raise NVMLError(6)  # NOT_FOUND: no period ended since timeStamp
         return 1, samples  # NVML_VALUE_TYPE_UNSIGNED_INT
+
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeGpu) -> SimpleNamespace:
+        """The last period's: the GPU's and its memory's percent busy."""
+        self._live()
+        self._fault(handle, "nvmlDeviceGetUtilizationRates")
+        kept = self._utilization_of(handle)
+        return SimpleNamespace(gpu=kept[-1].busy if kept else 0, memory=0)

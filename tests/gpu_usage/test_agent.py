@@ -119,6 +119,8 @@ def test_a_sweep_shows_under_the_kubelets_old_names(tmp_path: Path) -> None:
     metrics = Metrics(process_metrics=False)
     agent.metrics = AgentMetrics(metrics)
     agent.record(agent.sweep())
+    assert _samples(metrics)["gpu_admission_container_gpu_duty_cycle"] == []  # first window
+    agent.record(agent.sweep())
     samples = _samples(metrics)
     labels = {
         "namespace": "team-a",
@@ -135,8 +137,13 @@ def test_a_sweep_shows_under_the_kubelets_old_names(tmp_path: Path) -> None:
     assert used.value == 3 * GIB
     total = samples["container_accelerator_memory_total_bytes"][0]
     assert total.labels == {**labels, **kubelet} and total.value == 80 * GIB
-    duty = samples["container_accelerator_duty_cycle"][0]
+    duty = samples["gpu_admission_container_gpu_duty_cycle"][0]
     assert duty.labels == {**labels, **kubelet, **workload} and duty.value == 60
+    # Alone on a whole GPU: the kubelet's meaning (the GPU's own figure) under its old name.
+    whole = samples["container_accelerator_duty_cycle"][0]
+    assert whole.labels == duty.labels and whole.value == 60
+    gpu = samples["gpu_admission_gpu_duty_cycle"][0]
+    assert gpu.labels == {"gpu_uuid": "GPU-a", "gpu_model": "NVIDIA H200"} and gpu.value == 60
     assert samples["gpu_admission_container_gpu_memory_share_bytes"][0].value == 4 * GIB
     assert samples["gpu_admission_container_gpu_memory_peak_bytes"][0].value == 3 * GIB
     held = samples["gpu_admission_container_gpus_held"][0]
@@ -144,6 +151,47 @@ def test_a_sweep_shows_under_the_kubelets_old_names(tmp_path: Path) -> None:
     outside = samples["gpu_admission_gpu_memory_outside_pods_bytes"][0]
     assert outside.labels["command"] == "(not listed by a process)"  # the driver's reserve
     assert samples["gpu_admission_gpu_usage_nvml_up"][0].value == 1
+
+
+def test_containers_sharing_a_gpu_each_get_their_own_duty_and_not_the_whole_gpus(
+    tmp_path: Path,
+) -> None:
+    """Two containers on one GPU: each its processes' figure, capped at the GPU's own (samples
+    taken at their own moments may add up past it); no series under the kubelet's name, whose
+    whole-GPU meaning would give each the other's time too."""
+    agent = _kai_agent(tmp_path)
+    gpu = agent.reader.nvml.gpus[0]
+    metrics = Metrics(process_metrics=False)
+    agent.metrics = AgentMetrics(metrics)
+    for _ in range(2):
+        agent.record(agent.sweep())
+    duty = {
+        s.labels["pod"]: s.value
+        for s in _samples(metrics)["gpu_admission_container_gpu_duty_cycle"]
+    }
+    assert duty == {"train-a": 40.0, "train-b": 20.0}
+    assert _samples(metrics)["container_accelerator_duty_cycle"] == []
+    gpu.busy = 30  # the GPU says it was busy less than either process's sample
+    agent.record(agent.sweep())
+    duty = {
+        s.labels["pod"]: s.value
+        for s in _samples(metrics)["gpu_admission_container_gpu_duty_cycle"]
+    }
+    assert duty == {"train-a": 30.0, "train-b": 20.0}
+    assert [s.value for s in _samples(metrics)["gpu_admission_gpu_duty_cycle"]] == [30.0]
+
+
+def test_garbage_utilization_samples_are_counted(tmp_path: Path) -> None:
+    agent, _, gpu = _agent(tmp_path, 3 * GIB)
+    gpu.garbage = {7}
+    metrics = Metrics(process_metrics=False)
+    agent.metrics = AgentMetrics(metrics)
+    for _ in range(3):
+        agent.record(agent.sweep())
+    samples = _samples(metrics)
+    assert samples["gpu_admission_container_gpu_duty_cycle"] == []  # dropped: unknown, not 100
+    [counted] = samples["gpu_admission_gpu_usage_nvml_garbage_samples"]
+    assert counted.value == 3  # one a sweep, the first window's too
 
 
 def test_over_its_share_writes_one_event_per_rise(tmp_path: Path) -> None:
@@ -306,7 +354,9 @@ def test_the_command_exits_on_a_driver_change_for_the_kubelet_to_restart_it(
     monkeypatch.setitem(sys.modules, "pynvml", UpgradedAfterOneSweep([FakeGpu("GPU-a")]))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     args = ["gpu-usage", "--metrics-port", str(free_port()), "--log-format", "text"]
-    assert cli([*args, "--interval", "0.1"]) == 3
+    # Released after each sweep, the next init meets the new driver (held, the driver
+    # manager's pause releases it first: test_driver_pause.py).
+    assert cli([*args, "--interval", "0.1", "--release-nvml"]) == 3
 
 
 class Clock:
@@ -413,7 +463,7 @@ def test_a_utilization_error_keeps_the_gpus_memory_series(tmp_path: Path) -> Non
     assert [(s.labels["pod"], s.value) for s in used] == [("train-7d9f8-x2x4q", 3 * GIB)]
     assert samples["gpu_admission_container_gpu_memory_peak_bytes"][0].value == 3 * GIB
     assert samples["container_accelerator_duty_cycle"] == []  # unknown, not 0
-    (fault,) = samples["gpu_usage_gpu_fault"]
+    (fault,) = samples["gpu_admission_gpu_usage_gpu_fault"]
     assert fault.labels == {"gpu": "GPU-a", "reason": "nvml_error", "figure": "utilization"}
     assert samples["gpu_admission_gpu_usage_nvml_up"][0].value == 1
 
@@ -445,7 +495,7 @@ def test_one_lost_gpu_is_that_gpus_and_said(tmp_path: Path) -> None:
     assert [s.labels["gpu_uuid"] for s in samples["container_accelerator_memory_used_bytes"]] == [
         "GPU-a"
     ]
-    (fault,) = samples["gpu_usage_gpu_fault"]
+    (fault,) = samples["gpu_admission_gpu_usage_gpu_fault"]
     assert fault.labels == {"gpu": "GPU 1", "reason": "gpu_lost", "figure": "all"}
     assert samples["gpu_admission_gpu_usage_nvml_up"][0].value == 1
 
@@ -456,10 +506,11 @@ def test_memory_nvml_cannot_tell_is_absent_not_zero(tmp_path: Path) -> None:
     metrics = Metrics(process_metrics=False)
     agent.metrics = AgentMetrics(metrics)
     agent.record(agent.sweep())
+    agent.record(agent.sweep())
     samples = _samples(metrics)
     assert samples["container_accelerator_memory_used_bytes"] == []
     assert samples["gpu_admission_container_gpu_memory_peak_bytes"] == []
-    assert samples["container_accelerator_duty_cycle"][0].value == 60  # the rest is known
+    assert samples["gpu_admission_container_gpu_duty_cycle"][0].value == 60  # the rest is known
     assert pods.events == []  # not judged
 
 

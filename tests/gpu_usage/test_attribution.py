@@ -8,7 +8,7 @@ from typing import Any
 
 from gpu_usage.attribution import UNLISTED, attribute
 from gpu_usage.host_processes import ProcessTable
-from gpu_usage.nvml_reader import NvmlReader
+from gpu_usage.nvml_reader import NvmlReader, Sweep
 from gpu_usage.pod_index import PodIndex
 from gpu_usage.table import render
 from tests.gpu_usage.fake_nvml import FakeGpu, FakeNvml
@@ -63,9 +63,16 @@ def _world(tmp_path: Path) -> tuple[FakeNvml, ProcessTable, PodIndex]:
     return FakeNvml([gpu]), ProcessTable(tmp_path), pods
 
 
+def _second(nvml: FakeNvml) -> Sweep:
+    """A sweep with utilization: the first only opens the window (nvml_utilization.py)."""
+    reader = NvmlReader(nvml)
+    reader.sweep()
+    return reader.sweep()
+
+
 def test_each_process_is_named_by_its_pod_and_container(tmp_path: Path) -> None:
     nvml, table, pods = _world(tmp_path)
-    sweep = NvmlReader(nvml).sweep()
+    sweep = _second(nvml)
     rows = attribute(sweep, {p.pid: table.lookup(p.pid) for p in sweep.processes}, pods)
     by_pid = {row.pid: row for row in rows}
     train = by_pid[101]
@@ -111,7 +118,7 @@ def test_a_pids_cgroup_is_read_once_and_forgotten_when_it_leaves_the_gpu(tmp_pat
 
 def test_the_table_shows_every_row_with_its_share(tmp_path: Path) -> None:
     nvml, table, pods = _world(tmp_path)
-    sweep = NvmlReader(nvml).sweep()
+    sweep = _second(nvml)
     text = render(attribute(sweep, {p.pid: table.lookup(p.pid) for p in sweep.processes}, pods))
     lines = text.splitlines()
     assert lines[0].split() == [

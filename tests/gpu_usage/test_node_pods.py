@@ -28,13 +28,16 @@ NODE = "gpu-node-1"
 class ApiServer:
     """Answers the agent's two calls, the listing as `listing` says and the Event as `events`:
     "ok" (the pods; an Event made), "500", "cut" (an answer whose body ends before its
-    Content-Length: urllib3's ProtocolError) or "not json"; `close()` leaves the port refusing
-    (urllib3's MaxRetryError once its retries are spent)."""
+    Content-Length: urllib3's ProtocolError), "not json" or "stall" (no answer until `close()`,
+    longer than the client waits); `close()` leaves the port refusing (urllib3's MaxRetryError
+    once its retries are spent)."""
 
     def __init__(self, pods: list[dict]) -> None:
         self.listing = self.events = "ok"
         self.pods = pods
         self._closed = False
+        self.released = threading.Event()  # ends every "stall"
+        self.stalled = 0  # calls that met a stall
         served = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -47,6 +50,9 @@ class ApiServer:
                 self._answer(served.events, 201, json.dumps({"kind": "Event"}))
 
             def _answer(self, mode: str, status: int, body: str) -> None:
+                if mode == "stall":
+                    served.stalled += 1
+                    served.released.wait(60)  # until the test ends: past the client's timeout
                 data = body.encode()
                 if mode == "500":
                     status, data = 500, b'{"kind": "Status", "code": 500}'
@@ -70,6 +76,7 @@ class ApiServer:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def close(self) -> None:
+        self.released.set()
         if self._closed:
             return
         self._closed = True
@@ -174,5 +181,38 @@ def test_the_agent_sweeps_on_through_the_api_servers_failures(
             assert series() == [("train-7d9f8-x2x4q", 6 * GIB)], cut_off
             assert agent.unavailable == "" and agent.readiness() == []
             assert _samples(metrics)["gpu_admission_gpu_usage_nvml_up"][0].value == 1
+
+    _run(agent, 0.01, steps)
+
+
+def test_an_api_server_that_stalls_holds_neither_the_sweeps_nor_their_series(
+    tmp_path: Path, server: ApiServer
+) -> None:
+    """The listing and the Event hang (an API server stalled for longer than the client's 30 s
+    timeout): they wait on their own tasks, and the sweeps go on meanwhile, ready, the last
+    listing naming the container."""
+    agent, _, _ = _agent(tmp_path, 6 * GIB)  # over its share: an Event to write
+    agent.pods = _node_pods(server.url)
+    metrics = Metrics(process_metrics=False)
+    agent.metrics = AgentMetrics(metrics)
+    server.events = "stall"  # the over-share Event, at the first sweep
+
+    def sweeps() -> float:
+        return sum(
+            s.value
+            for s in _samples(metrics)["gpu_admission_gpu_usage_sweep_seconds"]
+            if s.name.endswith("_count") and s.labels.get("part") == "nvml"
+        )
+
+    async def steps() -> None:
+        await _until(lambda: _samples(metrics)["container_accelerator_memory_used_bytes"], "a")
+        server.listing = "stall"
+        await _until(lambda: server.stalled >= 2, "the listing and the Event stalled")
+        after = sweeps()
+        await _until(lambda: sweeps() >= after + 5, "five sweeps during the stall")
+        used = _samples(metrics)["container_accelerator_memory_used_bytes"]
+        assert [(s.labels["pod"], s.value) for s in used] == [("train-7d9f8-x2x4q", 6 * GIB)]
+        assert agent.readiness() == [] and agent.liveness() == []
+        server.released.set()  # the stalled calls answer, and their threads end with the loop
 
     _run(agent, 0.01, steps)

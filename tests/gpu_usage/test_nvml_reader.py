@@ -1,5 +1,6 @@
 """Reading NVML: processes and memory per GPU and per MIG instance, per-process utilization
-where the GPU gives it, time-weighted over the GPU's own sample periods, and the faults a node
+where the GPU gives it, as nvml.h documents it (one sample per process, its window tracked from
+its own stamp, the first window said as nothing), the GPU's own busy figure, and the faults a node
 has, played per GPU and per call with the binding's own error classes: no driver, a driver
 reload or upgrade, an older GPU or driver, a lost GPU, a MIG instance refused, a process
 starting mid-call."""
@@ -20,8 +21,9 @@ from gpu_usage.nvml_reader import (
     DriverChanged,
     NvmlReader,
     NvmlUnavailable,
+    Sweep,
 )
-from tests.gpu_usage.fake_nvml import FakeGpu, FakeNvml
+from tests.gpu_usage.fake_nvml import SAMPLE_PERIOD_US, FakeGpu, FakeNvml
 
 GIB = 1024**3
 
@@ -84,14 +86,95 @@ def test_the_bindings_process_struct_is_nvml_hs() -> None:
         assert (fields, ctypes.sizeof(struct)) == (PROCESS_INFO, 24), name
 
 
+def _second_sweep(reader: NvmlReader) -> Sweep:
+    """The first window only sets the marks; the second has figures."""
+    reader.sweep()
+    return reader.sweep()
+
+
 def test_a_sweep_lists_each_process_with_its_memory_and_utilization() -> None:
     gpu = FakeGpu("GPU-a", processes={101: 4 * GIB, 102: 2 * GIB}, sm={101: 33, 102: 25})
-    sweep = NvmlReader(FakeNvml([gpu])).sweep()
-    assert [(g.uuid, g.index, g.memory_used) for g in sweep.gpus] == [
+    reader = NvmlReader(FakeNvml([gpu]))
+    first = reader.sweep()
+    assert [(g.uuid, g.index, g.memory_used) for g in first.gpus] == [
         ("GPU-a", "0", 6 * GIB + 512 * 1024**2)
     ]
-    assert {(p.pid, p.used_bytes) for p in sweep.processes} == {(101, 4 * GIB), (102, 2 * GIB)}
+    assert {(p.pid, p.used_bytes) for p in first.processes} == {(101, 4 * GIB), (102, 2 * GIB)}
+    # From timestamp 0 the driver averages its whole buffer, of a length nobody knows: nothing
+    # is said of the first window, not even that the processes were idle.
+    assert first.sm_percent == {} and first.gpu_busy == {}
+    assert not first.utilization_read("GPU-a")
+    sweep = reader.sweep()
     assert sweep.sm_percent == {("GPU-a", 101): 33.0, ("GPU-a", 102): 25.0}
+    assert sweep.gpu_busy == {"GPU-a": 58.0} and sweep.utilization_read("GPU-a")
+
+
+def test_each_process_gives_one_sample_taken_as_it_comes() -> None:
+    """nvml.h: "One utilization sample structure is returned per process running": its smUtil is
+    the window's figure. A model that summed samples and divided by the GPU's periods would read
+    40 % over six periods as 6.7 %."""
+    gpu = FakeGpu("GPU-a", processes={1: GIB}, sm={1: 40})
+    nvml = FakeNvml([gpu])
+    reader = NvmlReader(nvml)
+    reader.sweep()
+    nvml.window_periods = 30  # a 5 s interval
+    assert reader.sweep().sm_percent == {("GPU-a", 1): 40.0}
+
+
+def test_a_process_whose_samples_lag_is_not_cut_out() -> None:
+    """Process 2's stamp lags process 1's by two periods: asking from the newest stamp seen
+    would never return it again."""
+    gpu = FakeGpu("GPU-a", processes={1: GIB, 2: GIB}, sm={1: 50, 2: 30})
+    gpu.lag_us = {2: 2 * SAMPLE_PERIOD_US}
+    reader = NvmlReader(FakeNvml([gpu]))
+    reader.sweep()
+    for _ in range(3):
+        assert reader.sweep().sm_percent == {("GPU-a", 1): 50.0, ("GPU-a", 2): 30.0}
+
+
+def test_a_process_that_stops_computing_reads_idle_and_its_old_mark_stretches_no_window() -> None:
+    gpu = FakeGpu("GPU-a", processes={1: GIB, 2: GIB}, sm={1: 50, 2: 30})
+    reader = NvmlReader(FakeNvml([gpu]))
+    reader.sweep()
+    reader.sweep()
+    gpu.sm = {1: 50}  # process 2 holds its memory and computes nothing
+    for _ in range(3):
+        sweep = reader.sweep()
+        assert sweep.sm_percent == {("GPU-a", 1): 50.0}  # 2 absent: sampled, idle
+        assert sweep.utilization_read("GPU-a")
+    gpu.sm = {1: 50, 2: 30}
+    assert reader.sweep().sm_percent == {("GPU-a", 1): 50.0, ("GPU-a", 2): 30.0}
+
+
+def test_garbage_samples_are_dropped_and_counted_not_clamped() -> None:
+    """2147483632 is what DCGM#83 saw NVML give; clamping it would report a busy GPU."""
+    gpu = FakeGpu("GPU-a", processes={1: GIB, 2: GIB}, sm={1: 50, 2: 10}, garbage={2})
+    reader = NvmlReader(FakeNvml([gpu]))
+    reader.sweep()
+    sweep = reader.sweep()
+    assert sweep.sm_percent == {("GPU-a", 1): 50.0}
+    assert sweep.garbage_samples == 1
+
+
+def test_the_gpus_own_busy_figure_includes_idle_periods() -> None:
+    gpu = FakeGpu("GPU-a", processes={1: GIB}, sm={1: 90})
+    reader = NvmlReader(FakeNvml([gpu]))
+    reader.sweep()
+    assert reader.sweep().gpu_busy == {"GPU-a": 90.0}
+    gpu.sm = {}  # a window with nothing computed
+    reader.sweep()
+    gpu.sm = {1: 90}
+    idle_then_busy = reader.sweep()
+    assert idle_then_busy.gpu_busy == {"GPU-a": 90.0}  # each window its own
+    gpu.busy = 45  # the GPU says otherwise than the processes' sum: its own figure wins
+    assert reader.sweep().gpu_busy == {"GPU-a": 45.0}
+
+
+def test_without_device_samples_the_last_periods_rate_stands_in() -> None:
+    gpu = FakeGpu("GPU-a", processes={1: GIB}, sm={1: 70}, faults={"nvmlDeviceGetSamples": 3})
+    reader = NvmlReader(FakeNvml([gpu]))
+    reader.sweep()
+    assert reader.sweep().gpu_busy == {"GPU-a": 70.0}
 
 
 def test_utilization_not_supported_keeps_memory_and_is_not_asked_again() -> None:
@@ -154,7 +237,7 @@ def test_a_utilization_error_keeps_the_gpus_processes_and_memory(call: str) -> N
     assert (fault.reason, fault.figure) == ("nvml_error", "utilization")
     assert sweep.sm_percent == {} and not sweep.utilization_read("GPU-a")
     del gpu.faults[call]  # its own sweep's: asked again, and read
-    again = reader.sweep()
+    again = _second_sweep(reader)
     assert again.faults == {} and again.utilization_read("GPU-a")
     assert again.sm_percent == {("GPU-a", 1): 40.0}
 
@@ -184,8 +267,9 @@ def test_a_driver_reload_initialises_nvml_again() -> None:
 
 def test_idle_processes_have_no_sample() -> None:
     gpu = FakeGpu("GPU-a", processes={1: GIB})  # no SM samples: NVML answers NOT_FOUND
-    sweep = NvmlReader(FakeNvml([gpu])).sweep()
-    assert sweep.sm_percent == {}
+    sweep = _second_sweep(NvmlReader(FakeNvml([gpu])))
+    assert sweep.sm_percent == {} and sweep.utilization_read("GPU-a")
+    assert sweep.gpu_busy == {"GPU-a": 0.0}
     assert sweep.utilization_unsupported == frozenset()
 
 
@@ -216,8 +300,10 @@ def test_a_process_starting_between_the_bindings_two_calls_is_asked_again() -> N
     """nvidia-ml-py sizes the sample buffer by a first call; a process starting before the
     second gets INSUFFICIENT_SIZE."""
     gpu = FakeGpu("GPU-a", processes={1: GIB}, sm={1: 40}, fault_once=True)
+    reader = NvmlReader(FakeNvml([gpu]))
+    reader.sweep()
     gpu.faults["nvmlDeviceGetProcessUtilization"] = 7
-    sweep = NvmlReader(FakeNvml([gpu])).sweep()
+    sweep = reader.sweep()
     assert sweep.sm_percent == {("GPU-a", 1): 40.0} and sweep.faults == {}
 
 
@@ -296,23 +382,14 @@ def test_no_driver_at_start_is_not_a_driver_change() -> None:
 def test_released_between_sweeps_nothing_is_held_open() -> None:
     nvml = FakeNvml([FakeGpu("GPU-a", processes={1: GIB}, sm={1: 10})])
     reader = NvmlReader(nvml, release_between_sweeps=True)
-    first = reader.sweep()
+    reader.sweep()
     assert not nvml.initialised and nvml.shutdowns == 1
-    assert reader.sweep().sm_percent == first.sm_percent  # each window still its own
+    assert reader.sweep().sm_percent == {("GPU-a", 1): 10.0}  # the marks outlive a release
     assert (nvml.inits, nvml.shutdowns) == (2, 2)
     held = NvmlReader(nvml)
     held.sweep()
     held.sweep()
     assert nvml.initialised and nvml.inits == 3
-
-
-def test_utilization_is_time_weighted_over_the_gpus_periods_idle_included() -> None:
-    """NVML returns a process sample only for a period the process was busy: a process busy
-    at 90 % in 2 of 6 periods kept the GPU 30 % busy, not 90 %."""
-    gpu = FakeGpu("GPU-a", processes={1: GIB, 2: GIB}, sm={1: 90, 2: 20}, periods=6)
-    gpu.busy_periods = {1: 2}
-    sweep = NvmlReader(FakeNvml([gpu])).sweep()
-    assert sweep.sm_percent == {("GPU-a", 1): 30.0, ("GPU-a", 2): 20.0}
 
 
 def test_graphics_processes_and_mps_clients_are_listed() -> None:

@@ -262,8 +262,13 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
     running = {"agent": agent, "prometheus": server}
     try:
         exposition = while_running(
-            lambda: _text(f"http://127.0.0.1:{metrics_port}/metrics", "GPU-b"),
-            "the agent's first sweep",
+            # The containers' duty: a second sweep's (the first opens NVML's window), after
+            # the pods' listing, which runs beside the sweeps.
+            lambda: _text(
+                f"http://127.0.0.1:{metrics_port}/metrics",
+                "gpu_admission_container_gpu_duty_cycle{",
+            ),
+            "the agent's containers, named, with their duty cycle",
             running,
             TIMEOUT,
             tmp_path / "agent.log",

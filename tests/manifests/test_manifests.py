@@ -309,5 +309,8 @@ def test_the_gpu_usage_agent_sees_every_gpu_and_host_pids_with_the_least_rights(
     assert "nvidia.com/gpu.present" in keys  # GPU nodes only
     mine = _rules(docs, "gpu-admission-gpu-usage")
     assert _may(mine, "list", "pods") and _may(mine, "create", "events")
+    # Its own Node's labels: the driver manager's pause (gpu_usage/driver_pause.py).
+    assert _may(mine, "list", "nodes") and _may(mine, "watch", "nodes")
     assert not _may(mine, "get", "secrets") and not _may(mine, "patch", "pods")
-    assert sum(len(r["verbs"]) * len(r["resources"]) for r in mine) == 2  # nothing else
+    assert not _may(mine, "patch", "nodes")
+    assert sum(len(r["verbs"]) * len(r["resources"]) for r in mine) == 4  # nothing else
