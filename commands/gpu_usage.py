@@ -148,7 +148,8 @@ def gpu_usage_command(args: argparse.Namespace) -> int:
     from gpu_usage.agent import Agent
     from gpu_usage.driver_pause import DriverPause
     from gpu_usage.host_processes import ProcessTable
-    from gpu_usage.nvml_reader import DriverChanged, NvmlReader, NvmlUnavailable
+    from gpu_usage.nvml_faults import DriverChanged, NvmlUnavailable
+    from gpu_usage.nvml_reader import GPU_TIMEOUT_SECONDS, NvmlReader
     from gpu_usage.over_share import OverShareWatch
     from gpu_usage.table import render
     from gpu_usage.units import MIB
@@ -163,7 +164,9 @@ def gpu_usage_command(args: argparse.Namespace) -> int:
     except ClusterConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    reader = NvmlReader(release_between_sweeps=args.release_nvml)
+    # A GPU whose calls hang is named before the sweep is due again, the others read.
+    gpu_timeout = min(GPU_TIMEOUT_SECONDS, 0.8 * args.interval)
+    reader = NvmlReader(release_between_sweeps=args.release_nvml, gpu_timeout=gpu_timeout)
     watch = OverShareWatch(args.context_allowance_mib * MIB)
     pause = None if pods is None or args.once else DriverPause(pods.api, args.node)
     agent = Agent(

@@ -34,7 +34,8 @@ from gpu_usage.containers import ContainerUsage, Peaks, by_container
 from gpu_usage.driver_pause import DriverPause
 from gpu_usage.host_processes import ProcessTable
 from gpu_usage.node_pods import NodePods
-from gpu_usage.nvml_reader import ALL, DriverChanged, Fault, Gpu, NvmlReader, NvmlUnavailable
+from gpu_usage.nvml_faults import ALL, DriverChanged, Fault, NvmlUnavailable
+from gpu_usage.nvml_reader import Gpu, NvmlReader
 from gpu_usage.over_share import OverShare, OverShareWatch
 from gpu_usage.usage_metrics import AgentMetrics, LatestSweep
 

@@ -25,8 +25,12 @@ ready) and init is tried again on a slow back-off, which a reboot or a module re
 
 `release_between_sweeps`: NVML is shut down after each sweep (each init then opens every GPU
 again: on a node without persistence mode, seconds per GPU). Off by default: NVML is held, as
-dcgm-exporter and the device plugin hold it, and released when the agent is told to let the
-driver go (`release`).
+dcgm-exporter and the device plugin hold it, and released while the GPU Operator's driver manager
+takes the driver off the node (gpu_usage/driver_pause.py).
+
+Each GPU is read on a worker of its own (gpu_usage/gpu_workers.py): a call that hangs on one GPU
+(fallen off the bus, in a reset) makes that GPU's fault `hung` after `gpu_timeout`, and the other
+GPUs are read; the hung GPU is not asked again until its call returns.
 """
 
 from __future__ import annotations
@@ -37,17 +41,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_usage.gpu_workers import GpuWorkers
 from gpu_usage.nvml_codes import (
     DRIVER_NOT_LOADED,
-    GPU_IS_LOST,
     INVALID_ARGUMENT,
     LIB_RM_VERSION_MISMATCH,
     LIBRARY_NOT_FOUND,
-    NO_PERMISSION,
     NOT_FOUND,
     NOT_SUPPORTED,
     UNINITIALIZED,
     code_of,
+)
+from gpu_usage.nvml_faults import (
+    MISMATCH_AT_START,
+    UTILIZATION,
+    DriverChanged,
+    Fault,
+    NvmlUnavailable,
+    fault_of,
+    hung_fault,
+    unavailable_message,
 )
 from gpu_usage.nvml_utilization import Utilization, UtilizationWindows
 
@@ -64,18 +77,9 @@ EMPTY_MIG_SLOT = {NOT_FOUND, INVALID_ARGUMENT}
 # ("NVRM: API mismatch: the client has the version ...").
 MISMATCH_RETRY_SECONDS = 30.0
 MISMATCH_RETRY_MAX_SECONDS = 300.0
-# What a Fault covers: the whole GPU (nothing of it read), or only its utilization.
-ALL = "all"
-UTILIZATION = "utilization"
-
-
-class NvmlUnavailable(Exception):
-    """NVML cannot be read on this node; the message says why and what to do."""
-
-
-class DriverChanged(NvmlUnavailable):
-    """The driver is not the one whose library this process loaded: only a new process reads it
-    (the kubelet restarts the agent's container, with the library of the driver now loaded)."""
+# How long a sweep waits for one GPU's calls (a sweep takes milliseconds; the agent's interval
+# is 5 s by default): longer, the GPU is named hung and the others are read.
+GPU_TIMEOUT_SECONDS = 4.0
 
 
 @dataclass(frozen=True)
@@ -96,17 +100,6 @@ class GpuProcess:
     # An MPS client: its kernels run in the MPS server's context, whose PID carries the SM
     # samples, so NVML cannot tell this process's share of the GPU's time.
     mps_client: bool = False
-
-
-@dataclass(frozen=True)
-class Fault:
-    """Why one GPU was not read: `reason` short, for a metric's label; `message` for people."""
-
-    reason: str  # gpu_lost, no_permission, old_driver, nvml_error
-    message: str
-    # ALL: the GPU was not read, its containers have no series; UTILIZATION: its processes and
-    # memory were read, only the duty cycle of its containers is missing.
-    figure: str = ALL
 
 
 @dataclass
@@ -138,6 +131,18 @@ class Sweep:
             self.utilization_opening.add(gpu_uuid)
         self.garbage_samples += figures.garbage
 
+    def merge(self, part: Sweep) -> None:
+        """Another GPU's reading into this sweep."""
+        self.gpus.extend(part.gpus)
+        self.processes.extend(part.processes)
+        self.sm_percent.update(part.sm_percent)
+        self.gpu_busy.update(part.gpu_busy)
+        self.sm_dropped |= part.sm_dropped
+        self.utilization_failed |= part.utilization_failed
+        self.utilization_opening |= part.utilization_opening
+        self.garbage_samples += part.garbage_samples
+        self.faults.update(part.faults)
+
     def utilization_read(self, gpu_uuid: str) -> bool:
         """Whether this sweep has the GPU's per-process utilization (a process without a
         sample was then idle, not unknown)."""
@@ -150,67 +155,16 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def unavailable_message(error: BaseException) -> str:
-    code = code_of(error)
-    if code == LIBRARY_NOT_FOUND or isinstance(error, (OSError, ImportError)):
-        return (
-            "NVML (libnvidia-ml.so.1) was not found: this node has no NVIDIA driver, or the "
-            "agent's container does not get it. Run the agent on GPU nodes only, with the "
-            "NVIDIA container runtime (runtimeClassName: nvidia where it is not the default)"
-        )
-    if code == DRIVER_NOT_LOADED:
-        return "the NVIDIA driver is not loaded on this node (nvidia-smi says the same): load it"
-    if code == LIB_RM_VERSION_MISMATCH:
-        return (
-            "the NVIDIA driver is not the one whose library this agent loaded (a driver "
-            "upgrade): restarting to load the new one"
-        )
-    return f"NVML could not be initialised: {error}"
-
-
-# The first init's LIB_RM_VERSION_MISMATCH: the same words at each try, so said once.
-MISMATCH_AT_START = (
-    "the NVIDIA driver's kernel module and its library (libnvidia-ml.so.1) are of different "
-    'versions (LIB_RM_VERSION_MISMATCH; `nvidia-smi` on the node says "Driver/library version '
-    'mismatch"): the driver was upgraded without its kernel module being reloaded. Reboot the '
-    "node, or reload the NVIDIA kernel modules"
-)
-
-
-def _fault(error: BaseException, figure: str = ALL) -> Fault:
-    code = code_of(error)
-    if code == GPU_IS_LOST:
-        return Fault(
-            "gpu_lost",
-            "the GPU is lost (fallen off the bus, or being reset): `nvidia-smi` on the node "
-            "says the same; drain the node and have the GPU checked",
-            figure,
-        )
-    if code == NO_PERMISSION:
-        return Fault(
-            "no_permission",
-            "NVML refuses the agent this device (no permission); on a MIG GPU, read as a "
-            "non-root user, that may need the MIG monitor capability (docs/gpu-usage.md, MIG)",
-            figure,
-        )
-    if code is None:  # NVMLLibraryMismatchError: the binding's process calls need R510+
-        return Fault(
-            "old_driver",
-            f"the driver is older than this NVML binding's process calls need ({error}): "
-            "upgrade the driver to R510 or later",
-            figure,
-        )
-    return Fault("nvml_error", f"NVML answered {error}", figure)
-
-
 class NvmlReader:
     def __init__(
         self,
         nvml: Any = None,
         release_between_sweeps: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        gpu_timeout: float = GPU_TIMEOUT_SECONDS,
     ) -> None:
-        """`nvml`: the binding (default: nvidia-ml-py's `pynvml`, imported on first use)."""
+        """`nvml`: the binding (default: nvidia-ml-py's `pynvml`, imported on first use);
+        `gpu_timeout`: how long a sweep waits for one GPU before naming it hung."""
         self._nvml = nvml
         self._clock = clock
         self._started = False
@@ -220,6 +174,8 @@ class NvmlReader:
         self._mismatch_wait = MISMATCH_RETRY_SECONDS
         self.release_between_sweeps = release_between_sweeps
         self._windows: UtilizationWindows | None = None
+        self.gpu_timeout = gpu_timeout
+        self.workers: GpuWorkers[Sweep] = GpuWorkers(clock)
 
     @property
     def nvml(self) -> Any:
@@ -300,43 +256,54 @@ class NvmlReader:
         return sweep
 
     def _read(self) -> Sweep:
+        sweep = Sweep([], [])
+        count = self.nvml.nvmlDeviceGetCount()
+        parts, hung = self.workers.run(range(count), self._read_gpu, self.gpu_timeout)
+        for index in range(count):
+            if index in parts:
+                sweep.merge(parts[index])
+            elif index in hung:
+                sweep.faults[f"GPU {index}"] = hung_fault(hung[index])
+        sweep.utilization_unsupported = frozenset(self.windows.unsupported)
+        return sweep
+
+    def _read_gpu(self, index: int) -> Sweep:
+        """One GPU (or its MIG instances), on its own worker (gpu_usage/gpu_workers.py)."""
         nvml = self.nvml
         sweep = Sweep([], [])
-        for index in range(nvml.nvmlDeviceGetCount()):
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            devices = self._devices(handle, index)
+        except nvml.NVMLError as error:
+            if code_of(error) in _WHOLE:
+                raise
+            sweep.faults[f"GPU {index}"] = fault_of(error)
+            return sweep
+        for gpu, device in devices:
             try:
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                devices = self._devices(handle, index)
+                processes = self._processes(device, gpu.uuid)
             except nvml.NVMLError as error:
                 if code_of(error) in _WHOLE:
                     raise
-                sweep.faults[f"GPU {index}"] = _fault(error)
+                sweep.faults[gpu.uuid] = fault_of(error)
                 continue
-            for gpu, device in devices:
-                try:
-                    processes = self._processes(device, gpu.uuid)
-                except nvml.NVMLError as error:
-                    if code_of(error) in _WHOLE:
-                        raise
-                    sweep.faults[gpu.uuid] = _fault(error)
-                    continue
-                except self._mismatch() as error:
-                    sweep.faults[gpu.uuid] = _fault(error)
-                    continue
-                sweep.gpus.append(gpu)
-                sweep.processes.extend(processes)
-                # Apart: the processes' memory stands whatever the utilization calls answer.
-                try:
-                    running = {p.pid for p in processes}
-                    sweep.add(gpu.uuid, self.windows.read(device, gpu.uuid, running))
-                except nvml.NVMLError as error:
-                    if code_of(error) in _WHOLE:
-                        raise
-                    sweep.faults[gpu.uuid] = _fault(error, UTILIZATION)
-                    sweep.utilization_failed.add(gpu.uuid)
-                except self._mismatch() as error:
-                    sweep.faults[gpu.uuid] = _fault(error, UTILIZATION)
-                    sweep.utilization_failed.add(gpu.uuid)
-        sweep.utilization_unsupported = frozenset(self.windows.unsupported)
+            except self._mismatch() as error:
+                sweep.faults[gpu.uuid] = fault_of(error)
+                continue
+            sweep.gpus.append(gpu)
+            sweep.processes.extend(processes)
+            # Apart: the processes' memory stands whatever the utilization calls answer.
+            try:
+                running = {p.pid for p in processes}
+                sweep.add(gpu.uuid, self.windows.read(device, gpu.uuid, running))
+            except nvml.NVMLError as error:
+                if code_of(error) in _WHOLE:
+                    raise
+                sweep.faults[gpu.uuid] = fault_of(error, UTILIZATION)
+                sweep.utilization_failed.add(gpu.uuid)
+            except self._mismatch() as error:
+                sweep.faults[gpu.uuid] = fault_of(error, UTILIZATION)
+                sweep.utilization_failed.add(gpu.uuid)
         return sweep
 
     def _devices(self, handle: Any, index: int) -> list[tuple[Gpu, Any]]:

@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from gpu_admission.process.metrics import Metrics
 from gpu_usage.attribution import UsageRow
 from gpu_usage.containers import ContainerUsage
-from gpu_usage.nvml_reader import Fault
+from gpu_usage.nvml_faults import Fault
 from gpu_usage.pod_index import Holding
 
 CONTAINER_LABELS = ("namespace", "pod", "container", "gpu_uuid", "gpu_model")

@@ -6,7 +6,8 @@ errors are the binding's own classes: `NVMLError(code)` gives the subclass of th
 not an NVMLError, where a driver is older than the binding's process calls.
 
 Faults are played per GPU and per call: `FakeGpu.faults` maps a call's name to the code it
-raises (or "mismatch"), once or for good.
+raises (or "mismatch"; or "hang", a call that returns only once `FakeNvml.unhang` is set), once
+or for good.
 
 Utilization is played as nvml.h documents it. Time passes a window at a time: each sweep's first
 call (`nvmlDeviceGetCount`) ends a window of `window_periods` sample periods, and the driver keeps
@@ -24,6 +25,7 @@ sample reads 2147483632, a value real drivers have given (DCGM#83).
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import dataclass, field
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -104,6 +106,8 @@ class FakeNvml:
         self.clock = 1_700_000_000_000_000  # µs, as the driver stamps samples
         self.window_periods = 6  # a second at 1/6 s
         self.windows: dict[str, list[Window]] = {}  # GPU UUID -> the driver's buffer
+        self.unhang = threading.Event()  # ends every "hang" fault's call
+        self.hung_calls = 0
 
     def _live(self) -> None:
         if not self.initialised:
@@ -117,6 +121,10 @@ class FakeNvml:
             return
         if handle.fault_once:
             del handle.faults[call]
+        if code == "hang":  # a GPU fallen off the bus: the call returns when the test says
+            self.hung_calls += 1
+            self.unhang.wait(60)
+            return
         if code == "mismatch":
             assert NVMLLibraryMismatchError is not None, "this nvidia-ml-py has no such error"
             raise NVMLLibraryMismatchError("Unversioned function called and the pyNVML version "

@@ -26,7 +26,8 @@ from gpu_admission.config.schedulers import KAI_SCHEDULER
 from gpu_admission.process.metrics import Metrics
 from gpu_usage.agent import Agent
 from gpu_usage.host_processes import ProcessTable
-from gpu_usage.nvml_reader import DriverChanged, NvmlReader
+from gpu_usage.nvml_faults import DriverChanged
+from gpu_usage.nvml_reader import NvmlReader
 from gpu_usage.usage_metrics import AgentMetrics
 from tests import ROOT
 from tests.gpu_usage.fake_nvml import FakeGpu, FakeNvml

@@ -11,16 +11,16 @@ import ctypes
 import inspect
 import itertools
 import re
+import time
 
 import pynvml
 import pytest
 
+from gpu_usage.nvml_faults import DriverChanged, NvmlUnavailable
 from gpu_usage.nvml_reader import (
     MISMATCH_RETRY_MAX_SECONDS,
     MISMATCH_RETRY_SECONDS,
-    DriverChanged,
     NvmlReader,
-    NvmlUnavailable,
     Sweep,
 )
 from tests.gpu_usage.fake_nvml import SAMPLE_PERIOD_US, FakeGpu, FakeNvml
@@ -397,3 +397,30 @@ def test_graphics_processes_and_mps_clients_are_listed() -> None:
     sweep = NvmlReader(FakeNvml([gpu])).sweep()
     listed = {p.pid: (p.used_bytes, p.mps_client) for p in sweep.processes}
     assert listed == {1: (GIB, False), 2: (GIB, False), 3: (2 * GIB, True)}
+
+
+def test_a_hung_gpu_is_named_and_the_others_are_read() -> None:
+    """A call that hangs on GPU 1 (fallen off the bus) holds that GPU alone: the sweep names it
+    hung after its deadline and reads GPU 0; it is not asked again while its call runs, and is
+    read again once the call returns."""
+    gpus = [FakeGpu("GPU-a", processes={1: GIB}), FakeGpu("GPU-b", processes={2: GIB})]
+    gpus[1].faults["nvmlDeviceGetComputeRunningProcesses"] = "hang"
+    gpus[1].fault_once = True
+    nvml = FakeNvml(gpus)
+    reader = NvmlReader(nvml, gpu_timeout=0.2)
+    try:
+        for _ in range(3):
+            sweep = reader.sweep()
+            assert [g.uuid for g in sweep.gpus] == ["GPU-a"]
+            assert [p.pid for p in sweep.processes] == [1]
+            fault = sweep.faults["GPU 1"]
+            assert fault.reason == "hung" and "the other GPUs are read" in fault.message
+        assert nvml.hung_calls == 1  # asked once, not piled on
+    finally:
+        nvml.unhang.set()
+    deadline = time.monotonic() + 30
+    while reader.workers.hung():
+        assert time.monotonic() < deadline, "the hung call never returned"
+        time.sleep(0.01)  # polling a condition, bounded by the deadline
+    sweep = reader.sweep()
+    assert [g.uuid for g in sweep.gpus] == ["GPU-a", "GPU-b"] and sweep.faults == {}
