@@ -27,7 +27,7 @@ from typing import Any
 from kubernetes import client
 
 from gpu_admission.process.quiet_log import QuietLog
-from gpu_usage.node_pods import API_ERRORS, call
+from gpu_usage.node_pods import API_ERRORS, call, stream
 
 log = logging.getLogger("gpu_admission.gpu_usage")
 
@@ -116,11 +116,9 @@ class DriverPause:
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(WATCH_SECONDS)),
         ]
-        stream = call(
-            self._api, "GET", "/api/v1/nodes", query, timeout=READ_TIMEOUT_SECONDS, stream=True
-        )
+        lines = stream(self._api, "/api/v1/nodes", query, READ_TIMEOUT_SECONDS)
         self._delay = FIRST_RETRY_SECONDS
-        for line in stream:
+        for line in lines:
             if self._stop.is_set():
                 return
             if line.strip():

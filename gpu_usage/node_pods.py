@@ -21,7 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, overload
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -124,7 +124,6 @@ class NodePods:
         return call(self.api, method, path, query, body)
 
 
-@overload
 def call(
     api: client.ApiClient,
     method: str,
@@ -132,34 +131,27 @@ def call(
     query: list[tuple[str, str]] | None = None,
     body: Any = None,
     timeout: float = TIMEOUT_SECONDS,
-    stream: Literal[False] = False,
-) -> bytes: ...
+) -> bytes:
+    """One request through the ApiClient's own path: the answer's body. Raises ApiException
+    for an answer that is not 2xx."""
+    return bytes(_request(api, method, path, query, body, timeout).read())
 
 
-@overload
-def call(
+def stream(
+    api: client.ApiClient, path: str, query: list[tuple[str, str]], timeout: float
+) -> Iterable[bytes]:
+    """A GET whose body's lines are handed over as they come (a watch)."""
+    return _request(api, "GET", path, query, None, timeout).response  # urllib3's: by lines
+
+
+def _request(
     api: client.ApiClient,
     method: str,
     path: str,
-    query: list[tuple[str, str]] | None = None,
-    body: Any = None,
-    timeout: float = TIMEOUT_SECONDS,
-    *,
-    stream: Literal[True],
-) -> Iterable[bytes]: ...
-
-
-def call(
-    api: client.ApiClient,
-    method: str,
-    path: str,
-    query: list[tuple[str, str]] | None = None,
-    body: Any = None,
-    timeout: float = TIMEOUT_SECONDS,
-    stream: bool = False,
-) -> bytes | Iterable[bytes]:
-    """One request through the ApiClient's own path; the answer's body, or with `stream` its
-    lines as they come (a watch). Raises ApiException for an answer that is not 2xx."""
+    query: list[tuple[str, str]] | None,
+    body: Any,
+    timeout: float,
+) -> Any:
     headers = {"Accept": "application/json"}
     if body is not None:
         headers["Content-Type"] = "application/json"
@@ -175,9 +167,7 @@ def call(
     if not 200 <= answer.status < 300:
         answer.read()
         raise ApiException(http_resp=answer)
-    if stream:
-        return answer.response  # urllib3's: iterated, it yields the body's lines
-    return bytes(answer.read())
+    return answer
 
 
 def _listing_error(error: Exception, node: str) -> str:
