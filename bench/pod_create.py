@@ -53,6 +53,7 @@ from bench.policy_forms import (
     apply_configuration,
     coarse_pod_policy,
     routing_without_checks,
+    visibility_changing_pods_only,
     without_pod_checks_webhook,
 )
 from bench.server_side import GoPeerConnections, Snapshot, figures, http_text, read_all
@@ -275,6 +276,9 @@ VARIANTS = {
     "project-coarse-pod-policy": Variant(objects=coarse_pod_policy),
     # No validating webhook for pods: the most folding it into the mutating one could save.
     "project-without-pod-checks-webhook": Variant(objects=without_pod_checks_webhook),
+    # The visibility policy matching only pods it changes at first, as before it matched every
+    # pod created so that a container a later webhook adds is hidden too.
+    "project-visibility-changing-pods-only": Variant(objects=visibility_changing_pods_only),
 }
 
 

@@ -30,7 +30,11 @@ from gpu_admission.names import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
 from webhooks.apiserver_policies.cel import cel_string
 from webhooks.apiserver_policies.pod_checks import POLICY_NAME as POD_POLICY_NAME
 from webhooks.apiserver_policies.pod_checks import refusable_condition
-from webhooks.apiserver_policies.visibility_mutation import POLICY_NAME, hidden_test
+from webhooks.apiserver_policies.visibility_mutation import (
+    POLICY_NAME,
+    hidden_test,
+    needs_change_condition,
+)
 from webhooks.apiserver_policies.webhook_configurations import POD_CHECKS_WEBHOOK
 from webhooks.apiserver_policies.webhook_routing import POD_MUTATIONS, needs_state_condition
 
@@ -100,4 +104,21 @@ def without_pod_checks_webhook(
     for obj in changed:
         if obj["kind"] == "ValidatingWebhookConfiguration":
             obj["webhooks"] = [w for w in obj["webhooks"] if w["name"] != POD_CHECKS_WEBHOOK]
+    return changed
+
+
+def visibility_changing_pods_only(
+    objects: list[dict[str, Any]], config: Config
+) -> list[dict[str, Any]]:
+    """`objects` with the visibility policy matching only the pods it changes in the first pass,
+    as before it matched every pod created (what that saved, and what it left open: a container
+    a later webhook adds to a pod with nothing to hide at first keeps its GPUs)."""
+    changed = copy.deepcopy(objects)
+    for obj in changed:
+        if (obj["kind"], obj["metadata"]["name"]) == ("MutatingAdmissionPolicy", POLICY_NAME):
+            conditions = obj["spec"]["matchConditions"]
+            conditions[-1] = {
+                "name": "a-container-to-hide",
+                "expression": needs_change_condition(config),
+            }
     return changed

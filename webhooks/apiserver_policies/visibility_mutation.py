@@ -24,11 +24,13 @@ audit event, what the change would have been, in the words `review` and the webh
 (`webhooks.core.change_words`).
 
 Facts this relies on, checked on kube-apiserver 1.36.2: MutatingAdmissionPolicies run before the
-mutating webhooks, and again after them with `reinvocationPolicy: IfNeeded` (a container a later
-webhook adds is hidden too); a JSONPatch value of map literals works, while one that holds
-`Object{}` initializers fails the request with a 500 (kubernetes/kubernetes#142181), so none is
-used here; `transformList` and `flatten` are in its CEL (two-variable comprehensions since 1.32,
-the lists library v3 since 1.34).
+mutating webhooks, and again after them with `reinvocationPolicy: IfNeeded`, but only those that
+matched in the first pass, so the policy matches every pod created (`match_condition`: a
+container a later webhook adds is hidden too, whatever the pod,
+tests/real_api/test_injected_containers.py); a JSONPatch value of map literals works, while one
+that holds `Object{}` initializers fails the request with a 500 (kubernetes/kubernetes#142181),
+so none is used here; `transformList` and `flatten` are in its CEL (two-variable comprehensions
+since 1.32, the lists library v3 since 1.34).
 """
 
 from __future__ import annotations
@@ -197,10 +199,8 @@ def _unchanged() -> str:
 
 
 def needs_change_condition(config: Config) -> str:
-    """CEL true for the requests the policy changes: a container it hides that lacks the entry.
-    The API server does the costly part of a mutation (the object to JSON and back, defaulted
-    again) for every request a policy matches, even one it patches with nothing: a pod whose
-    containers all ask for GPUs, or are hidden already, need not pay it."""
+    """CEL true for the requests the policy changes now: a container it hides that lacks the
+    entry (the audit-mode policy records those, and only those)."""
     parts = []
     for lst in (*_CREATED, EPHEMERAL):
         when = (
@@ -209,6 +209,18 @@ def needs_change_condition(config: Config) -> str:
         hides = f"{hidden_test(config)} && !{_unchanged()}"
         parts.append(f"({when} && {_added(lst)}.exists(c, {hides}))")
     return " || ".join(parts)
+
+
+def match_condition(config: Config) -> str:
+    """CEL true for the requests the enforcing policy matches: every pod created, and an
+    ephemeral container's update that has one to hide. A created pod with nothing to hide yet
+    (its containers all ask for GPUs, or say `none` already) must still match: kube-apiserver
+    reinvokes a MutatingAdmissionPolicy only if it matched in the first pass (policy/mutating/
+    dispatcher.go: a non-matching invocation `continue`s before `AddReinvocablePolicyTo
+    PreviouslyInvoked`, and a reinvocation `continue`s unless `ShouldReinvoke(invocationKey)`),
+    so a container a later webhook adds would keep every GPU of its node. Its cost is the
+    mutation's own (the object to JSON and back) for pods the policy leaves as they are."""
+    return f"request.operation == 'CREATE' || ({needs_change_condition(config)})"
 
 
 def patch_expression(config: Config) -> str:
@@ -246,7 +258,7 @@ def visibility_policy(config: Config) -> dict[str, Any]:
             },
             "matchConditions": [
                 {"name": "not-a-mirror-pod", "expression": NOT_A_MIRROR_POD},
-                {"name": "a-container-to-hide", "expression": needs_change_condition(config)},
+                {"name": "created-or-a-container-to-hide", "expression": match_condition(config)},
             ],
             "mutations": [
                 {"patchType": "JSONPatch", "jsonPatch": {"expression": patch_expression(config)}}

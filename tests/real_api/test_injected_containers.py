@@ -1,0 +1,97 @@
+"""A container another webhook adds after the project's admission has run is hidden from the GPUs
+too, whatever the pod it joins, on the real kube-apiserver 1.36: a sidecar injector played as
+service meshes run theirs (tests/world/stand_ins/sidecar_injector.py: reinvocationPolicy Never,
+its configuration sorting after the project's) appends a container asking for nothing. The
+visibility policy is reinvoked only if it matched the pod in the first pass
+(policy/mutating/dispatcher.go), so it must match the pods with nothing to hide yet: one whose
+containers all ask for a GPU, ask HAMi for GPU memory, or say `none` already."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from certs.issue import ServingSpec, issue_bundle
+from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
+from tests.webhooks.server_helpers import server_context
+from tests.world.harness import WebhookServiceThread, body, wait_until
+from tests.world.stand_ins import sidecar_injector
+
+NS = "injected-sidecars"
+NONE = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}
+
+
+@pytest.fixture(scope="module")
+def injector(kubectl: Kubectl, api: client.ApiClient) -> Iterator[None]:
+    apply_base(kubectl)
+    namespace_ready(api, NS, labels={sidecar_injector.SELECTOR_LABEL: "enabled"})
+    bundle = issue_bundle(ServingSpec("injector", "test", ips=["127.0.0.1"]))
+    service = WebhookServiceThread(sidecar_injector.app, server_context(bundle))
+    service.start()
+    registration = client.AdmissionregistrationV1Api(api)
+    url = f"https://127.0.0.1:{service.port}"
+    registration.create_mutating_webhook_configuration(
+        body(sidecar_injector.configuration(url, bundle.ca_cert_pem))
+    )
+    try:
+        wait_until(
+            lambda: (
+                isinstance(made := _admitted(api, _pod("probe", {})), dict)
+                and len(made["spec"]["containers"]) == 2
+            ),
+            "the injector called",
+        )
+        yield
+    finally:
+        registration.delete_mutating_webhook_configuration(sidecar_injector.NAME)
+        service.stop()
+
+
+def _pod(name: str, main: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "main", "image": "nvidia/cuda:13.0.2-base-ubi8", **main}]},
+    }
+
+
+def _admitted(api: client.ApiClient, pod: dict[str, Any]) -> dict[str, Any] | str:
+    """The pod as the API server would store it (a server-side dry run), or its refusal."""
+    try:
+        made = client.CoreV1Api(api).create_namespaced_pod(NS, body(pod), dry_run="All")
+    except client.ApiException as error:
+        return str(json.loads(error.body)["message"])
+    return dict(client.ApiClient().sanitize_for_serialization(made))
+
+
+def _visible(container: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in container.get("env") or [] if e["name"] == "NVIDIA_VISIBLE_DEVICES"]
+
+
+@pytest.mark.parametrize(
+    ("main", "main_keeps"),
+    [
+        ({}, [NONE]),  # CPU-only: hidden in the first pass too
+        ({"resources": {"limits": {"nvidia.com/gpu": "1"}}}, []),
+        ({"resources": {"limits": {"nvidia.com/gpumem": "3000"}}}, []),  # HAMi's memory
+        ({"env": [NONE]}, [NONE]),  # hidden by its author: nothing to change at first
+    ],
+    ids=["cpu-only", "gpu", "hami-memory", "hidden-already"],
+)
+def test_a_container_injected_later_is_hidden(
+    api: client.ApiClient,
+    injector: None,
+    main: dict[str, Any],
+    main_keeps: list[dict[str, Any]],
+) -> None:
+    stored = _admitted(api, _pod("worker", main))
+    assert isinstance(stored, dict), stored
+    containers = {c["name"]: c for c in stored["spec"]["containers"]}
+    assert set(containers) == {"main", sidecar_injector.SIDECAR}
+    assert _visible(containers[sidecar_injector.SIDECAR]) == [NONE]
+    assert _visible(containers["main"]) == main_keeps
