@@ -276,8 +276,8 @@ VARIANTS = {
     "project-coarse-pod-policy": Variant(objects=coarse_pod_policy),
     # No validating webhook for pods: the most folding it into the mutating one could save.
     "project-without-pod-checks-webhook": Variant(objects=without_pod_checks_webhook),
-    # The visibility policy matching only pods it changes at first, as before it matched every
-    # pod created so that a container a later webhook adds is hidden too.
+    # The visibility policy matching only pods it changes at first, as before it also matched
+    # the GPU pods the webhook does not see, so that a container a later webhook adds is hidden.
     "project-visibility-changing-pods-only": Variant(objects=visibility_changing_pods_only),
 }
 

@@ -111,8 +111,9 @@ def visibility_changing_pods_only(
     objects: list[dict[str, Any]], config: Config
 ) -> list[dict[str, Any]]:
     """`objects` with the visibility policy matching only the pods it changes in the first pass,
-    as before it matched every pod created (what that saved, and what it left open: a container
-    a later webhook adds to a pod with nothing to hide at first keeps its GPUs)."""
+    as before it also matched pods whose GPU containers the pods webhook does not see (what that
+    saved, and what it left open: a container a later webhook adds to such a pod keeps its
+    GPUs)."""
     changed = copy.deepcopy(objects)
     for obj in changed:
         if (obj["kind"], obj["metadata"]["name"]) == ("MutatingAdmissionPolicy", POLICY_NAME):

@@ -96,7 +96,16 @@ def requests_gpu_test(gpu: GpuConfig, companions: bool = True) -> str:
     """CEL true when the container `c` names a GPU resource in its requests or limits, or (with
     `companions`) one that asks for a GPU without counting it (`gpu.companion_resources`;
     `GpuResources.requests_gpu`)."""
-    patterns = [*gpu.resource_patterns, *(gpu.companion_resources if companions else ())]
+    return _names_test([*gpu.resource_patterns, *(gpu.companion_resources if companions else ())])
+
+
+def names_companion_test(gpu: GpuConfig) -> str:
+    """CEL true when the container `c` names a companion resource (`gpu.companion_resources`) in
+    its requests or limits; false where none is configured."""
+    return _names_test(list(gpu.companion_resources)) if gpu.companion_resources else "false"
+
+
+def _names_test(patterns: list[str]) -> str:
     named = "(" + " || ".join(_glob_test("n", p) for p in patterns) + ")"
     return (
         "has(c.resources) && ("

@@ -25,8 +25,8 @@ audit event, what the change would have been, in the words `review` and the webh
 
 Facts this relies on, checked on kube-apiserver 1.36.2: MutatingAdmissionPolicies run before the
 mutating webhooks, and again after them with `reinvocationPolicy: IfNeeded`, but only those that
-matched in the first pass, so the policy matches every pod created (`match_condition`: a
-container a later webhook adds is hidden too, whatever the pod,
+matched in the first pass, so the policy also matches the pods with GPU containers the pods
+webhook does not see (`match_condition`: a container a later webhook adds is hidden,
 tests/real_api/test_injected_containers.py); a JSONPatch value of map literals works, while one
 that holds `Object{}` initializers fails the request with a 500 (kubernetes/kubernetes#142181),
 so none is used here; `transformList` and `flatten` are in its CEL (two-variable comprehensions
@@ -42,7 +42,12 @@ from typing import Any
 from gpu_admission.config.model import Config
 from gpu_admission.gpus.scheduler_gpus import scheduler_gives
 from gpu_admission.names import HIDDEN_VALUES, MIRROR_POD_ANNOTATION, NVIDIA_VISIBLE_DEVICES
-from webhooks.apiserver_policies.cel import cel_string, requests_gpu_test, scheduler_gives_test
+from webhooks.apiserver_policies.cel import (
+    cel_string,
+    names_companion_test,
+    requests_gpu_test,
+    scheduler_gives_test,
+)
 from webhooks.apiserver_policies.pod_checks import exempt_selector
 from webhooks.core.change_words import describe_changes
 from webhooks.core.patch import Patch
@@ -212,15 +217,26 @@ def needs_change_condition(config: Config) -> str:
 
 
 def match_condition(config: Config) -> str:
-    """CEL true for the requests the enforcing policy matches: every pod created, and an
-    ephemeral container's update that has one to hide. A created pod with nothing to hide yet
-    (its containers all ask for GPUs, or say `none` already) must still match: kube-apiserver
-    reinvokes a MutatingAdmissionPolicy only if it matched in the first pass (policy/mutating/
-    dispatcher.go: a non-matching invocation `continue`s before `AddReinvocablePolicyTo
-    PreviouslyInvoked`, and a reinvocation `continue`s unless `ShouldReinvoke(invocationKey)`),
-    so a container a later webhook adds would keep every GPU of its node. Its cost is the
-    mutation's own (the object to JSON and back) for pods the policy leaves as they are."""
-    return f"request.operation == 'CREATE' || ({needs_change_condition(config)})"
+    """CEL true for the requests the enforcing policy matches: those with a container to hide
+    now, and every pod created with a container that keeps its GPUs the pods webhook is not
+    called for (HAMi's memory or cores alone, a scheduler's visibility). kube-apiserver reinvokes
+    a MutatingAdmissionPolicy only if it matched in the first pass (policy/mutating/
+    dispatcher.go: a non-matching invocation `continue`s before
+    `AddReinvocablePolicyToPreviouslyInvoked`, and a reinvocation `continue`s unless
+    `ShouldReinvoke(invocationKey)`): such a pod, with nothing to hide at first, must match, or a
+    container a later webhook adds keeps every GPU of its node. A pod with a GPU resource or a
+    claim is the webhook's (webhook_routing), which is reinvoked (`IfNeeded`) and hides what was
+    added; matching it here too would cost each GPU pod a second evaluation of the patch, about
+    1 ms of the API server's CPU (docs/performance.md). Left open: a CPU-only pod whose
+    containers all say `none` already (matching it would cost every CPU-only pod the same)."""
+    # A companion resource, with or without a GPU one (the pair is rare; a lone companion is
+    # what matters): one short test where companion-and-not-resource would read the resources
+    # twice, in every CPU-only pod's second pass too.
+    keeps = names_companion_test(config.gpu)
+    if config.gpu.schedulers:
+        keeps = f"({keeps}) || {scheduler_gives_test(config.gpu)}"
+    unseen = " || ".join(f"{_added(lst)}.exists(c, {keeps})" for lst in _CREATED)
+    return f"({needs_change_condition(config)}) || (request.operation == 'CREATE' && ({unseen}))"
 
 
 def patch_expression(config: Config) -> str:
@@ -258,7 +274,7 @@ def visibility_policy(config: Config) -> dict[str, Any]:
             },
             "matchConditions": [
                 {"name": "not-a-mirror-pod", "expression": NOT_A_MIRROR_POD},
-                {"name": "created-or-a-container-to-hide", "expression": match_condition(config)},
+                {"name": "to-hide-now-or-later", "expression": match_condition(config)},
             ],
             "mutations": [
                 {"patchType": "JSONPatch", "jsonPatch": {"expression": patch_expression(config)}}
