@@ -9,7 +9,13 @@ admission set-ups, applied in turn, in a rotated order each round, on one API se
 
 - `none`: no webhook, no admission policy of the project's;
 - `go`: a Go `net/http` webhook pair (bench/go_peer: a mutating webhook for every pod, with the
-  same shape of patch, and a validating one that allows), `failurePolicy: Fail`;
+  same shape of patch, and a validating one that allows), `failurePolicy: Fail`, spoken to in
+  HTTP/1.1 as kube-apiserver speaks to every webhook in a cluster (`k8s.io/apiserver/pkg/util/
+  webhook/client.go` sets `NextProtos = ["http/1.1"]` for `clientConfig.service` and for a URL
+  that is not loopback; the set-ups here are registered at 127.0.0.1, so the peer refuses h2);
+- `go-h2`: the same pair offering HTTP/2, which kube-apiserver negotiates with a loopback URL
+  only: what a webhook server that speaks HTTP/2 could gain, never the baseline (the project's
+  service speaks HTTP/1.1);
 - `project`: the base as installed: the admission objects its controller writes for the default
   configuration (GPU visibility in a MutatingAdmissionPolicy, the checks in
   ValidatingAdmissionPolicies, both webhook configurations with their routing), calling
@@ -41,13 +47,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.admission import _free_port, _start
+from bench.admission import Server, _free_port, _start
 from bench.admission_tail import build_go_peer
 from bench.policy_forms import (
     apply_configuration,
@@ -64,7 +70,8 @@ from webhooks.apiserver_policies.webhook_configurations import webhook_configura
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
-SETUPS = ("none", "go", "project")
+SETUPS = ("none", "go", "go-h2", "project")
+GO_SETUPS = ("go", "go-h2")  # the Go pair in HTTP/1.1, and offering HTTP/2
 CUDA = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 WAIT_SECONDS = 60.0
 
@@ -200,23 +207,27 @@ def remove(api: Api, objects: list[dict[str, Any]]) -> None:
         api.call("DELETE", f"{REGISTRATION}/{COLLECTIONS[obj['kind']]}/{name}")
 
 
-def answered_as(api: Api, setup: str) -> bool:
+def answered_as(api: Api, setup: str, peers: Mapping[str, GoPeerConnections]) -> bool:
     """Whether the API server applies `setup` now: a CPU pod's env and a shared-GPU pod's say
     which admission ran (the Go peer writes GPU_REPLICAS, the project GPU_SHARED_REPLICAS: one
     without the other, so the set-up before has gone; a policy left over from the project would
-    give the Go peer's CPU pod a second entry)."""
+    give the Go peer's CPU pod a second entry), and the Go peers' counts which of them answered
+    (`peers` by set-up: the two write the same)."""
+    before = {name: peer.reviews() for name, peer in peers.items()}
     cpu_status, cpu = api.create_pod(pod("cpu"), dry_run=True)
     shared_status, made = api.create_pod(pod("shared"), dry_run=True)
     if cpu_status != 201 or shared_status != 201:
         return False
+    called = {name for name, peer in peers.items() if peer.reviews() > before[name]}
     cpu_env = cpu["spec"]["containers"][0].get("env") or []
     names = {e["name"] for e in made["spec"]["containers"][0].get("env") or []}
     if setup == "none":
-        return not cpu_env and not names
+        return not cpu_env and not names and not called
     go, project = "GPU_REPLICAS" in names, "GPU_SHARED_REPLICAS" in names
-    if setup == "go":
-        return len(cpu_env) == 1 and go and not project
-    return len(cpu_env) == 1 and project and not go  # the project, or a variant of it
+    if setup in GO_SETUPS:
+        return len(cpu_env) == 1 and go and not project and called == {setup}
+    # The project, or a variant of it.
+    return len(cpu_env) == 1 and project and not go and not called
 
 
 def wait_until(check: Callable[[], bool], what: str) -> None:
@@ -291,13 +302,20 @@ class ProjectServer:
 @dataclass
 class Servers:
     projects: dict[str, ProjectServer]  # "project", and each variant asked for
-    go_port: int
+    go_ports: dict[str, int]  # by set-up: "go", "go-h2"
     ca: str  # base64, as caBundle takes it
     ca_file: str
 
-    @property
-    def go_url(self) -> str:
-        return f"https://127.0.0.1:{self.go_port}"
+    def go_peers(self) -> dict[str, GoPeerConnections]:
+        return go_peers(self.go_ports, self.ca_file)
+
+
+def go_peers(ports: Mapping[str, int], ca_file: str) -> dict[str, GoPeerConnections]:
+    """Each Go peer's /connections, by set-up."""
+    return {
+        setup: GoPeerConnections(f"https://127.0.0.1:{port}", ca_file, setup)
+        for setup, port in ports.items()
+    }
 
 
 def serving_certificates(tmp: Path) -> CertBundle:
@@ -315,10 +333,19 @@ def serving_certificates(tmp: Path) -> CertBundle:
 SHARED_PLAIN = "nvidia.com/gpu"
 
 
-def go_peer_command(tmp: Path, port: int) -> list[str]:
-    """The Go webhook pair, built into `tmp`, serving on `port` with `serving_certificates`."""
+def go_peer_command(tmp: Path, port: int, setup: str = "go") -> list[str]:
+    """The Go webhook pair of `setup` (HTTP/1.1 only; `go-h2`: offering HTTP/2 too), built into
+    `tmp`, serving on `port` with `serving_certificates`."""
     command = [str(build_go_peer(tmp)), "-addr", f"127.0.0.1:{port}", "-shared", SHARED_PLAIN]
+    command += ["-http2"] if setup == "go-h2" else []
     return [*command, "-cert", str(tmp / "tls.crt"), "-key", str(tmp / "tls.key")]
+
+
+def start_go_peers(tmp: Path) -> tuple[dict[str, int], list[Server]]:
+    """Both Go pairs, each on a free port: the ports by set-up, and the processes."""
+    ports = {setup: _free_port() for setup in GO_SETUPS}
+    started = [_start(s, go_peer_command(tmp, port, s), port) for s, port in ports.items()]
+    return ports, started
 
 
 @contextmanager
@@ -326,8 +353,7 @@ def servers(tmp: Path, variants: list[str]) -> Iterator[Servers]:
     """The Go peer and the project's service (and each variant of it), each in a process of its
     own, with the CA all are signed by."""
     bundle = serving_certificates(tmp)
-    go_port = _free_port()
-    started = [_start("go", go_peer_command(tmp, go_port), go_port)]
+    go_ports, started = start_go_peers(tmp)
     projects = {}
     for name in ["project", *variants]:
         port, stats_port = _free_port(), _free_port()
@@ -340,7 +366,7 @@ def servers(tmp: Path, variants: list[str]) -> Iterator[Servers]:
     try:
         yield Servers(
             projects,
-            go_port,
+            go_ports,
             base64.b64encode(bundle.ca_bundle_pem).decode(),
             str(tmp / "ca.crt"),
         )
@@ -363,19 +389,21 @@ def measure(args: argparse.Namespace) -> list[Sample]:
             servers(Path(tmpdir), variants) as running,
         ):
             api = Api(plane.url, control_plane.ADMIN_TOKEN, plane.ca_path)
-            go_peer = GoPeerConnections(running.go_url, running.ca_file)
-            wait_until(lambda: _answers(running, go_peer), "the webhook servers")
+            peers = running.go_peers()
+            wait_until(lambda: _answers(running, peers), "the webhook servers")
 
             def snapshot(setup: str) -> Snapshot:
                 project = running.projects.get(setup, running.projects["project"])
-                return read_all(lambda: api.text("/metrics"), project.stats, go_peer)
+                return read_all(lambda: api.text("/metrics"), project.stats, peers.values())
 
             status, answer = api.call(
                 "POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}
             )
             assert status == 201, answer
             wait_until(lambda: api.create_pod(pod("cpu"), dry_run=True)[0] == 201, "the namespace")
-            made = {"none": [], "go": go_objects(running.go_port, running.ca)}
+            made: dict[str, list[dict[str, Any]]] = {"none": []}
+            for name, port in running.go_ports.items():
+                made[name] = go_objects(port, running.ca)
             for name, project in running.projects.items():
                 made[name] = setup_objects(name, project.port, running.ca)
             setups = [*SETUPS, *variants]
@@ -384,7 +412,7 @@ def measure(args: argparse.Namespace) -> list[Sample]:
                 order = setups[turn:] + setups[:turn]
                 for setup in order:
                     apply(api, made[setup])
-                    wait_until(lambda s=setup: answered_as(api, s), f"{setup} to be applied")
+                    wait_until(lambda s=setup: answered_as(api, s, peers), f"{setup} to be applied")
                     for kind in args.kind:
                         timed_creates(api, kind, args.warm_up, args.dry_run)
                     for kind in args.kind:
@@ -399,11 +427,12 @@ def measure(args: argparse.Namespace) -> list[Sample]:
     return samples
 
 
-def _answers(running: Servers, go_peer: GoPeerConnections) -> bool:
+def _answers(running: Servers, peers: Mapping[str, GoPeerConnections]) -> bool:
     try:
         for project in running.projects.values():
             http_text(f"{project.stats}/connections")
-        go_peer.snapshot()
+        for peer in peers.values():
+            peer.snapshot()
     except OSError:
         return False
     return True
@@ -448,7 +477,10 @@ def report(samples: list[Sample]) -> str:
                 f"p99 {spread([s.p99 for s in chosen])}"
             )
         pairs = [(p, o) for p in setups if p.startswith("project") for o in ("none", "go")]
+        # What HTTP/2 would gain: the pair's own, and the project against it (never the target).
+        pairs += [("go-h2", "go"), ("project", "go-h2")]
         pairs += [(v, "project") for v in setups if v.startswith("project-")]
+        pairs = [(a, b) for a, b in pairs if a in setups and b in setups]
         for mine, other in pairs:
             medians = [by[(mine, kind, r)].median / by[(other, kind, r)].median for r in rounds]
             p99s = [by[(mine, kind, r)].p99 / by[(other, kind, r)].p99 for r in rounds]
@@ -483,6 +515,7 @@ SHOWN = (
     "service ",
     "project ",
     "go ",
+    "go-h2 ",
     "lag ms",
     "late",
 )

@@ -11,7 +11,9 @@ into a temporary directory. The admission set-ups are `bench.pod_create`'s, appl
 API server in a rotated order each round:
 
 - `none`: no admission of the project's or the pair's;
-- `go`: the Go webhook pair;
+- `go`: the Go webhook pair, spoken to in HTTP/1.1 as kube-apiserver speaks to a Service webhook;
+- `go-h2`: the same pair offering HTTP/2, which kube-apiserver takes with a loopback URL only
+  (`bench.pod_create`): what HTTP/2 could gain, a line of its own;
 - `project`: the base manifests' admission policies and webhook configurations, calling one
   replica of the project's service;
 - `project-2`: the same, calling two replicas: two service processes sharing one port
@@ -70,20 +72,21 @@ from bench.pod_create import (
     apiserver_webhook_ms,
     apply,
     go_objects,
-    go_peer_command,
+    go_peers,
     missing_prerequisite,
     pod,
     remove,
     serving_certificates,
     setup_objects,
     spread,
+    start_go_peers,
     wait_until,
 )
-from bench.server_side import apiserver_snapshot, figures
+from bench.server_side import GoPeerConnections, apiserver_snapshot, figures
 
 ROOT = Path(__file__).resolve().parent.parent
 GO_LOAD = Path(__file__).resolve().parent / "go_load" / "main.go"
-SETUPS = ("none", "go", "project", "project-2")
+SETUPS = ("none", "go", "go-h2", "project", "project-2")
 WARM_UP_SECONDS = 5.0
 DELETE_SECONDS = 600.0
 SWEEP = (16, 32, 64, 128, 256)
@@ -116,7 +119,8 @@ class Load:
 @dataclass
 class Running:
     load_client: Path
-    go_port: int
+    go_ports: dict[str, int]  # "go", "go-h2"
+    peers: dict[str, GoPeerConnections]  # the same, to tell which one answers
     project_ports: dict[str, int]  # set-up -> the port its webhook configurations call
     ca: str  # base64, as caBundle takes it
     pids: dict[str, list[int]]  # set-up -> its webhook servers' processes
@@ -128,8 +132,8 @@ def servers(tmp: Path, profile: Path | None = None) -> Iterator[Running]:
     pinned to a core (two replicas are there to use two)."""
     bundle = serving_certificates(tmp)
     load_client = build_go(GO_LOAD, tmp)
-    go_port, one, two = _free_port(), _free_port(), _free_port()
-    started = [_start("go", go_peer_command(tmp, go_port), go_port)]
+    go_ports, started = start_go_peers(tmp)
+    one, two = _free_port(), _free_port()
     project = [sys.executable, "-m", "bench.project_server", "--cert-dir", str(tmp)]
     profiled = []
     if profile is not None:
@@ -144,7 +148,8 @@ def servers(tmp: Path, profile: Path | None = None) -> Iterator[Running]:
     try:
         yield Running(
             load_client,
-            go_port,
+            go_ports,
+            go_peers(go_ports, str(tmp / "ca.crt")),
             {"project": one, "project-2": two},
             base64.b64encode(bundle.ca_bundle_pem).decode(),
             pids,
@@ -172,8 +177,8 @@ class Bench:
     def objects(self, setup: str) -> list[dict[str, Any]]:
         if setup == "none":
             return []
-        if setup == "go":
-            return go_objects(self.running.go_port, self.running.ca)
+        if setup in self.running.go_ports:
+            return go_objects(self.running.go_ports[setup], self.running.ca)
         # A variant's other admission objects call the one replica.
         port = self.running.project_ports.get(setup, self.running.project_ports["project"])
         return setup_objects(setup, port, self.running.ca)
@@ -183,7 +188,9 @@ class Bench:
         objects = self.objects(setup)
         apply(self.api, objects)
         try:
-            wait_until(lambda: answered_as(self.api, setup), f"{setup} to be applied")
+            wait_until(
+                lambda: answered_as(self.api, setup, self.running.peers), f"{setup} to be applied"
+            )
             yield
         finally:
             remove(self.api, objects)
@@ -351,7 +358,9 @@ def report(loads: list[Load]) -> list[str]:
             if failed:
                 line += f"  failed {failed}: {next(x.first_failure for x in runs if x.failed)}"
             lines.append(line)
+        # go-h2: what HTTP/2 would gain, a line of its own, never the baseline.
         pairs = [("project", "go"), ("project-2", "go"), ("project-2", "project")]
+        pairs += [("go-h2", "go"), ("project", "go-h2")]
         pairs += [(v, "project") for v in setups if v in VARIANTS]
         for mine, other in pairs:
             both = [(by.get((mine, kind, r)), by.get((other, kind, r))) for r in rounds]

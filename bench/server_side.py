@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import ssl
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -129,24 +129,33 @@ class GoPeerConnections:
     """The Go peer's /connections, read over its TLS port: each read is a connection of its
     own, which the peer counts, so the reads so far are taken off its count."""
 
-    def __init__(self, url: str, ca: str) -> None:
-        self.url, self.ca = url, ca
+    def __init__(self, url: str, ca: str, label: str = "go") -> None:
+        self.url, self.ca, self.label = url, ca, label
         self.reads = 0
 
-    def snapshot(self) -> Snapshot:
+    def _read(self) -> dict[str, object]:
         self.reads += 1
-        answer = https_json(f"{self.url}/connections", self.ca)
-        return connections_snapshot(answer, "go", self.reads)
+        return https_json(f"{self.url}/connections", self.ca)
+
+    def snapshot(self) -> Snapshot:
+        return connections_snapshot(self._read(), self.label, self.reads)
+
+    def reviews(self) -> int:
+        """The reviews it has answered, in any HTTP version."""
+        requests = self._read().get("requests") or {}
+        return sum(int(n) for n in dict(requests).values())  # type: ignore[call-overload]
 
 
 def read_all(
-    apiserver_metrics: Callable[[], str], project_stats: str, go_peer: GoPeerConnections
+    apiserver_metrics: Callable[[], str],
+    project_stats: str,
+    go_peers: Iterable[GoPeerConnections],
 ) -> Snapshot:
     """One snapshot of everything: the API server's, the project's (plain HTTP stats port) and
-    the Go peer's."""
+    the Go peers'."""
     return merged(
         apiserver_snapshot(apiserver_metrics()),
         project_snapshot(http_text(f"{project_stats}/metrics")),
         connections_snapshot(json.loads(http_text(f"{project_stats}/connections")), "project"),
-        go_peer.snapshot(),
+        *(peer.snapshot() for peer in go_peers),
     )

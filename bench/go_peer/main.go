@@ -10,6 +10,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"flag"
@@ -193,6 +194,10 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8443", "listen address")
 	cert := flag.String("cert", "tls.crt", "certificate file")
 	key := flag.String("key", "tls.key", "key file")
+	// kube-apiserver speaks HTTP/1.1 to a webhook reached through clientConfig.service or a
+	// URL that is not loopback (k8s.io/apiserver/pkg/util/webhook/client.go), as in a cluster;
+	// only a loopback URL lets it negotiate h2. So HTTP/1.1 unless asked.
+	http2 := flag.Bool("http2", false, "offer HTTP/2 by ALPN as well as HTTP/1.1")
 	flag.Parse()
 	// The benchmark's readiness probes close connections mid-handshake: not worth a log line.
 	server := &http.Server{Addr: *addr, Handler: http.HandlerFunc(route),
@@ -204,5 +209,9 @@ func main() {
 				statsMu.Unlock()
 			}
 		}}
+	if !*http2 {
+		// A non-nil empty map: net/http neither offers h2 by ALPN nor serves it.
+		server.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	}
 	log.Fatal(server.ListenAndServeTLS(*cert, *key))
 }

@@ -3,15 +3,22 @@ over the same round, never across rounds."""
 
 from __future__ import annotations
 
-from bench.pod_create import SETUPS, Sample, report
+import copy
+from typing import Any
+
+import pytest
+
+from bench.pod_create import SETUPS, Sample, answered_as, report
 
 # (setup, round) -> how much slower than round 0's no-admission creates.
 FACTOR = {
     ("none", 0): 1.0,
     ("go", 0): 2.0,
+    ("go-h2", 0): 1.5,
     ("project", 0): 3.0,
     ("none", 1): 10.0,  # a busy machine in round 1
     ("go", 1): 10.0,
+    ("go-h2", 1): 10.0,
     ("project", 1): 10.0,
 }
 
@@ -29,6 +36,9 @@ def test_ratios_are_taken_within_each_round() -> None:
     assert "median ratio 2.00 (1.00 - 3.00)" in lines["cpu project/none"]
     assert "median ratio 1.25 (1.00 - 1.50)" in lines["gpu project/go"]
     assert "p99 ratio 1.25 (1.00 - 1.50)" in lines["gpu project/go"]
+    # HTTP/2's gain is a line of its own, never the project's baseline.
+    assert "median ratio 0.88 (0.75 - 1.00)" in lines["gpu go-h2/go"]
+    assert "median ratio 1.50 (1.00 - 2.00)" in lines["gpu project/go-h2"]
 
 
 def test_a_variant_is_paired_with_the_project_round_by_round() -> None:
@@ -55,3 +65,50 @@ def test_a_variant_is_paired_with_the_project_round_by_round() -> None:
         "gpu project-uvloop/project  median ratio 0.75 (0.75 - 0.75)  p99 ratio 0.75 (0.75 - 0.75)",
         "gpu project-uvloop/project  API server's webhook ms ratio 0.83 (0.67 - 1.00)",
     ]
+
+
+class _Peer:
+    """A Go peer's review count, as `GoPeerConnections.reviews` reads it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def reviews(self) -> int:
+        return self.count
+
+
+class _Api:
+    """Dry-run creates answered as the API server would with `calls` Go peers registered: each
+    called peer counts a review and writes the pair's env."""
+
+    def __init__(self, peers: dict[str, _Peer], calls: list[str]) -> None:
+        self.peers, self.calls = peers, calls
+
+    def create_pod(self, body: dict[str, Any], dry_run: bool) -> tuple[int, Any]:
+        made = copy.deepcopy(body)
+        for name in self.calls:
+            self.peers[name].count += 1
+        if self.calls:
+            env = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]
+            if "resources" in made["spec"]["containers"][0]:
+                env = [{"name": "GPU_REPLICAS", "value": "4"}]
+            made["spec"]["containers"][0]["env"] = env
+        return 201, made
+
+
+@pytest.mark.parametrize(
+    ("calls", "go", "go_h2"),
+    [
+        (["go"], True, False),
+        (["go-h2"], False, True),
+        (["go", "go-h2"], False, False),  # the set-up before not yet dropped
+        ([], False, False),
+    ],
+)
+def test_the_go_pairs_are_told_apart_by_which_one_answers(
+    calls: list[str], go: bool, go_h2: bool
+) -> None:
+    peers = {"go": _Peer(), "go-h2": _Peer()}
+    api = _Api(peers, calls)
+    assert answered_as(api, "go", peers) is go  # type: ignore[arg-type]
+    assert answered_as(api, "go-h2", peers) is go_h2  # type: ignore[arg-type]
