@@ -56,8 +56,11 @@ from typing import Any
 from bench.admission import Server, _free_port, _start
 from bench.admission_tail import build_go_peer
 from bench.policy_forms import (
+    MARK_LABEL,
     apply_configuration,
     coarse_pod_policy,
+    marked_pods,
+    marked_pods_unguarded,
     routing_without_checks,
     visibility_changing_pods_only,
     without_pod_checks_webhook,
@@ -290,6 +293,12 @@ VARIANTS = {
     # The visibility policy matching only pods it changes at first, as before it also matched
     # the GPU pods the webhook does not see, so that a container a later webhook adds is hidden.
     "project-visibility-changing-pods-only": Variant(objects=visibility_changing_pods_only),
+    # The pods the service handled marked, and left to its webhook in the second pass.
+    "project-marked-pods": Variant(server_args=("--mark-label", MARK_LABEL), objects=marked_pods),
+    # The same without the policy that makes an author's label gain nothing: its share.
+    "project-marked-pods-unguarded": Variant(
+        server_args=("--mark-label", MARK_LABEL), objects=marked_pods_unguarded
+    ),
 }
 
 
@@ -341,10 +350,13 @@ def go_peer_command(tmp: Path, port: int, setup: str = "go") -> list[str]:
     return [*command, "-cert", str(tmp / "tls.crt"), "-key", str(tmp / "tls.key")]
 
 
-def start_go_peers(tmp: Path) -> tuple[dict[str, int], list[Server]]:
-    """Both Go pairs, each on a free port: the ports by set-up, and the processes."""
+def start_go_peers(
+    tmp: Path, start: Callable[[str, list[str], int], Server] = _start
+) -> tuple[dict[str, int], list[Server]]:
+    """Both Go pairs, each on a free port, started by `start` (pinned, or not): the ports by
+    set-up, and the processes."""
     ports = {setup: _free_port() for setup in GO_SETUPS}
-    started = [_start(s, go_peer_command(tmp, port, s), port) for s, port in ports.items()]
+    started = [start(s, go_peer_command(tmp, port, s), port) for s, port in ports.items()]
     return ports, started
 
 

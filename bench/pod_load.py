@@ -20,9 +20,9 @@ API server in a rotated order each round:
   (SO_REUSEPORT), so the kernel spreads the API server's connections over them, as kube-proxy
   spreads a Service's.
 
-`--setup` picks some of these (default: all); `--variant` adds the project with other admission
-objects (`bench.pod_create`'s VARIANTS that change only the objects), calling the one replica,
-paired with `project` round by round.
+`--setup` picks some of these (default: all); `--variant` adds the project otherwise set up
+(`bench.pod_create`'s VARIANTS: other admission objects calling the one replica, or a replica of
+its own run with other arguments), paired with `project` round by round.
 
 For each set-up and `--kind` (`gpu`: `nvidia.com/gpu: 1`, a pod the project's routing sends to its
 webhook; `shared`: `nvidia.com/gpu.shared: 1`, which the pods policy judges too; `cpu`: a CPU-only
@@ -54,7 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
@@ -127,12 +127,15 @@ class Running:
 
 
 @contextmanager
-def servers(tmp: Path, profile: Path | None = None) -> Iterator[Running]:
-    """The Go pair, one project replica on a port of its own and two sharing another; none
-    pinned to a core (two replicas are there to use two)."""
+def servers(
+    tmp: Path, profile: Path | None = None, variants: Sequence[str] = ()
+) -> Iterator[Running]:
+    """The Go pair, one project replica on a port of its own and two sharing another, and one
+    for each variant run with other arguments; none pinned to a core (two replicas are there to
+    use two)."""
     bundle = serving_certificates(tmp)
     load_client = build_go(GO_LOAD, tmp)
-    go_ports, started = start_go_peers(tmp)
+    go_ports, started = start_go_peers(tmp, _start)
     one, two = _free_port(), _free_port()
     project = [sys.executable, "-m", "bench.project_server", "--cert-dir", str(tmp)]
     profiled = []
@@ -142,6 +145,12 @@ def servers(tmp: Path, profile: Path | None = None) -> Iterator[Running]:
     started.append(_start("project", [*project, "--port", str(one), *profiled], one))
     for _ in range(2):
         started.append(_start("project-2", [*project, "--port", str(two), "--reuse-port"], two))
+    ports = {"project": one, "project-2": two}
+    for variant in variants:
+        if VARIANTS[variant].server_args:
+            ports[variant] = _free_port()
+            command = [*project, "--port", str(ports[variant]), *VARIANTS[variant].server_args]
+            started.append(_start(variant, command, ports[variant]))
     pids: dict[str, list[int]] = {"none": []}
     for server in started:
         pids.setdefault(server.label, []).append(server.process.pid)
@@ -150,7 +159,7 @@ def servers(tmp: Path, profile: Path | None = None) -> Iterator[Running]:
             load_client,
             go_ports,
             go_peers(go_ports, str(tmp / "ca.crt")),
-            {"project": one, "project-2": two},
+            ports,
             base64.b64encode(bundle.ca_bundle_pem).decode(),
             pids,
         )
@@ -215,7 +224,7 @@ class Bench:
         processes = {
             "apiserver": [self.plane.apiserver.pid],
             "etcd": [p.pid for p in self.plane.processes if Path(str(p.args[0])).name == "etcd"],
-            "webhook": self.running.pids["project" if setup in VARIANTS else setup],
+            "webhook": self.running.pids.get(setup) or self.running.pids["project"],
         }
         cpu_before = {k: sum(_cpu_seconds(p) for p in pids) for k, pids in processes.items()}
         before = apiserver_snapshot(self.api.text("/metrics"))
@@ -291,7 +300,7 @@ def measure(args: argparse.Namespace) -> tuple[list[Load], list[Load]]:
     try:
         with (
             tempfile.TemporaryDirectory() as tmpdir,
-            servers(Path(tmpdir), args.profile) as running,
+            servers(Path(tmpdir), args.profile, args.variant or ()) as running,
         ):
             token = control_plane.ADMIN_TOKEN
             bench = Bench(plane, running, Path(tmpdir), token, args.store, args.profile)
@@ -425,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--variant",
         action="append",
-        choices=sorted(n for n, v in VARIANTS.items() if v.objects and not v.server_args),
+        choices=sorted(VARIANTS),
         help="also the project with these admission objects (bench.pod_create's VARIANTS), "
         "paired with `project` each round",
     )

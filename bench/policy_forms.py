@@ -15,6 +15,12 @@ round: what a pod pays there is kube-apiserver's own work for each object it mat
 - `coarse-pod-policy`: the pods ValidatingAdmissionPolicy matching every pod its checks may
   refuse (any shared GPU, any GPU container setting a guarded env name), as it did before its
   condition became the exact one: the same verdicts, priced against the shipped condition.
+- `marked-pods`: the second pass kube-apiserver makes after any change, priced away for the pods
+  the webhook handles: the service marks each pod it admits with a label (`bench.project_server
+  --mark-label`), the visibility policy skips a marked pod by `objectSelector` (matched before
+  any CEL), the pods webhook's condition reads the label first, and a policy of its own refuses
+  a marked pod with a container still to hide (so a label an author sets gains nothing).
+  Pod CREATE only (a debug container of a marked pod would need a policy of its own).
 - `without-pod-checks-webhook`: no validating webhook for pods. Not the same checks (pods with
   DRA claims or more than one plain GPU go unjudged): the most that folding those checks into
   the mutating webhook could save each pod.
@@ -29,7 +35,7 @@ from gpu_admission.config.model import Config
 from gpu_admission.names import NVIDIA_VISIBLE_DEVICES, VISIBLE_DEVICES_NONE
 from webhooks.apiserver_policies.cel import cel_string
 from webhooks.apiserver_policies.pod_checks import POLICY_NAME as POD_POLICY_NAME
-from webhooks.apiserver_policies.pod_checks import refusable_condition
+from webhooks.apiserver_policies.pod_checks import exempt_selector, refusable_condition
 from webhooks.apiserver_policies.visibility_mutation import (
     POLICY_NAME,
     hidden_test,
@@ -123,3 +129,80 @@ def visibility_changing_pods_only(
                 "expression": needs_change_condition(config),
             }
     return changed
+
+
+MARK_LABEL = "gpu-admission.io/gpu-visibility"
+MARKED_POLICY = "gpu-admission-marked-pods"
+
+
+def _marked() -> str:
+    key = cel_string(MARK_LABEL)
+    return f"(has(object.metadata.labels) && {key} in object.metadata.labels)"
+
+
+def marked_pods_unguarded(objects: list[dict[str, Any]], config: Config) -> list[dict[str, Any]]:
+    """`marked_pods` without its policy refusing a marked pod with a container to hide: not
+    safe (an author's label would keep a CPU-only pod's GPUs), priced to know that policy's
+    share."""
+    return marked_pods(objects, config, guarded=False)
+
+
+def marked_pods(
+    objects: list[dict[str, Any]], config: Config, guarded: bool = True
+) -> list[dict[str, Any]]:
+    """`objects` with the pods the service marks left to the webhook in the second pass (the
+    module's `marked-pods`)."""
+    changed = copy.deepcopy(objects)
+    for obj in changed:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        if (kind, name) == ("MutatingAdmissionPolicy", POLICY_NAME):
+            obj["spec"]["matchConstraints"]["objectSelector"] = {
+                "matchExpressions": [{"key": MARK_LABEL, "operator": "DoesNotExist"}]
+            }
+        if kind == "MutatingWebhookConfiguration":
+            for entry in obj["webhooks"]:
+                for condition in entry.get("matchConditions") or []:
+                    if condition["name"] == "needs-cluster-state":
+                        condition["expression"] = f"{_marked()} || ({condition['expression']})"
+    to_hide = needs_change_condition(config)
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": MARKED_POLICY},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": exempt_selector(config),
+                # Only marked pods reach its CEL: an unmarked one is skipped before conversion.
+                "objectSelector": {"matchExpressions": [{"key": MARK_LABEL, "operator": "Exists"}]},
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ],
+            },
+            "matchConditions": [
+                {
+                    "name": "marked-with-a-container-to-hide",
+                    "expression": f"{_marked()} && ({to_hide})",
+                }
+            ],
+            "validations": [
+                {
+                    "expression": "false",
+                    "message": f"the label {MARK_LABEL} is the pods webhook's: take it off",
+                    "reason": "Invalid",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": MARKED_POLICY},
+        "spec": {"policyName": MARKED_POLICY, "validationActions": ["Deny"]},
+    }
+    return [*changed, policy, binding] if guarded else changed

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from bench.pod_create import project_objects
-from bench.policy_forms import coarse_pod_policy, without_pod_checks_webhook
+from bench.policy_forms import (
+    MARK_LABEL,
+    MARKED_POLICY,
+    coarse_pod_policy,
+    marked_pods,
+    marked_pods_unguarded,
+    without_pod_checks_webhook,
+)
 from gpu_admission.config.model import Config
 from webhooks.apiserver_policies.pod_checks import POLICY_NAME, refusable_condition
+from webhooks.apiserver_policies.visibility_mutation import POLICY_NAME as VISIBILITY_POLICY
 from webhooks.apiserver_policies.webhook_configurations import POD_CHECKS_WEBHOOK
+from webhooks.apiserver_policies.webhook_routing import POD_MUTATIONS
 
 CONFIG = Config()
 
@@ -35,3 +44,32 @@ def test_without_the_pods_validating_webhook_only_that_entry_goes() -> None:
         n for n in names["ValidatingWebhookConfiguration"] if n != POD_CHECKS_WEBHOOK
     ]
     assert left["MutatingWebhookConfiguration"] == names["MutatingWebhookConfiguration"]
+
+
+def _by_name(objects: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+def test_the_marked_form_leaves_marked_pods_to_the_webhook_and_refuses_a_marked_pod_unhidden() -> (
+    None
+):
+    shipped, marked = _by_name(_objects()), _by_name(marked_pods(_objects(), CONFIG))
+    visibility = marked[("MutatingAdmissionPolicy", VISIBILITY_POLICY)]
+    assert visibility["spec"]["matchConstraints"]["objectSelector"] == {
+        "matchExpressions": [{"key": MARK_LABEL, "operator": "DoesNotExist"}]
+    }
+    webhooks = marked[("MutatingWebhookConfiguration", "gpu-admission")]["webhooks"]
+    (entry,) = [w for w in webhooks if w["name"] == POD_MUTATIONS]
+    condition = entry["matchConditions"][-1]["expression"]
+    assert condition.startswith(f"(has(object.metadata.labels) && '{MARK_LABEL}' in ")
+    guard = marked[("ValidatingAdmissionPolicy", MARKED_POLICY)]
+    assert guard["spec"]["matchConstraints"]["objectSelector"] == {
+        "matchExpressions": [{"key": MARK_LABEL, "operator": "Exists"}]
+    }
+    assert ("ValidatingAdmissionPolicyBinding", MARKED_POLICY) in marked
+    assert set(marked) - set(shipped) == {
+        ("ValidatingAdmissionPolicy", MARKED_POLICY),
+        ("ValidatingAdmissionPolicyBinding", MARKED_POLICY),
+    }
+    unguarded = _by_name(marked_pods_unguarded(_objects(), CONFIG))
+    assert set(unguarded) == set(shipped)
