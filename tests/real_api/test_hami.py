@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from certs.issue import ServingSpec, issue_bundle
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
-from tests.webhooks.server_helpers import server_context
-from tests.world.harness import WebhookServiceThread, body, wait_until
+from tests.real_api.played_webhooks import played_webhook
+from tests.world.harness import body, wait_until
 from tests.world.stand_ins import hami_webhook
 
 NS = "hami-shares"
@@ -27,20 +26,9 @@ NONE = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}
 def hami(kubectl: Kubectl, api: client.ApiClient) -> Iterator[None]:
     apply_base(kubectl)
     namespace_ready(api, NS)
-    bundle = issue_bundle(ServingSpec("hami", "test", ips=["127.0.0.1"]))
-    service = WebhookServiceThread(hami_webhook.app, server_context(bundle))
-    service.start()
-    registration = client.AdmissionregistrationV1Api(api)
-    url = f"https://127.0.0.1:{service.port}"
-    registration.create_mutating_webhook_configuration(
-        body(hami_webhook.configuration(url, bundle.ca_cert_pem))
-    )
-    try:
+    with played_webhook(api, hami_webhook.app, hami_webhook.configuration):
         wait_until(lambda: _counted(_admitted(api, _pod("probe"))), "HAMi's webhook called")
         yield
-    finally:
-        registration.delete_mutating_webhook_configuration(hami_webhook.NAME)
-        service.stop()
 
 
 def _pod(name: str, **limits: str) -> dict[str, Any]:

@@ -17,12 +17,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from certs.issue import ServingSpec, issue_bundle
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
+from tests.real_api.played_webhooks import played_webhook
 from tests.real_api.service import served
-from tests.webhooks.server_helpers import server_context
 from tests.world.control_plane import ControlPlane
-from tests.world.harness import WebhookServiceThread, body, wait_until
+from tests.world.harness import body, wait_until
 from tests.world.stand_ins import sidecar_injector
 
 NS = "injected-sidecars"
@@ -33,15 +32,7 @@ NONE = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}
 def injector(kubectl: Kubectl, api: client.ApiClient) -> Iterator[None]:
     apply_base(kubectl)
     namespace_ready(api, NS, labels={sidecar_injector.SELECTOR_LABEL: "enabled"})
-    bundle = issue_bundle(ServingSpec("injector", "test", ips=["127.0.0.1"]))
-    service = WebhookServiceThread(sidecar_injector.app, server_context(bundle))
-    service.start()
-    registration = client.AdmissionregistrationV1Api(api)
-    url = f"https://127.0.0.1:{service.port}"
-    registration.create_mutating_webhook_configuration(
-        body(sidecar_injector.configuration(url, bundle.ca_cert_pem))
-    )
-    try:
+    with played_webhook(api, sidecar_injector.app, sidecar_injector.configuration):
         wait_until(
             lambda: (
                 isinstance(made := _admitted(api, _pod("probe", {})), dict)
@@ -50,9 +41,6 @@ def injector(kubectl: Kubectl, api: client.ApiClient) -> Iterator[None]:
             "the injector called",
         )
         yield
-    finally:
-        registration.delete_mutating_webhook_configuration(sidecar_injector.NAME)
-        service.stop()
 
 
 def _pod(name: str, main: dict[str, Any]) -> dict[str, Any]:

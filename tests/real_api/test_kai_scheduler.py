@@ -15,10 +15,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from certs.issue import ServingSpec, issue_bundle
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
-from tests.webhooks.server_helpers import server_context
-from tests.world.harness import WebhookServiceThread, body, wait_until
+from tests.real_api.played_webhooks import played_webhook
+from tests.world.harness import body, wait_until
 from tests.world.stand_ins import kai_webhook
 
 NS = "kai-fractions"
@@ -33,21 +32,12 @@ def kai(kubectl: Kubectl, api: client.ApiClient) -> Iterator[None]:
         body({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
               "metadata": {"name": "nvidia"}, "handler": "nvidia"})
     )  # fmt: skip
-    bundle = issue_bundle(ServingSpec("kai", "test", ips=["127.0.0.1"]))
-    service = WebhookServiceThread(kai_webhook.app, server_context(bundle))
-    service.start()
-    registration = client.AdmissionregistrationV1Api(api)
-    url = f"https://127.0.0.1:{service.port}"
-    registration.create_mutating_webhook_configuration(
-        body(kai_webhook.configuration(url, bundle.ca_cert_pem))
-    )
     try:
-        wait_until(lambda: _admitted(api, _pod("probe")) is not None, "KAI's webhook called")
-        yield
+        with played_webhook(api, kai_webhook.app, kai_webhook.configuration):
+            wait_until(lambda: _admitted(api, _pod("probe")) is not None, "KAI's webhook called")
+            yield
     finally:
-        registration.delete_mutating_webhook_configuration(kai_webhook.NAME)
         client.NodeV1Api(api).delete_runtime_class("nvidia")
-        service.stop()
 
 
 def _pod(name: str, scheduler: str = "kai-scheduler", **annotations: str) -> dict[str, Any]:
