@@ -155,9 +155,12 @@ class InstallCluster:
         return words in described.stdout
 
     def admission_objects(self) -> dict[str, str]:
-        """The project's admission objects the API server holds, "Kind name" -> resourceVersion
+        """The project's admission objects the API server holds, "Kind name" -> generation
         (named gpu-admission*: the controller's policies and bindings, the webhook
-        configurations)."""
+        configurations). The generation, not the resourceVersion: kube-controller-manager's
+        type checker writes a ValidatingAdmissionPolicy's `status` (observedGeneration,
+        typeChecking) a moment after each change, which moves its resourceVersion and is no
+        write of the project's (seen on kube-apiserver 1.36.2)."""
         admission = client.AdmissionregistrationV1Api(self.api)
         listed = {
             "ValidatingAdmissionPolicy": admission.list_validating_admission_policy,
@@ -168,7 +171,7 @@ class InstallCluster:
             "ValidatingWebhookConfiguration": admission.list_validating_webhook_configuration,
         }
         return {
-            f"{kind} {item.metadata.name}": str(item.metadata.resource_version)
+            f"{kind} {item.metadata.name}": str(item.metadata.generation)
             for kind, call in listed.items()
             for item in call().items
             if str(item.metadata.name).startswith("gpu-admission")
