@@ -224,7 +224,8 @@ class Bench:
         processes = {
             "apiserver": [self.plane.apiserver.pid],
             "etcd": [p.pid for p in self.plane.processes if Path(str(p.args[0])).name == "etcd"],
-            "webhook": self.running.pids.get(setup) or self.running.pids["project"],
+            # A variant without a replica of its own calls the one project replica; `none`, no one.
+            "webhook": self.running.pids.get(setup, self.running.pids["project"]),
         }
         cpu_before = {k: sum(_cpu_seconds(p) for p in pids) for k, pids in processes.items()}
         before = apiserver_snapshot(self.api.text("/metrics"))
