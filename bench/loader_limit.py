@@ -16,9 +16,12 @@ ending with `sync`:
   of 50 MiB in flight per file), `cp 's3://bucket/prefix/*' DEST/`; for the capped file with
   `--concurrency 16` (16 connections), as the target is put;
 - `load`: `python -m commands load`, as a loader Job runs it (anonymous S3, the endpoint from
-  `RCLONE_S3_ENDPOINT`), with the loader's settings;
-- `rclone`: bare `rclone copy` with exactly the command line the loader gives it, for the
-  wrapper's overhead;
+  `RCLONE_S3_ENDPOINT`, the Job's memory limit in `LOADER_MEMORY_LIMIT`): its settings are
+  chosen from its listing (loaders.tuning);
+- `load-nv`: the same with `--no-verify` (`datasets.verify_checksums: false`): what checking
+  each file's MD5 costs;
+- `rclone`: bare `rclone copy` with exactly the command line the loader gives it (the same
+  choice, from the same listing, made before the clock starts), for the wrapper's overhead;
 - the machine: `cp -r` of the served tree (files created per second) and `dd` with
   `conv=fdatasync` (bytes written per second), on the same disk.
 
@@ -54,11 +57,9 @@ from pathlib import Path
 
 from bench.admission import _free_port, _pinned
 from bench.admission_tail import build_go
-from bench.loader import job_environment
-from gpu_admission.config.model import DatasetConfig
+from bench.loader import job_environment, job_memory_limit, loader_settings
 from gpu_admission.datasets.source import parse_data_source
 from loaders.rclone import rclone_command
-from webhooks.policies.quantity import parse_quantity
 
 GO_S3 = Path(__file__).resolve().parent / "go_s3" / "main.go"
 BUCKET = "bench"
@@ -253,9 +254,10 @@ def server(binary: Path, root: Path, scenario: Scenario) -> Iterator[str]:
 Client = Callable[[str, Path], list[str]]
 
 
-def clients(work: Path, rclone: str, s5cmd: str, scenario: Scenario) -> dict[str, Client]:
+def clients(
+    work: Path, rclone: str, s5cmd: str, scenario: Scenario, env: Mapping[str, str]
+) -> dict[str, Client]:
     """Each contender's command for copying the scenario's dataset from `url` into `dest`."""
-    limits = DatasetConfig()
     prefix = f"s3://{BUCKET}/{scenario.dataset}"
 
     def s5(url: str, dest: Path) -> list[str]:
@@ -266,12 +268,15 @@ def clients(work: Path, rclone: str, s5cmd: str, scenario: Scenario) -> dict[str
         return [sys.executable, "-m", "commands", "load", "--source", prefix, "--dest", str(dest),
                 "--rclone", rclone, "--termination-log", str(work / "summary.json")]  # fmt: skip
 
+    def unverified(url: str, dest: Path) -> list[str]:
+        return [*load(url, dest), "--no-verify"]
+
     def bare(url: str, dest: Path) -> list[str]:
         source = parse_data_source(prefix)
-        return rclone_command(rclone, source, str(dest), sync=False, transfers=limits.transfers,
-                              checkers=limits.checkers)  # fmt: skip
+        settings = loader_settings(rclone, source, env)
+        return rclone_command(rclone, source, str(dest), sync=False, settings=settings)
 
-    return {"s5cmd": s5, "load": load, "rclone": bare}
+    return {"s5cmd": s5, "load": load, "load-nv": unverified, "rclone": bare}
 
 
 def machine_limit(scenario: Scenario, root: Path, dest: Path, dataset: Dataset) -> list[str]:
@@ -325,7 +330,7 @@ def measure(args: argparse.Namespace, root: Path, tmp: Path) -> list[Copy]:
             dataset = datasets[scenario.dataset]
             with server(binary, root, scenario) as url:
                 env = {**job_environment(url, scratch), "AWS_EC2_METADATA_DISABLED": "true"}
-                contenders = clients(tmp, rclone, s5cmd, scenario)
+                contenders = clients(tmp, rclone, s5cmd, scenario, env)
                 names = [*contenders, *(["disk"] if scenario.limit else [])]
                 turn = round_ % len(names)
                 for name in names[turn:] + names[:turn]:
@@ -387,17 +392,20 @@ def report(copies: list[Copy], job_memory_mib: float) -> list[str]:
                 )
             lines.append(line)
     lines.append("")
-    for scenario, mine, other, figure, least in TARGETS:
-        ratios = [
-            getattr(by[(scenario, mine, r)], figure) / getattr(by[(scenario, other, r)], figure)
-            for r in rounds
-            if (scenario, mine, r) in by and (scenario, other, r) in by
-        ]
-        if ratios:
+    for scenario, target, other, figure, least in TARGETS:
+        for mine in (target, f"{target}-nv"):  # the loader, then without verification
+            ratios = [
+                getattr(by[(scenario, mine, r)], figure) / getattr(by[(scenario, other, r)], figure)
+                for r in rounds
+                if (scenario, mine, r) in by and (scenario, other, r) in by
+            ]
+            if not ratios:
+                continue
             met = "met" if statistics.median(ratios) >= least else "NOT met"
             lines.append(
                 f"{scenario:18s} {mine}/{other} {figure.replace('_', ' ')} "
                 f"{spread(ratios)}  target at least {least}: {met}"
+                + ("" if mine == target else " (verification off, for its price)")
             )
     overheads = [
         by[(c.scenario, "load", c.round)].seconds / c.seconds
@@ -443,16 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     root = args.dir or Path(tempfile.gettempdir()) / "gpu-admission-loader-limit"
     with tempfile.TemporaryDirectory(prefix="bench-loader-limit-") as tmp:
         copies = measure(args, root, Path(tmp))
-    print("\n".join(report(copies, job_memory_limit_mib())))
+    print("\n".join(report(copies, job_memory_limit() / MIB)))
     if args.json:
         args.json.write_text(json.dumps([asdict(c) for c in copies]))
     return 0
-
-
-def job_memory_limit_mib() -> float:
-    """The memory limit a loader Job's container gets (`datasets.loader_memory_limit`)."""
-    quantity = parse_quantity(DatasetConfig().loader_memory_limit)
-    return float(quantity or 0) / MIB
 
 
 if __name__ == "__main__":

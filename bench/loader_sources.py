@@ -32,11 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.loader import MIB, timed, tree_size
-from gpu_admission.config.model import DatasetConfig
+from bench.loader import MIB, job_memory_limit, loader_settings, timed, tree_size
 from gpu_admission.datasets.source import parse_data_source
+from gpu_admission.names import LOADER_MEMORY_LIMIT_ENV
 from loaders.rclone import rclone_command
+from loaders.shards import SourceObject
 from loaders.sources import rclone_env
+from loaders.tuning import hub_workers
 from tests.world.stand_ins.azurite import ACCOUNT, KEY, azurite
 from tests.world.stand_ins.hf_hub import hub_stand_in
 from tests.world.stand_ins.objectstores import dataset_files
@@ -79,32 +81,23 @@ def base_env(scratch: Path) -> dict[str, str]:
         # The loader runs `rclone` from PATH, as in its image: this environment's, first.
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     )
+    env[LOADER_MEMORY_LIMIT_ENV] = str(job_memory_limit())  # the Job's Downward API
     return env
 
 
-def bare_rclone(
-    source: str, env: Mapping[str, str], limits: DatasetConfig
-) -> Callable[[Path], float]:
+def bare_rclone(source: str, env: Mapping[str, str]) -> Callable[[Path], float]:
     parsed = parse_data_source(source)
     rclone = shutil.which("rclone", path=env["PATH"]) or "rclone"
 
     def copy(dest: Path) -> float:
-        command = rclone_command(
-            rclone,
-            parsed,
-            str(dest),
-            sync=False,
-            transfers=limits.transfers,
-            checkers=limits.checkers,
-        )
+        settings = loader_settings(rclone, parsed, env)
+        command = rclone_command(rclone, parsed, str(dest), sync=False, settings=settings)
         return timed(command, rclone_env(parsed, env))
 
     return copy
 
 
-def prepare(
-    backend: str, files: dict[str, bytes], scratch: Path, stack: ExitStack, limits: DatasetConfig
-) -> Contenders:
+def prepare(backend: str, files: dict[str, bytes], scratch: Path, stack: ExitStack) -> Contenders:
     env = base_env(scratch)
     if backend == "az":
         store = stack.enter_context(azurite())
@@ -116,13 +109,13 @@ def prepare(
             RCLONE_AZUREBLOB_ENDPOINT=store.endpoint,
         )
         source = "az://bench/train"
-        return Contenders(source, env, bare_rclone(source, env, limits))
+        return Contenders(source, env, bare_rclone(source, env))
     if backend == "https":
         server = stack.enter_context(web_files())
         server.put(files, prefix="train/")
         env.update(SSL_CERT_FILE=str(server.ca_path), RCLONE_CONFIG_SRC_TYPE="http")
         source = server.url("train/")
-        return Contenders(source, env, bare_rclone(source, env, limits))
+        return Contenders(source, env, bare_rclone(source, env))
     hub = stack.enter_context(hub_stand_in())
     hub.repo("bench/train", "dataset").commit(files)
     env.update(
@@ -138,7 +131,9 @@ def prepare(
         script = BARE_SNAPSHOT.replace(
             "snapshot_download(sys.argv[1],", "snapshot_download(sys.argv[1], repo_type='dataset',"
         )
-        command = [sys.executable, "-c", script, "bench/train", str(dest), str(limits.transfers)]
+        # The loader's download threads for these files (loaders.tuning).
+        workers = hub_workers([SourceObject(name, len(data)) for name, data in files.items()])
+        command = [sys.executable, "-c", script, "bench/train", str(dest), str(workers)]
         return timed(command, env)
 
     return Contenders("hf://datasets/bench/train", env, bare, ignore=HUB_BOOKKEEPING)
@@ -153,13 +148,10 @@ def data_size(root: Path, ignore: str) -> tuple[int, int]:
 def measure(
     name: str, contenders: Contenders, expected: tuple[int, int], rounds: int, work: Path
 ) -> dict[str, Any]:
-    limits = DatasetConfig()
-
     def loader(dest: Path) -> float:
         summary_file = dest.parent / f"{dest.name}.summary"
         command = [sys.executable, "-m", "commands", "load", "--source", contenders.source]
         command += ["--dest", str(dest), "--termination-log", str(summary_file)]
-        command += ["--transfers", str(limits.transfers), "--checkers", str(limits.checkers)]
         seconds = timed(command, contenders.env)
         summary = json.loads(summary_file.read_text())
         if summary.get("phase") != "Succeeded":
@@ -208,7 +200,7 @@ def run(backends: Iterator[str] | tuple[str, ...], args: argparse.Namespace) -> 
             scratch.mkdir()
             with ExitStack() as stack:
                 started = time.monotonic()
-                contenders = prepare(name, files, scratch, stack, DatasetConfig())
+                contenders = prepare(name, files, scratch, stack)
                 print(f"{name}: source ready in {time.monotonic() - started:.1f} s", flush=True)
                 figures[name] = measure(name, contenders, expected, args.rounds, work)
     return figures

@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpu_admission.datasets.source import DataSource, DataSourceError, parse_data_source
-from gpu_admission.names import DATA_MOUNT_PATH
+from gpu_admission.names import DATA_MOUNT_PATH, LOADER_MEMORY_LIMIT_ENV
 from loaders.digest_only import run_digest_only
 from loaders.hub import run_hub_load
 from loaders.rclone import DEFAULT_STALL_SECONDS, PERMANENT_EXIT_CODE, TERMINATION_LOG, run_load
 from loaders.stop import stopped_by_sigterm
+from loaders.tuning import CopyTuning
 
 USAGE_EXIT_CODE = 2
 INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by the Job controller in every Indexed Job pod
@@ -52,8 +53,43 @@ def add_load_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--sync", action="store_true", help="mirror the source: delete files it does not have"
     )
-    parser.add_argument("--transfers", type=int, default=8)
-    parser.add_argument("--checkers", type=int, default=16)
+    parser.add_argument(
+        "--transfers",
+        type=_positive,
+        default=None,
+        help="files copied at once (default: chosen from the listing, loaders.tuning)",
+    )
+    parser.add_argument(
+        "--checkers",
+        type=_positive,
+        default=None,
+        help="rclone's comparisons at once (default: as many as transfers, at least 16)",
+    )
+    parser.add_argument(
+        "--multi-thread-streams",
+        type=_positive,
+        default=None,
+        help="ranged streams per large file (default: chosen from the listing)",
+    )
+    parser.add_argument(
+        "--no-fast-list",
+        dest="fast_list",
+        action="store_false",
+        help="list the source directory by directory (rclone sources)",
+    )
+    parser.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="do not check each copied file against the store's MD5 (rclone sources)",
+    )
+    parser.add_argument(
+        "--memory-limit",
+        type=_positive,
+        default=None,
+        help=f"the container's memory limit in bytes, which the read-ahead buffers stay within "
+        f"(default: ${LOADER_MEMORY_LIMIT_ENV}, set by the loader Job from its own limit)",
+    )
     parser.add_argument(
         "--shard-count",
         type=int,
@@ -96,6 +132,31 @@ def add_load_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--termination-log", default=TERMINATION_LOG)
     parser.set_defaults(func=main_load)
     return parser
+
+
+def _positive(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def memory_limit_of(args: argparse.Namespace, environ: Mapping[str, str]) -> int | None:
+    """The flag's, else the Job's (a resourceFieldRef: whole bytes); None if neither says."""
+    if args.memory_limit is not None:
+        return int(args.memory_limit)
+    raw = environ.get(LOADER_MEMORY_LIMIT_ENV, "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None
+
+
+def tuning_of(args: argparse.Namespace) -> CopyTuning:
+    return CopyTuning(
+        transfers=args.transfers,
+        checkers=args.checkers,
+        multi_thread_streams=args.multi_thread_streams,
+        fast_list=args.fast_list,
+        verify=args.verify,
+    )
 
 
 def shard_of(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[int, int]:
@@ -152,8 +213,8 @@ def main_load(args: argparse.Namespace) -> int:
         source,
         args.dest,
         sync=args.sync,
-        transfers=args.transfers,
-        checkers=args.checkers,
+        tuning=tuning_of(args),
+        memory_limit=memory_limit_of(args, os.environ),
         rclone=args.rclone,
         termination_log=args.termination_log,
         shard_index=index,
@@ -176,7 +237,7 @@ def run_hub(source: DataSource, args: argparse.Namespace, index: int, count: int
             include=args.include,
             shard_index=index,
             shard_count=count,
-            transfers=args.transfers,
+            tuning=tuning_of(args),
             sync=args.sync,
             environ=dict(os.environ),
             out=sys.stdout,

@@ -121,6 +121,8 @@ PHASE_FAILED = "Failed"
 # such source, volume full); the loader Job's podFailurePolicy fails the Job at once on it.
 LOADER_PERMANENT_EXIT_CODE = 10
 DATA_MOUNT_PATH = "/data"
+# The loader container's memory limit in bytes, from the Downward API (a resourceFieldRef).
+LOADER_MEMORY_LIMIT_ENV = "LOADER_MEMORY_LIMIT"
 
 # Object names in the cluster.
 WEBHOOK_CONFIGURATION_NAME = "gpu-admission"

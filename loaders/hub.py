@@ -36,6 +36,7 @@ from loaders.report import write_summary
 from loaders.shards import ShardPlan, SourceObject, plan_shard
 from loaders.source_digest import source_digest
 from loaders.stop import STOPPED_CAUSE, STOPPED_EXIT_CODE, Stopped
+from loaders.tuning import DEFAULT_TUNING, CopyTuning, hub_workers
 
 PARTIAL_SUFFIX = ".incomplete"  # what huggingface_hub writes while a file downloads
 BOOKKEEPING = ".cache/huggingface"  # huggingface_hub's metadata inside local_dir
@@ -225,7 +226,7 @@ def run_hub_load(
     include: str | None,
     shard_index: int,
     shard_count: int,
-    transfers: int,
+    tuning: CopyTuning = DEFAULT_TUNING,
     sync: bool = False,
     environ: dict[str, str],
     out: IO[str],
@@ -252,6 +253,10 @@ def run_hub_load(
             with lock:
                 out.write(json.dumps({"level": "notice", "msg": f"pruned {removed} files"}) + "\n")
         present, _ = on_volume(Path(dest), plan.objects)  # a refresh or a clone's files
+        workers = hub_workers(plan.objects, tuning)
+        with lock:
+            note = f"download threads: {workers} for {len(plan.objects)} files"
+            out.write(json.dumps({"level": "notice", "msg": note}) + "\n")
         with ProgressTicker(Path(dest), plan, out, stats_seconds, lock):
             fetch(
                 source,
@@ -260,7 +265,7 @@ def run_hub_load(
                 dest,
                 endpoint=endpoint,
                 token=token,
-                workers=transfers,
+                workers=workers,
             )
         result.update(
             phase="Succeeded",

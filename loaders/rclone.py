@@ -46,6 +46,7 @@ from loaders.source_digest import content_pin, source_digest
 from loaders.sources import REMOTE, rclone_env
 from loaders.space import free_bytes, shortfall, still_to_fetch
 from loaders.stop import STOPPED_EXIT_CODE, Stopped, stopped_by_sigterm
+from loaders.tuning import DEFAULT_TUNING, CopySettings, CopyTuning, choose
 from loaders.verify import verify_sha256
 from loaders.watchdog import StallWatchdog
 
@@ -62,8 +63,7 @@ def rclone_command(
     dest: str,
     *,
     sync: bool,
-    transfers: int,
-    checkers: int,
+    settings: CopySettings,
     stats_seconds: float = 5.0,
     files_from: str | None = None,
     fetch_all: bool = False,
@@ -72,7 +72,8 @@ def rclone_command(
     """`rclone copy` (or `sync`) of the source; with `files_from`, only the listed objects (a
     shard's part: always `copy`, since a filtered `sync` deletes nothing outside its filter).
     `fetch_all`: every object is fetched, none skipped for matching what the volume holds;
-    `keep`: a filter rule of the volume's own files, neither copied nor deleted."""
+    `keep`: a filter rule of the volume's own files, neither copied nor deleted; `settings`:
+    how many files and streams at once (loaders.tuning)."""
     verb = "sync" if sync and files_from is None else "copy"
     command = [
         rclone,
@@ -80,10 +81,7 @@ def rclone_command(
         f"{REMOTE}:{source.remote_path}",
         dest,
         "--checksum",
-        "--transfers",
-        str(transfers),
-        "--checkers",
-        str(checkers),
+        *settings.flags(),
         "--use-json-log",
         "--stats",
         f"{stats_seconds:g}s",
@@ -120,8 +118,8 @@ def run_load(
     dest: str,
     *,
     sync: bool = False,
-    transfers: int = 8,
-    checkers: int = 16,
+    tuning: CopyTuning = DEFAULT_TUNING,
+    memory_limit: int | None = None,
     rclone: str = "rclone",
     termination_log: str = TERMINATION_LOG,
     environ: MutableMapping[str, str] | None = None,
@@ -138,7 +136,9 @@ def run_load(
     PERMANENT_EXIT_CODE). `sha256`: a single file's expected digest, checked after the copy.
     Before copying, what is still to fetch must fit the volume (loaders.space); while copying,
     `stall_seconds` without progress ends the load (loaders.watchdog; 0: never). `clone_of`:
-    the snapshot the volume is a clone of, whose load read `clone_digest` (loaders.reuse)."""
+    the snapshot the volume is a clone of, whose load read `clone_digest` (loaders.reuse).
+    How many files and streams at once is chosen from the listing within `memory_limit` bytes,
+    but for what `tuning` fixes (loaders.tuning)."""
     out = out or sys.stdout
     if stall_seconds > 0:  # ticks often enough that a moving transfer is seen moving
         stats_seconds = min(stats_seconds, stall_seconds / 4)
@@ -191,13 +191,14 @@ def run_load(
         if exit_code is None and not clone.copies:
             exit_code = 0
         elif exit_code is None:
+            settings = choose(shard.objects if shard else objects, memory_limit, tuning)
+            out.write(json.dumps({"level": "notice", "msg": settings.describe()}) + "\n")
             command = rclone_command(
                 rclone,
                 source,
                 dest,
                 sync=mirror,
-                transfers=transfers,
-                checkers=checkers,
+                settings=settings,
                 stats_seconds=stats_seconds,
                 files_from=files_from,
                 fetch_all=clone.fetch_all,

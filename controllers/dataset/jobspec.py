@@ -15,13 +15,14 @@ from controllers.dataset.loader_env import SCRATCH_PATH, loader_env
 from controllers.dataset.records import PvcRecord
 from controllers.dataset.trusted_ca import trusted_ca
 from gpu_admission.cluster.own_image import BUILT_IMAGE
-from gpu_admission.config.model import Config
+from gpu_admission.config.model import Config, DatasetConfig
 from gpu_admission.datasets.source import DataSource
 from gpu_admission.keyless import TokenRequest, aws_web_identity, azure_workload_identity
 from gpu_admission.names import (
     DATA_MOUNT_PATH,
     GCP_KEY_FILE,
     GCP_MOUNT_ROOT,
+    LOADER_MEMORY_LIMIT_ENV,
     LOADER_PERMANENT_EXIT_CODE,
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -110,13 +111,10 @@ def loader_args(inputs: LoaderJobInputs, config: Config) -> list[str]:
         source.url,
         "--dest",
         DATA_MOUNT_PATH,
-        "--transfers",
-        str(config.dataset.transfers),
-        "--checkers",
-        str(config.dataset.checkers),
         "--stats-seconds",  # fresh figures whenever the controller reads them
         f"{min(LOADER_STATS_SECONDS, config.dataset.progress_interval_seconds):g}",
     ]
+    args += tuning_args(config.dataset, source.scheme)
     if inputs.shards > 1:  # the index comes from JOB_COMPLETION_INDEX, set by the Job controller
         args += ["--shard-count", str(inputs.shards)]
     if inputs.sha256 and source.single_file:
@@ -132,6 +130,23 @@ def loader_args(inputs: LoaderJobInputs, config: Config) -> list[str]:
     if config.dataset.rclone_path != "rclone":
         args += ["--rclone", config.dataset.rclone_path]
     return [*args, "--sync"] if inputs.sync else args
+
+
+def tuning_args(ds: DatasetConfig, scheme: str) -> list[str]:
+    """What the configuration fixes of how the loader copies; the rest it chooses itself from
+    its listing (loaders.tuning)."""
+    args: list[str] = []
+    for flag, value in (
+        ("--transfers", ds.transfers),
+        ("--checkers", ds.checkers),
+        ("--multi-thread-streams", ds.multi_thread_streams),
+    ):
+        if value is not None and (scheme != "hf" or flag == "--transfers"):
+            args += [flag, str(value)]
+    if scheme != "hf":  # rclone's flags; the Hub loader lists and checks in its own way
+        args += [] if ds.fast_list else ["--no-fast-list"]
+        args += [] if ds.verify_checksums else ["--no-verify"]
+    return args
 
 
 def build_loader_job(inputs: LoaderJobInputs, config: Config) -> dict[str, Any]:
@@ -208,6 +223,9 @@ def _pod_spec(inputs: LoaderJobInputs, config: Config) -> dict[str, Any]:
     ds = config.dataset
     mounts, volumes = _mounts_and_volumes(inputs, config)
     env = loader_env(inputs.source, inputs.secret, config, inputs.token)
+    # The loader keeps its read-ahead buffers within its own limit (loaders.tuning).
+    limit = {"containerName": CONTAINER_NAME, "resource": "limits.memory"}
+    env.append({"name": LOADER_MEMORY_LIMIT_ENV, "valueFrom": {"resourceFieldRef": limit}})
     trust = trusted_ca(config)
     if trust is not None:
         mounts.append(trust.mount)

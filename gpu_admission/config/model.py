@@ -294,10 +294,21 @@ class DatasetConfig(_Model):
     `images:` set), read from its pod at start."""
     rclone_path: str = "rclone"
     """The rclone executable inside the loader image."""
-    transfers: Annotated[int, Field(ge=1, le=256)] = 8
-    """rclone's --transfers: parallel file copies."""
-    checkers: Annotated[int, Field(ge=1, le=256)] = 16
-    """rclone's --checkers: parallel comparisons."""
+    transfers: Annotated[int, Field(ge=1, le=256)] | None = None
+    """Files copied at once (rclone's --transfers; hf://: download threads); null: chosen by
+    each loader from its listing (64 for many small files, up to 4 large ones at once)."""
+    checkers: Annotated[int, Field(ge=1, le=256)] | None = None
+    """rclone's --checkers: comparisons at once; null: as many as transfers, at least 16."""
+    multi_thread_streams: Annotated[int, Field(ge=1, le=64)] | None = None
+    """Ranged streams per file of 64 MiB or more (rclone's --multi-thread-streams); null: 16
+    connections shared by the large files in flight, at least 4 each."""
+    fast_list: bool = True
+    """List the source in one recursive listing (rclone's --fast-list): fewer requests, the
+    listing held in memory."""
+    verify_checksums: bool = True
+    """Check each copied file against the MD5 the store gives (an S3 ETag of one part, a GCS
+    md5Hash, an Azure Content-MD5). False: sizes only, which saves the loader about 2 CPU
+    seconds per GiB (docs/datasets.md#how-fast-a-load-goes)."""
     sync_delete: bool = False  # default copy semantics; `true` mirrors (deletes extra files)
     """True: mirror the source (delete files it lacks) for every PVC."""
     backoff_limit: Annotated[int, Field(ge=0)] = 2

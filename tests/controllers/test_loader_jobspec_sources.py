@@ -56,7 +56,8 @@ def test_web_job_has_no_credentials_and_trusts_the_configured_ca() -> None:
     body = job("https://h.example/m/w.bin", config=config, sha256=digest)
     values = env(body)
     assert values["RCLONE_CONFIG_SRC_TYPE"] == "http"
-    assert not any(isinstance(v, dict) for v in values.values())  # no Secret referenced
+    referenced = [v for v in values.values() if isinstance(v, dict)]
+    assert not any("secretKeyRef" in v for v in referenced)  # no Secret referenced
     assert values["SSL_CERT_FILE"] == "/etc/gpu-admission/trusted-ca/ca.crt"
     command = container(body)["command"]
     assert command[command.index("--sha256") + 1] == digest.lower()
