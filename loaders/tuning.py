@@ -123,10 +123,12 @@ def choose(
         largest = max(large, default=0)
         if small >= len(large):  # mostly small files: latency-bound, many in flight
             transfers = max(1, min(SMALL_FILE_TRANSFERS, small))
-            at_once = min(len(large), transfers) or 1
+            at_once = min(len(large), transfers)
         else:  # mostly large files: a few at once, each in several ranges
-            transfers = at_once = max(1, min(LARGE_FILES_AT_ONCE, len(large)))
-        streams = max(RCLONE_DEFAULT_STREAMS, LARGE_FILE_CONNECTIONS // at_once)
+            transfers = at_once = min(LARGE_FILES_AT_ONCE, len(large))
+        streams = RCLONE_DEFAULT_STREAMS  # none is large: rclone's own, never used
+        if at_once:
+            streams = max(RCLONE_DEFAULT_STREAMS, LARGE_FILE_CONNECTIONS // at_once)
         sizes = [o.size for o in objects]
         median = human_bytes(int(statistics.median(sizes))) if sizes else "-"
         why = f"{len(objects)} files, {len(large)} of them from {human_bytes(MULTI_THREAD_CUTOFF)}"

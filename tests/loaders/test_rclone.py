@@ -16,6 +16,7 @@ from gpu_admission.datasets.source import parse_data_source
 from loaders.rclone import PERMANENT_EXIT_CODE, run_load
 from loaders.report import MAX_SUMMARY_BYTES, RunLog, encode_summary, plain_cause
 from loaders.sources import rclone_env
+from loaders.tuning import CopyTuning
 from tests.world.stand_ins.objectstores import (
     GcsStore,
     S3Store,
@@ -91,6 +92,33 @@ def test_copy_keeps_extra_files_and_sync_removes_them(s3: S3Store, tmp_path: Pat
     assert code == 0 and not (dest / "stale.txt").exists()
     assert tree(dest) == FILES
     assert summary["files"] == 0  # checksums matched: nothing copied again
+
+
+def test_the_copy_settings_are_chosen_from_the_listing_within_the_memory_limit(
+    s3: S3Store, tmp_path: Path
+) -> None:
+    code, _, log = load("s3://public-data/imagenet/train", tmp_path / "data", s3_env(s3),
+                        memory_limit=256 * 1024 * 1024)  # fmt: skip
+    assert code == 0  # real rclone took every flag
+    (said,) = [json.loads(line)["msg"] for line in log.splitlines() if "copy settings" in line]
+    count = len(FILES)
+    assert f"--transfers {count} --checkers {max(16, count)} " in said
+    assert f"--buffer-size {128 // count}Mi" in said and "--fast-list" in said
+    assert f"({count} files, 0 of them from 64.0 MiB" in said and "memory limit 256 MiB" in said
+
+
+def test_without_verification_a_refresh_still_compares_checksums(
+    s3: S3Store, tmp_path: Path
+) -> None:
+    dest, unverified = tmp_path / "data", CopyTuning(verify=False)
+    source = "s3://public-data/imagenet/train"
+    code, _, log = load(source, dest, s3_env(s3), tuning=unverified)
+    assert code == 0 and tree(dest) == FILES and "--ignore-checksum" in log
+    name = next(iter(FILES))
+    (dest / name).write_bytes(bytes(len(FILES[name])))  # same size, other bytes
+    code, summary, _ = load(source, dest, s3_env(s3), tuning=unverified)
+    assert code == 0 and summary["files"] == 1  # only the changed file, found by its MD5
+    assert tree(dest) == FILES
 
 
 def test_missing_bucket_fails_with_plain_cause(s3: S3Store, tmp_path: Path) -> None:

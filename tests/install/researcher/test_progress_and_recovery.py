@@ -48,6 +48,19 @@ def files_done(annotation: str) -> int:
     return int(annotation.split(", ")[1].split(" of ")[0])
 
 
+def copy_settings(cluster: InstallCluster, claim: str) -> list[str]:
+    """The `copy settings` line of each loader pod of the claim's Job that has said it yet."""
+    (job,) = jobs_of(cluster, claim)
+    selector = f"job-name={job.metadata.name}"
+    lines = []
+    for pod in cluster.core.list_namespaced_pod(NS, label_selector=selector).items:
+        if pod.status.phase == "Pending":
+            continue
+        log = cluster.core.read_namespaced_pod_log(pod.metadata.name, NS)
+        lines += [line for line in log.splitlines() if "copy settings:" in line]
+    return lines
+
+
 def test_progress_advances_on_the_pvc_while_the_load_runs(
     installed: InstallCluster, held_store: ThreadedHoldingProxy
 ) -> None:
@@ -68,6 +81,10 @@ def test_progress_advances_on_the_pvc_while_the_load_runs(
         "progress",
     )
     assert "of 2 shards done" in annotation and "%" in annotation
+    # Each shard chose how to copy from its own part, within the memory limit the kubelet gave
+    # it through the Downward API, the configured transfers winning.
+    said = wait_for(lambda: len(s := copy_settings(installed, "watched")) == 2 and s, "settings")
+    assert all("--transfers 32 " in line and "memory limit 2.0 GiB" in line for line in said)
     assert message.startswith("copying s3://watched-data with 2 shards: ")
     assert message.endswith(annotation)
     # Readable with kubectl get pvc -L.
