@@ -62,3 +62,19 @@ def test_targets_are_ratios_within_each_round_said_met_or_not() -> None:
     assert said[disk].endswith("target at least 0.7: met")
     assert "load/rclone seconds 1.00 (1.00 - 1.00)" in said[next(k for k in said if "wrapper" in k)]
     assert lines[-1] == "the loader's peak memory 3000 MiB, the Job's limit 2048: NOT met"
+
+
+def test_the_loader_without_verification_is_judged_beside_it_for_its_price() -> None:
+    copies = []
+    for round_ in (0, 1):
+        copies += [
+            _copy("large shards", "s5cmd", round_, 1.0),
+            _copy("large shards", "load", round_, 2.5),
+            _copy("large shards", "load-nv", round_, 1.0),
+        ]
+    lines = [line for line in report(copies, job_memory_mib=2048.0) if "load" in line]
+    judged = [line for line in lines if "load/s5cmd" in line or "load-nv/s5cmd" in line]
+    assert judged[0].startswith("large shards       load/s5cmd mib per second 0.40")
+    assert judged[0].endswith("target at least 0.9: NOT met")
+    assert "load-nv/s5cmd mib per second 1.00 (1.00 - 1.00)" in judged[1]
+    assert judged[1].endswith("target at least 0.9: met (verification off, for its price)")

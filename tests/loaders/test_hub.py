@@ -91,6 +91,8 @@ def test_a_model_at_main_is_fetched_at_its_commit(hub: HubStandIn, tmp_path: Pat
     assert summary["commit"] == hub.repos[("model", "acme/tiny-llm")].refs["main"]
     assert summary["files"] == len(MODEL) and summary["bytes"] == sum(map(len, MODEL.values()))
     assert summary["phase"] == "Succeeded"
+    # As many download threads as files, the model's few files all at once (loaders.tuning).
+    assert f'"download threads: {len(MODEL)} for {len(MODEL)} files"' in log
     # Every file came from the resolved commit, never from "main" again.
     resolved = [p for m, p in hub.requests if "/resolve/" in p and p.startswith("/acme/tiny-llm/")]
     assert resolved and all(f"/resolve/{summary['commit']}/" in p for p in resolved)
@@ -98,11 +100,14 @@ def test_a_model_at_main_is_fetched_at_its_commit(hub: HubStandIn, tmp_path: Pat
 
 def test_a_tag_resolves_and_data_include_narrows(hub: HubStandIn, tmp_path: Path) -> None:
     dest = tmp_path / "data"
-    code, summary, log = load(hub, "hf://acme/tiny-llm@v1.0", dest, "--include", "*.json, config.*")
+    code, summary, log = load(
+        hub, "hf://acme/tiny-llm@v1.0", dest, "--include", "*.json, config.*", "--transfers", "1"
+    )
     assert code == 0, log
     files = {k: v for k, v in tree(dest).items() if not k.startswith(".cache/")}
     assert files == {k: v for k, v in MODEL.items() if k.endswith(".json")}
     assert summary["files"] == 2
+    assert '"download threads: 1 for 2 files"' in log  # the configured number wins
 
 
 def test_a_dataset_listed_over_several_pages(hub: HubStandIn, tmp_path: Path) -> None:
