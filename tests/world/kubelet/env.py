@@ -9,9 +9,12 @@ args are expanded against the final environment.
 from __future__ import annotations
 
 import base64
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, Protocol
+
+from webhooks.policies.quantity import parse_quantity
 
 
 class ConfigError(Exception):
@@ -91,6 +94,43 @@ def field_value(pod: Mapping[str, Any], field_path: str) -> str:
     return str(simple[field_path] or "")
 
 
+_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+def resource_value(
+    pod: Mapping[str, Any], container: Mapping[str, Any], ref: Mapping[str, Any]
+) -> str:
+    """The downward API value of ``resourceFieldRef``, as the kubelet's
+    ``ExtractContainerResourceValue`` gives it: the container's quantity divided by the divisor
+    (none, or 0, is 1), rounded up. A request the container does not set is 0; a limit it does
+    not set is the node's allocatable, which this kubelet does not know: said as a config
+    error."""
+    spec = pod.get("spec") or {}
+    wanted = ref.get("containerName")
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    target = next((c for c in containers if c.get("name") == wanted), None)
+    if not wanted:  # the kubelet's containerResourceRuntimeValue: this container
+        target = container
+    if target is None:
+        raise ConfigError(f'resourceFieldRef: no container "{wanted}" in the pod')
+    field = str(ref.get("resource", ""))
+    kind, _, resource = field.partition(".")
+    if kind not in ("limits", "requests") or resource not in _RESOURCES:
+        raise ConfigError(f'unsupported resourceFieldRef resource "{field}"')
+    raw = ((target.get("resources") or {}).get(kind) or {}).get(resource)
+    if raw is None and kind == "requests":
+        return "0"
+    value = parse_quantity(raw)
+    if value is None:
+        unknown = "the node's allocatable (what the kubelet gives then) is not known here"
+        raise ConfigError(f"resourceFieldRef {field}: the container sets none, and {unknown}")
+    # The API server stores an unset divisor as "0"; the kubelet reads a zero divisor as 1.
+    divisor = parse_quantity(ref.get("divisor") or "0")
+    if divisor is None:
+        raise ConfigError(f"resourceFieldRef {field}: bad divisor {ref.get('divisor')!r}")
+    return str(math.ceil(value / (divisor or 1)))
+
+
 def _key_ref(ref: Mapping[str, Any], namespace: str, sources: Sources, kind: str) -> str | None:
     name = ref.get("name", "")
     obj = (
@@ -140,6 +180,8 @@ def build_env(
         source = var["valueFrom"]
         if "fieldRef" in source:
             env[name] = field_value(pod, source["fieldRef"].get("fieldPath", ""))
+        elif "resourceFieldRef" in source:
+            env[name] = resource_value(pod, container, source["resourceFieldRef"])
         elif "secretKeyRef" in source or "configMapKeyRef" in source:
             kind = "Secret" if "secretKeyRef" in source else "ConfigMap"
             ref = source.get("secretKeyRef") or source.get("configMapKeyRef") or {}

@@ -75,8 +75,27 @@ def test_env_resolution_order_sources_and_expansion():
             {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
             {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "CM", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "MODE"}}},
+            # As the API server stores an unset divisor: "0", which the kubelet reads as 1.
+            {
+                "name": "MEM",
+                "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "0"}},
+            },
+            {
+                "name": "MEM_MI",
+                "valueFrom": {
+                    "resourceFieldRef": {
+                        "containerName": "main",
+                        "resource": "limits.memory",
+                        "divisor": "1Mi",
+                    }
+                },
+            },
+            {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu"}}},
+            {"name": "DISK", "valueFrom": {"resourceFieldRef": {"resource": "requests.memory"}}},
         ],
+        "resources": {"limits": {"memory": "2Gi"}, "requests": {"cpu": "500m"}},
     }
+    pod["spec"]["containers"] = [container]
     sources = DictSources({"aws": {"id": "AKIA"}}, {"cm": {"MODE": "slow"}})
     env = build_env(pod, container, sources)
     # MODE from envFrom exists when GREETING is expanded; the later env entry overrides it.
@@ -92,6 +111,8 @@ def test_env_resolution_order_sources_and_expansion():
         "10.0.0.9",
         "slow",
     )
+    # The Downward API's resources: bytes; divided and rounded up; a request not set is 0.
+    assert (env["MEM"], env["MEM_MI"], env["CPU"], env["DISK"]) == ("2147483648", "2048", "1", "0")
     assert command_line(container, env) == ["echo", "hi slow", "$(GREETING)"]
     missing = {
         "name": "m",
