@@ -127,7 +127,7 @@ def _replicas(row: WorkloadRow) -> str:
     return ", ".join(fits) or "no GPU model seen"
 
 
-def _csv(header: Sequence[str], lines: Sequence[Sequence[object]]) -> str:
+def csv_text(header: Sequence[str], lines: Sequence[Sequence[object]]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -141,7 +141,7 @@ def render_workloads(rows: Sequence[WorkloadRow], output: str) -> str:
     if output == "csv":
         header = ["namespace", "workload_kind", "workload", "gpu_model", "peak_bytes"]
         header += ["share_bytes", "needed_bytes", "replicas", "preallocated"]
-        return _csv(
+        return csv_text(
             header,
             [
                 (
@@ -181,7 +181,7 @@ def render_namespaces(rows: Sequence[NamespaceRow], output: str) -> str:
         return json.dumps([asdict(r) for r in rows], indent=2)
     if output == "csv":
         header = ["namespace", "gpu_hours", "gpu_memory_gib_hours"]
-        return _csv(
+        return csv_text(
             header,
             [(r.namespace, f"{r.gpu_hours:.4f}", f"{r.gpu_memory_gib_hours:.4f}") for r in rows],
         )

@@ -26,6 +26,7 @@ import yaml
 from kubernetes import client
 
 from commands.parser import main as cli
+from gpu_usage.idle_report import IDLE_SERIES
 from gpu_usage.usage_report import GPUS_HELD, MEMORY_USED, hours_query
 from tests import ROOT
 from tests.manifests.monitoring_queries import named_series, rule_spec
@@ -190,11 +191,12 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
                         "processes": {"4101": 6 * GIB},
                         "sm": {"4101": 30},
                     },
+                    # The JobSet's worker holds its GPU and memory and computes nothing.
                     {
                         "uuid": "GPU-b",
                         "total": H200,
                         "processes": {"4102": 20 * GIB},
-                        "sm": {"4102": 90},
+                        "sm": {"4102": 0},
                     },
                 ]
             }
@@ -231,7 +233,8 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
         )
 
     agent = start_agent("agent.log")
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule_spec(), sort_keys=False))
+    rules = short_idle_window(rule_spec())
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
     (tmp_path / "prometheus.yml").write_text(
         yaml.safe_dump(
             {
@@ -340,6 +343,25 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
         assert 0 < float(gpu_hours) <= 1.25 * 120 / 3600
         assert 0 < float(memory_hours) <= 26 * 120 / 3600
 
+        # The JobSet's worker is idle once the (shortened) window has passed, the busy pod not;
+        # `usage --idle` names what the rule has.
+        idle = while_running(
+            lambda: _query(url, IDLE_SERIES), "the idle workload", running, TIMEOUT
+        )
+        assert [(s["metric"]["workload"], float(s["value"][1])) for s in idle] == [("pretrain", 1)]
+        assert cli(["usage", "--prometheus", url, "--idle", "--since", "10m", "-o", "json"]) == 0
+        (named,) = json.loads(capsys.readouterr().out)
+        assert (named["namespace"], named["workload_kind"], named["workload"]) == (
+            NAMESPACE,
+            "JobSet",
+            "pretrain",
+        )
+        assert named["gpus"] == 1 and named["gpu_hours_idle"] > 0
+        assert cli(["usage", "--prometheus", url, "--idle", "--by", "namespace"]) == 0
+        header, row = capsys.readouterr().out.splitlines()
+        assert header.split() == ["NAMESPACE", "IDLE", "NOW", "GPU-HOURS", "IDLE"]
+        assert row.split()[:2] == [NAMESPACE, "1"]
+
         # The agent restarts with the container still over its share: the same rise, so the
         # same Event's name, which the API server has; it counts as written, and no second.
         agent.terminate()
@@ -363,6 +385,22 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
         for process in (agent, server):
             process.terminate()
             process.wait(timeout=30)
+
+
+def short_idle_window(spec: dict) -> dict:
+    """The idle rules' hour made 20 seconds and their minutes 2 seconds, for this test only (a
+    real hour is promtool's to test: tests/manifests/monitoring/rules_test.yaml); every other
+    rule as kustomize renders it."""
+    (group,) = [g for g in spec["groups"] if g["name"] == "gpu-admission.gpu-idle"]
+    group["interval"] = "1s"
+    shortened = 0
+    for rule in group["rules"]:
+        before = rule["expr"]
+        rule["expr"] = before.replace("[1h]", "[20s]").replace("[1m]", "[2s]")
+        rule["expr"] = rule["expr"].replace(">= 55", ">= 15")
+        shortened += rule["expr"] != before
+    assert shortened == 6, "the idle rules changed form: shorten them here as they are now"
+    return spec
 
 
 def _text(url: str, needle: str) -> str | None:

@@ -120,6 +120,7 @@ def test_the_dashboard_is_labelled_for_the_grafana_sidecar_and_every_panel_queri
         "queue_depth",
         "leader",
         "audit_violations",
+        "workload_gpus_idle",
     )
     text = "\n".join(dashboard_queries())
     assert all(what in text for what in wanted)
