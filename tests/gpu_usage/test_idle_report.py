@@ -47,7 +47,7 @@ def test_a_gap_of_more_than_a_step_ends_a_stretch() -> None:
 
 def test_only_workloads_idle_now_are_listed_with_since_when() -> None:
     matrix = [
-        (labels("notebook", "Notebook"), minutes(90, 0, 1)),
+        (labels("notebook", "StatefulSet"), minutes(90, 0, 1)),
         (labels("finished"), minutes(200, 100, 2)),  # idle once, busy again since
         (labels("holder", "Pod", "team-b"), minutes(0, 0, 0.25)),  # named idle just now
     ]
@@ -63,7 +63,7 @@ def test_only_workloads_idle_now_are_listed_with_since_when() -> None:
 
 def test_per_namespace_every_stretch_of_the_period_is_summed() -> None:
     matrix = [
-        (labels("notebook", "Notebook"), minutes(90, 0, 1)),
+        (labels("notebook", "StatefulSet"), minutes(90, 0, 1)),
         (labels("finished"), minutes(200, 140, 2)),  # an hour and the hour before, at 2 GPUs
     ]
     [row] = idle_namespaces(matrix, NOW, STEP)
@@ -79,16 +79,16 @@ def test_the_step_stays_under_prometheus_points_limit() -> None:
 
 
 def test_the_outputs() -> None:
-    rows = idle_workloads([(labels("notebook", "Notebook"), minutes(90, 0, 0.25))], NOW, STEP)
+    rows = idle_workloads([(labels("notebook", "StatefulSet"), minutes(90, 0, 0.25))], NOW, STEP)
     table = render_idle_workloads(rows, "table").splitlines()
     header = ["NAMESPACE", "WORKLOAD", "GPUS", "IDLE", "SINCE", "GPU-HOURS", "IDLE"]
     assert table[0].split() == header
     since = "2027-01-15T05:30:00+00:00"
-    assert table[1].split() == ["team-a", "Notebook/notebook", "0.25", since, "0.62"]
+    assert table[1].split() == ["team-a", "StatefulSet/notebook", "0.25", since, "0.62"]
     [row] = csv.DictReader(io.StringIO(render_idle_workloads(rows, "csv")))
     assert row == {
         "namespace": "team-a",
-        "workload_kind": "Notebook",
+        "workload_kind": "StatefulSet",
         "workload": "notebook",
         "gpus": "0.25",
         "idle_since": "2027-01-15T05:30:00+00:00",
