@@ -11,6 +11,7 @@ the API, as the kubelet makes them). Everything else is the real thing."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import subprocess
@@ -390,7 +391,8 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
 def short_idle_window(spec: dict) -> dict:
     """The idle rules' hour made 20 seconds and their minutes 2 seconds, for this test only (a
     real hour is promtool's to test: tests/manifests/monitoring/rules_test.yaml); every other
-    rule as kustomize renders it."""
+    rule as kustomize renders it. A copy: the rendered spec is shared by every test."""
+    spec = copy.deepcopy(spec)
     (group,) = [g for g in spec["groups"] if g["name"] == "gpu-admission.gpu-idle"]
     group["interval"] = "1s"
     shortened = 0
