@@ -81,10 +81,6 @@ def test_progress_advances_on_the_pvc_while_the_load_runs(
         "progress",
     )
     assert "of 2 shards done" in annotation and "%" in annotation
-    # Each shard chose how to copy from its own part, within the memory limit the kubelet gave
-    # it through the Downward API, the configured transfers winning.
-    said = wait_for(lambda: len(s := copy_settings(installed, "watched")) == 2 and s, "settings")
-    assert all("--transfers 32 " in line and "memory limit 2.0 GiB" in line for line in said)
     assert message.startswith("copying s3://watched-data with 2 shards: ")
     assert message.endswith(annotation)
     # Readable with kubectl get pvc -L.
@@ -107,6 +103,11 @@ def test_progress_advances_on_the_pvc_while_the_load_runs(
     claimed = installed.core.read_namespaced_persistent_volume_claim("watched", NS)
     assert PROGRESS not in (claimed.metadata.labels or {})
     assert tree(volume_of(installed, "watched")) == FILES
+    # Each shard chose how to copy from its own part, within the memory limit the kubelet gave
+    # it through the Downward API, the configured transfers winning.
+    said = copy_settings(installed, "watched")
+    assert len(said) == 2, said
+    assert all("--transfers 32 " in line and "memory limit 2.0 GiB" in line for line in said)
 
 
 @pytest.fixture
