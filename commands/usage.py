@@ -48,8 +48,8 @@ def add_usage_parser(subparsers: Any) -> None:
 def _idle(args: argparse.Namespace) -> tuple[list[Any], str]:
     import time
 
+    from gpu_admission.process.prometheus_api import query_range
     from gpu_usage import idle_report as idle
-    from gpu_usage.prometheus_api import query_range
     from gpu_usage.usage_report import duration_seconds
 
     period = duration_seconds(args.since)
@@ -63,8 +63,8 @@ def _idle(args: argparse.Namespace) -> tuple[list[Any], str]:
 
 
 def usage_command(args: argparse.Namespace) -> int:
+    from gpu_admission.process.prometheus_api import PrometheusError, query
     from gpu_usage import usage_report as report
-    from gpu_usage.prometheus_api import PrometheusError, query
 
     def ask(promql: str) -> Any:
         return query(args.prometheus, promql.format(since=args.since))

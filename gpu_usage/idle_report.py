@@ -1,10 +1,9 @@
 """What `gpu-admission usage --idle` prints, from the idle recording rule's history (pure).
 
-`gpu_admission:workload_gpus_idle:1h` (manifests/components/monitoring/prometheusrule.yaml) has a
-point each minute a workload is idle: every container of it holding a GPU has used none of its
-GPUs for the rule's hour. Read as a range over the period, its points fall into stretches; a
-stretch began IDLE_WINDOW_SECONDS before its first point (the hour that made it idle) and is
-still on when its last point is the newest.
+`gpu_admission:workload_gpus_idle:1h` has a point each minute a workload is idle
+(gpu_admission/gpus/idle_series.py). Read as a range over the period, its points fall into
+stretches; a stretch began IDLE_WINDOW_SECONDS before its first point (the hour that made it
+idle) and is still on when its last point is the newest.
 
 By workload: the workloads idle now, the GPUs they hold (a whole GPU 1, a replica its fraction, a
 MIG slice its share), since when, and the GPU-hours held idle in the stretch so far. By
@@ -18,52 +17,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
+from gpu_admission.gpus.idle_series import (
+    IDLE_SERIES,
+    IDLE_WINDOW_SECONDS,
+    Points,
+    Stretch,
+    range_step,
+    stretches,
+)
 from gpu_usage.table import aligned
 from gpu_usage.usage_report import csv_text
 
-IDLE_SERIES = "gpu_admission:workload_gpus_idle:1h"
-IDLE_WINDOW_SECONDS = 3600  # the rule's window: a stretch began this long before its first point
-MAX_POINTS = 10_000  # Prometheus refuses a range of more than 11,000 points a series
-
-
-Points = Sequence[tuple[float, float]]
 Matrix = Sequence[tuple[Mapping[str, str], Points]]
 
-
-def range_step(period_seconds: int) -> int:
-    """Points a minute apart (the rule's own resolution), fewer for a period too long for that."""
-    return max(60, -(-period_seconds // MAX_POINTS // 60) * 60)
-
-
-@dataclass(frozen=True)
-class Stretch:
-    first: float  # the first point's time: named idle from then
-    last: float
-    gpus: float  # held at the last point
-    gpu_hours: float  # held idle, the hour before the first point included
-
-    @property
-    def since(self) -> float:
-        return self.first - IDLE_WINDOW_SECONDS
-
-
-def stretches(points: Points, step: int) -> list[Stretch]:
-    """The runs of points no more than a step and a half apart, each with its GPU-hours."""
-    runs: list[list[tuple[float, float]]] = []
-    for t, v in sorted(points):
-        if runs and t - runs[-1][-1][0] <= step * 1.5:
-            runs[-1].append((t, v))
-        else:
-            runs.append([(t, v)])
-    return [
-        Stretch(
-            run[0][0],
-            run[-1][0],
-            run[-1][1],
-            (run[0][1] * IDLE_WINDOW_SECONDS + sum(v for _, v in run[1:]) * step) / 3600,
-        )
-        for run in runs
-    ]
+# What `usage --idle` reads, from the one place that derives it.
+__all__ = ["IDLE_SERIES", "IDLE_WINDOW_SECONDS", "range_step", "stretches"]
 
 
 @dataclass(frozen=True)

@@ -3,17 +3,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from gpu_admission.config.base import _Model
+from gpu_admission.config.base import _Model, duration_seconds
 from gpu_admission.config.policy_modes import TUNABLE_POLICIES, PolicyMode
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(s|m|h)")
-_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class PolicySettings(_Model):
@@ -34,16 +30,7 @@ class AuditConfig(_Model):
     @field_validator("interval", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
-        if not isinstance(value, str):
-            return value
-        if match := _DURATION.fullmatch(value.strip()):
-            return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        try:
-            return float(value)
-        except ValueError:
-            raise ValueError(
-                f"{value!r} is not a duration: give seconds, or a number with s, m or h (10m)"
-            ) from None
+        return duration_seconds(value)
 
     report_name: str = "gpu-admission"
     """The name of each namespace's report."""

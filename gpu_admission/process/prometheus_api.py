@@ -1,5 +1,5 @@
 """Queries against Prometheus's HTTP API (`/api/v1/query`, `/api/v1/query_range`), for
-`gpu-admission usage`.
+`gpu-admission usage` and the controller's idle-GPU check.
 
 Only vectors (instant) and matrices (range) are read. A Prometheus that cannot be reached, answers
 with an error or with something else is `PrometheusError`, with what to check.
@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Mapping
 
 TIMEOUT_SECONDS = 60.0
+CLI_SETTING = "--prometheus"  # what an error tells the user to check: the flag, or a setting
 
 
 class PrometheusError(Exception):
@@ -22,7 +23,12 @@ class PrometheusError(Exception):
 
 
 def _get(
-    base_url: str, endpoint: str, params: Mapping[str, str], promql: str, timeout: float
+    base_url: str,
+    endpoint: str,
+    params: Mapping[str, str],
+    promql: str,
+    timeout: float,
+    setting: str,
 ) -> Mapping:
     """The `data` of a successful answer; PrometheusError with what to check otherwise."""
     url = f"{base_url.rstrip('/')}/api/v1/{endpoint}?{urllib.parse.urlencode(params)}"
@@ -39,7 +45,7 @@ def _get(
         ) from error
     except (urllib.error.URLError, OSError, ValueError) as error:
         raise PrometheusError(
-            f"cannot query Prometheus at {base_url}: {error}; check --prometheus (e.g. "
+            f"cannot query Prometheus at {base_url}: {error}; check {setting} (e.g. "
             "http://prometheus-operated.monitoring:9090, or a `kubectl port-forward` to it)"
         ) from error
     if body.get("status") != "success":
@@ -48,9 +54,9 @@ def _get(
 
 
 def query(
-    base_url: str, promql: str, timeout: float = TIMEOUT_SECONDS
+    base_url: str, promql: str, timeout: float = TIMEOUT_SECONDS, setting: str = CLI_SETTING
 ) -> list[tuple[Mapping[str, str], float]]:
-    data = _get(base_url, "query", {"query": promql}, promql, timeout)
+    data = _get(base_url, "query", {"query": promql}, promql, timeout, setting)
     if data.get("resultType") != "vector":
         raise PrometheusError(f"Prometheus at {base_url} gave no vector for {promql!r}: {data}")
     out = []
@@ -71,11 +77,12 @@ def query_range(
     end: float,
     step: int,
     timeout: float = TIMEOUT_SECONDS,
+    setting: str = CLI_SETTING,
 ) -> Matrix:
     """`/api/v1/query_range`: each series' (unix time, value) points from `start` to `end`, one
     every `step` seconds where the series has one."""
     params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": str(step)}
-    data = _get(base_url, "query_range", params, promql, timeout)
+    data = _get(base_url, "query_range", params, promql, timeout, setting)
     if data.get("resultType") != "matrix":
         raise PrometheusError(f"Prometheus at {base_url} gave no matrix for {promql!r}: {data}")
     out: Matrix = []
