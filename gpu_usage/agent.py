@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 
 from gpu_usage.attribution import UsageRow, attribute
+from gpu_usage.busy_time import BusyTime
 from gpu_usage.containers import ContainerUsage, Peaks, by_container
 from gpu_usage.driver_pause import DriverPause
 from gpu_usage.host_processes import ProcessTable
@@ -75,6 +76,7 @@ class Agent:
         self.metrics = metrics
         self.instance = instance
         self.peaks = Peaks()
+        self.busy_time = BusyTime()
         self.watch = watch or OverShareWatch()
         self.unavailable = "not swept yet"
         self.min_hang_seconds = MIN_HANG_SECONDS
@@ -112,6 +114,7 @@ class Agent:
         # for the next one (at most REFRESH_SECONDS) rather than appear under its IDs first.
         shown = [r for r in rows if r.named or running is None]
         containers = self.peaks.update(by_container(shown, reading.gpu_busy), running)
+        containers = self.busy_time.update(containers, started, running)
         over = self.watch.update(containers, running)
         total = time.perf_counter() - started
         seconds = {

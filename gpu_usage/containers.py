@@ -34,6 +34,7 @@ class ContainerUsage:
     workload_kind: str = ""
     workload: str = ""
     gpu_busy: float | None = None  # the GPU's own percent busy over the window
+    busy_seconds: float | None = None  # kept busy since it started (BusyTime fills it in)
 
 
 def by_container(

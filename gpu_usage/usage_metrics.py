@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpu_admission.process.metrics import Metrics
 from gpu_usage.attribution import UsageRow
@@ -56,9 +56,11 @@ class Family:
     name: str
     help: str
     labels: tuple[str, ...]
+    counter: bool = False  # a counter family (its samples get _total), else a gauge
 
-    def empty(self) -> GaugeMetricFamily:
-        return GaugeMetricFamily(self.name, self.help, labels=list(self.labels))
+    def empty(self) -> GaugeMetricFamily | CounterMetricFamily:
+        kind = CounterMetricFamily if self.counter else GaugeMetricFamily
+        return kind(self.name, self.help, labels=list(self.labels))
 
 
 POOL = ("preallocated",)
@@ -80,6 +82,14 @@ DUTY = Family(
     "(gpu_admission_gpu_duty_cycle). Absent where NVML cannot tell one process's share: MIG "
     "instances, MPS clients, older GPUs, and the agent's first sweep.",
     (*ACCELERATOR_LABELS, *WORKLOAD_LABELS),
+)
+BUSY = Family(
+    "gpu_admission_container_gpu_busy_seconds",  # exposed with _total
+    "Seconds the GPU's SMs ran the container's kernels since it started: each sweep's duty "
+    "times its window, summed (gpu_usage/busy_time.py), so rate() sees a burst shorter than "
+    "the scrape interval. Absent where the duty cycle is.",
+    (*ACCELERATOR_LABELS, *WORKLOAD_LABELS),
+    counter=True,
 )
 KUBELET_DUTY = Family(
     KUBELET_DUTY_CYCLE,
@@ -134,8 +144,8 @@ GPU_FAULT = Family(
     ("gpu", "reason", "figure"),
 )
 FAMILIES = (
-    MEMORY_USED, MEMORY_TOTAL, DUTY, KUBELET_DUTY, SHARE, PEAK, HELD, OVER_SHARE, OUTSIDE_PODS,
-    GPU_TOTAL, GPU_DUTY, GPU_FAULT,
+    MEMORY_USED, MEMORY_TOTAL, DUTY, BUSY, KUBELET_DUTY, SHARE, PEAK, HELD, OVER_SHARE,
+    OUTSIDE_PODS, GPU_TOTAL, GPU_DUTY, GPU_FAULT,
 )  # fmt: skip
 
 
@@ -182,6 +192,8 @@ class UsageCollector:
                 out[PEAK].add_metric([*labels, pool, *workload], u.peak_bytes)
             if u.sm_percent is not None:
                 out[DUTY].add_metric([*accelerator, *workload], u.sm_percent)
+            if u.busy_seconds is not None:
+                out[BUSY].add_metric([*accelerator, *workload], u.busy_seconds)
             if u.gpu_busy is not None and u.gpu.uuid in alone:
                 out[KUBELET_DUTY].add_metric([*accelerator, *workload], u.gpu_busy)
             if u.share_bytes is not None:

@@ -140,6 +140,12 @@ def test_a_sweep_shows_under_the_kubelets_old_names(tmp_path: Path) -> None:
     assert total.labels == {**labels, **kubelet} and total.value == 80 * GIB
     duty = samples["gpu_admission_container_gpu_duty_cycle"][0]
     assert duty.labels == {**labels, **kubelet, **workload} and duty.value == 60
+    # The same, as seconds kept busy: a counter, which rate() reads whatever it scrapes.
+    busy = samples["gpu_admission_container_gpu_busy_seconds"]
+    assert [(s.name, s.labels) for s in busy] == [
+        ("gpu_admission_container_gpu_busy_seconds_total", duty.labels)
+    ]
+    assert busy[0].value >= 0
     # Alone on a whole GPU: the kubelet's meaning (the GPU's own figure) under its old name.
     whole = samples["container_accelerator_duty_cycle"][0]
     assert whole.labels == duty.labels and whole.value == 60

@@ -11,11 +11,8 @@ the API, as the kubelet makes them). Everything else is the real thing."""
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
-import os
 import subprocess
-import sys
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -23,16 +20,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 from commands.parser import main as cli
 from gpu_usage.idle_report import IDLE_SERIES
 from gpu_usage.usage_report import GPUS_HELD, MEMORY_USED, hours_query
-from tests import ROOT
 from tests.manifests.monitoring_queries import named_series, rule_spec
+from tests.support.node_agent import start_agent
 from tests.support.ports import free_port
-from tests.support.prometheus_tools import prometheus_binary
+from tests.support.prometheus_tools import prometheus_binary, short_idle_window, start_prometheus
 from tests.support.waits import while_running
 from tests.world.control_plane import ControlPlane
 from tests.world.namespaces import namespace_ready
@@ -43,7 +39,6 @@ GIB = 1024**3
 NAMESPACE = "gpu-usage-team"
 NODE = "gpu-node-7"
 H200 = 150754820096  # bytes, as NVML gives an H200's memory
-SHIM = Path(__file__).parent / "nvml_shim"
 TIMEOUT = 90.0
 
 
@@ -205,62 +200,15 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
     )
     metrics_port, prometheus_port = free_port(), free_port()
 
-    def start_agent(log_name: str) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "commands",
-                "gpu-usage",
-                "--kubeconfig",
-                str(real_cluster.kubeconfig),
-                "--node",
-                NODE,
-                "--proc",
-                str(proc),
-                "--metrics-port",
-                str(metrics_port),
-                "--interval",
-                "0.5",
-            ],
-            cwd=ROOT,
-            env={
-                **os.environ,
-                "PYTHONPATH": os.pathsep.join(map(str, (SHIM, SHIM.parent, ROOT))),
-                "GPU_USAGE_FAKE_NVML": str(nvml),
-            },
-            stdout=(tmp_path / log_name).open("wb"),
-            stderr=subprocess.STDOUT,
+    def start(log_name: str) -> subprocess.Popen[bytes]:
+        return start_agent(
+            real_cluster.kubeconfig, NODE, proc, nvml, metrics_port, tmp_path / log_name
         )
 
-    agent = start_agent("agent.log")
+    agent = start("agent.log")
     rules = short_idle_window(rule_spec())
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
-    (tmp_path / "prometheus.yml").write_text(
-        yaml.safe_dump(
-            {
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(tmp_path / "rules.yaml")],
-                "scrape_configs": [
-                    {
-                        "job_name": "gpu-usage",
-                        "honor_labels": True,  # as the PodMonitor asks
-                        "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
-                    }
-                ],
-            }
-        )
-    )
-    server_log = (tmp_path / "prometheus.log").open("wb")
-    server = subprocess.Popen(
-        [
-            prometheus,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{prometheus_port}",
-        ],
-        stdout=server_log,
-        stderr=subprocess.STDOUT,
+    server = start_prometheus(
+        prometheus, tmp_path, rules, f"127.0.0.1:{metrics_port}", prometheus_port
     )
     url = f"http://127.0.0.1:{prometheus_port}"
     running = {"agent": agent, "prometheus": server}
@@ -367,7 +315,7 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
         # same Event's name, which the API server has; it counts as written, and no second.
         agent.terminate()
         agent.wait(timeout=30)
-        agent = running["agent"] = start_agent("agent-restarted.log")
+        agent = running["agent"] = start("agent-restarted.log")
         while_running(
             lambda: _text(
                 f"http://127.0.0.1:{metrics_port}/metrics",
@@ -386,23 +334,6 @@ def test_prometheus_scrapes_the_agent_and_usage_prints_from_the_rules(
         for process in (agent, server):
             process.terminate()
             process.wait(timeout=30)
-
-
-def short_idle_window(spec: dict) -> dict:
-    """The idle rules' hour made 20 seconds and their minutes 2 seconds, for this test only (a
-    real hour is promtool's to test: tests/manifests/monitoring/rules_test.yaml); every other
-    rule as kustomize renders it. A copy: the rendered spec is shared by every test."""
-    spec = copy.deepcopy(spec)
-    (group,) = [g for g in spec["groups"] if g["name"] == "gpu-admission.gpu-idle"]
-    group["interval"] = "1s"
-    shortened = 0
-    for rule in group["rules"]:
-        before = rule["expr"]
-        rule["expr"] = before.replace("[1h]", "[20s]").replace("[1m]", "[2s]")
-        rule["expr"] = rule["expr"].replace(">= 55", ">= 15")
-        shortened += rule["expr"] != before
-    assert shortened == 6, "the idle rules changed form: shorten them here as they are now"
-    return spec
 
 
 def _text(url: str, needle: str) -> str | None:

@@ -10,7 +10,9 @@ node (the agent runs with hostPID), so the agent gets the PIDs of real container
                "markers": {"gpu-tenant-train": 8589934592}}]}
 
 The calls and their answers are fake_nvml.py's (checked against the real binding's signatures
-in tests/gpu_usage/test_nvml_reader.py). Marked processes compute at 50 % SM. `"init_error": 18`
+in tests/gpu_usage/test_nvml_reader.py). Marked processes compute at 50 % SM. A process's memory
+or SM may be a list, taken in turn, one entry a sweep: `"sm": {"1234": [60, 0, 0, 0]}` is a
+burst every fourth sweep. `"init_error": 18`
 beside "gpus" makes nvmlInit answer that NVML code (read at each init).
 """
 
@@ -61,9 +63,14 @@ def _pids(marker: str) -> Iterator[int]:
             yield int(entry.name)
 
 
-def _gpu(state: dict[str, Any]) -> FakeGpu:
-    processes = {int(pid): int(size) for pid, size in state.get("processes", {}).items()}
-    sm = {int(pid): int(percent) for pid, percent in state.get("sm", {}).items()}
+def _at(value: Any, sweep: int) -> int:
+    """A number, or a list of them taken in turn, one a sweep (a burst, then quiet)."""
+    return int(value[sweep % len(value)]) if isinstance(value, list) else int(value)
+
+
+def _gpu(state: dict[str, Any], sweep: int) -> FakeGpu:
+    processes = {int(pid): _at(size, sweep) for pid, size in state.get("processes", {}).items()}
+    sm = {int(pid): _at(percent, sweep) for pid, percent in state.get("sm", {}).items()}
     for marker, size in state.get("markers", {}).items():
         for pid in _pids(marker):
             processes[pid], sm[pid] = int(size), 50
@@ -80,13 +87,15 @@ class _FileNvml(FakeNvml):  # type: ignore[misc]
     def __init__(self, path: Path) -> None:
         super().__init__([])
         self.path = path
+        self.sweeps = 0
 
     def nvmlInit(self) -> None:
         self.init_error = json.loads(self.path.read_text()).get("init_error")
         super().nvmlInit()
 
     def nvmlDeviceGetCount(self) -> int:
-        self.gpus = [_gpu(g) for g in json.loads(self.path.read_text())["gpus"]]
+        self.gpus = [_gpu(g, self.sweeps) for g in json.loads(self.path.read_text())["gpus"]]
+        self.sweeps += 1
         return int(super().nvmlDeviceGetCount())
 
 
