@@ -12,6 +12,10 @@ The leader also compares the installed admission objects (policies, bindings, we
 configurations) with what the configuration implies, and says what is missing or stale
 (`controllers/install_check`; the judgement is webhooks/apiserver_policies/install_expectation.py).
 
+With `idle.prometheus_url` set, the leader also reads the idle-GPU rules from Prometheus,
+announces idle workloads and, where a namespace opts in, gives their GPUs back
+(`controllers/idle`).
+
 With `audit.interval` set, the leader also scans what the cluster holds with every policy and
 writes one report per namespace (`controllers/reports`); the scan is the audit
 `gpu-admission audit` runs (`webhooks/audit/cluster.py`), wired here, where parts meet.
@@ -30,6 +34,7 @@ from aiohttp import web
 from kubernetes.client import ApiClient
 
 from controllers.dataset import DatasetController
+from controllers.idle import IdleChecker, IdleMetrics
 from controllers.install_check import InstallChecker
 from controllers.reports import AuditScanner
 from controllers.reports.scanner import ScanMetrics, ScanResult
@@ -99,6 +104,13 @@ class ControllerProcess:
                 lambda: audit_scan(config, api, view),
                 self.controller.leading,
             )
+        # Idle GPUs: announced and, where a namespace opts in, given back (controllers/idle).
+        idle_metrics = IdleMetrics(self.metrics)
+        self.idle_checker: IdleChecker | None = None
+        if config.idle.prometheus_url is not None:
+            self.idle_checker = IdleChecker(
+                api, config, idle_metrics, self.controller.leading, self.controller.identity
+            )
         self.draining = False
         self._runner: web.AppRunner | None = None
         self._freezer: asyncio.Task[None] | None = None
@@ -127,6 +139,8 @@ class ControllerProcess:
         if self.scan_view is not None and self.scanner is not None:
             self.scan_view.start()
             self.scanner.start()
+        if self.idle_checker is not None:
+            self.idle_checker.start()
         freeze_long_lived("started")
         self._freezer = asyncio.create_task(self._freeze_once_leading())
 
@@ -149,6 +163,8 @@ class ControllerProcess:
             self._freezer.cancel()
         if self.scanner is not None:
             await self.scanner.stop()
+        if self.idle_checker is not None:
+            await self.idle_checker.stop()
         if self.scan_view is not None:
             self.scan_view.stop()
         try:

@@ -124,6 +124,14 @@ DATA_MOUNT_PATH = "/data"
 # The loader container's memory limit in bytes, from the Downward API (a resourceFieldRef).
 LOADER_MEMORY_LIMIT_ENV = "LOADER_MEMORY_LIMIT"
 
+# Idle GPUs: Kubeflow's stop annotation (notebook-controller, pkg/culler: "The value of the
+# annotation will be a timestamp of when the Resource was stopped/culled", RFC 3339; the Notebook
+# controller scales the Notebook's StatefulSet to 0 while it is set, back to 1 when removed).
+KUBEFLOW_STOP_ANNOTATION = "kubeflow-resource-stopped"
+GPU_IDLE_REASON = "GPUIdle"
+GPUS_RETURNED_REASON = "GPUsReturned"
+GPU_RETURN_FAILED_REASON = "GPUReturnFailed"
+
 # Object names in the cluster.
 WEBHOOK_CONFIGURATION_NAME = "gpu-admission"
 LEADER_LEASE_NAME = "gpu-admission-controller"
@@ -333,6 +341,28 @@ class Names:
         """On namespaces (value "true") whose ServiceAccounts may be bound to cloud credentials:
         every pod there is sent to the webhook (apiserver_policies/credential_namespaces.py)."""
         return self._key("serviceaccount-credentials")
+
+    # Idle GPUs (docs/idle-gpus.md).
+    @cached_property
+    def return_idle_gpus_label(self) -> str:
+        """On namespaces (value "true"): the controller gives idle workloads' GPUs back."""
+        return self._key("return-idle-gpus")
+
+    @cached_property
+    def keep_idle_gpus_label(self) -> str:
+        """On a workload (value "true"): it is announced when idle, never given back."""
+        return self._key("keep-idle-gpus")
+
+    @cached_property
+    def replicas_before_idle(self) -> str:
+        """Written on a Deployment or StatefulSet scaled to zero: its replicas before."""
+        return self._key("replicas-before-idle")
+
+    @cached_property
+    def idle_announced(self) -> str:
+        """Written on an idle workload with its GPUIdle Event (the time, RFC 3339); removed
+        when the stretch ends (it used its GPUs, or the figures went) or it is given back."""
+        return self._key("idle-gpus-announced")
 
     # Scheduling gate.
     @cached_property

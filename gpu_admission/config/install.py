@@ -17,6 +17,7 @@ COMPONENTS = (
     "monitoring",
     "gpu-usage",
     "policy-reports",
+    "idle-gpus",
     "audit-mode",
     "without-gpu-visibility",
     "webhook-pod-mutations",

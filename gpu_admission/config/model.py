@@ -28,6 +28,7 @@ from gpu_admission.config.environ import (
     read_environ,
 )
 from gpu_admission.config.files import ConfigFileError, Layer, merged, read_layers, source_of
+from gpu_admission.config.idle import IdleConfig
 from gpu_admission.config.install import InstallConfig
 from gpu_admission.config.policy_modes import (
     TUNABLE_POLICIES,
@@ -462,6 +463,8 @@ class Config(_Model):
     (mutating: enforce, audit). Unnamed policies enforce."""
     audit: AuditConfig = AuditConfig()
     """The controller's background scan of what the cluster already holds."""
+    idle: IdleConfig = IdleConfig()
+    """Idle GPUs: the controller's GPUIdle Events and, where a namespace opts in, their return."""
     workloads: WorkloadsConfig = WorkloadsConfig()
     """Workloads (Deployments, Jobs, JobSets, ...) checked through their pod templates."""
     install: InstallConfig = InstallConfig()

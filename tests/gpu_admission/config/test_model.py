@@ -87,3 +87,20 @@ def test_a_missing_file_is_reported(tmp_path):
     with pytest.raises(ConfigError) as error:
         load_config(tmp_path / "absent.yaml", environ={})
     assert "cannot read config file" in str(error.value)
+
+
+def test_idle_settings_take_durations_and_a_prometheus_url() -> None:
+    from gpu_admission.config.idle import IdleConfig
+
+    idle = IdleConfig.model_validate(
+        {"prometheus_url": "http://prometheus-operated.monitoring:9090/", "grace": "10m"}
+    )
+    assert (idle.prometheus_url, idle.grace, idle.interval) == (
+        "http://prometheus-operated.monitoring:9090",
+        600,
+        60,
+    )
+    assert IdleConfig().prometheus_url is None  # off unless the component or the user sets it
+    for bad in ({"prometheus_url": "prometheus:9090"}, {"grace": "soon"}, {"interval": 0}):
+        with pytest.raises(ValueError):
+            IdleConfig.model_validate(bad)
