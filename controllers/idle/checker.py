@@ -323,8 +323,13 @@ class IdleChecker:
         except ApiException as error:
             log.info("idle stretch of %s ended; its annotation stays: %s", key, error.reason)
         audit.info(
-            "idle stretch ended",
-            extra={"namespace": key[0], "workload_kind": key[1], "workload": key[2]},
+            "idle GPUs: stretch ended",
+            extra={
+                "action": "stretch ended",
+                "namespace": key[0],
+                "workload_kind": key[1],
+                "workload": key[2],
+            },
         )
 
     def _event(

@@ -9,12 +9,18 @@ from collections.abc import Mapping
 
 from gpu_admission.gpus.idle_series import (
     FRESH_SECONDS,
+    IDLE_RULE_GROUP,
     IDLE_SERIES,
     idle_throughout,
     range_step,
     workload_selector,
 )
-from gpu_admission.process.prometheus_api import query, query_range
+from gpu_admission.process.prometheus_api import (
+    PrometheusError,
+    query,
+    query_range,
+    rule_groups,
+)
 
 SETTING = "idle.prometheus_url"
 TIMEOUT_SECONDS = 30.0
@@ -27,7 +33,13 @@ def _key(labels: Mapping[str, str]) -> tuple[str, str, str]:
 
 def idle_now(url: str) -> dict[tuple[str, str, str], float]:
     """(namespace, workload kind, workload) -> GPUs held, for each workload idle now whose
-    figure is fresh; PrometheusError when Prometheus cannot say."""
+    figure is fresh; PrometheusError when Prometheus cannot say, or has not loaded the rules
+    (then nothing would ever be named, without a word)."""
+    if IDLE_RULE_GROUP not in rule_groups(url, TIMEOUT_SECONDS, SETTING):
+        raise PrometheusError(
+            f"Prometheus at {url} has not loaded the rule group {IDLE_RULE_GROUP}: install the "
+            "monitoring component (its PrometheusRule), and check that this Prometheus selects it"
+        )
     held = {
         _key(labels): gpus for labels, gpus in query(url, IDLE_SERIES, TIMEOUT_SECONDS, SETTING)
     }

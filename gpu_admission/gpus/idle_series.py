@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+IDLE_RULE_GROUP = "gpu-admission.gpu-idle"  # the PrometheusRule's group that records it
 IDLE_SERIES = "gpu_admission:workload_gpus_idle:1h"
 IDLE_WINDOW_SECONDS = 3600  # the rule's window: a stretch began this long before its first point
 MAX_POINTS = 10_000  # Prometheus refuses a range of more than 11,000 points a series

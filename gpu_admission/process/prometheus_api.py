@@ -90,3 +90,11 @@ def query_range(
         points = [(float(t), float(v)) for t, v in series.get("values") or []]
         out.append((series.get("metric") or {}, [(t, v) for t, v in points if not math.isnan(v)]))
     return out
+
+
+def rule_groups(
+    base_url: str, timeout: float = TIMEOUT_SECONDS, setting: str = CLI_SETTING
+) -> set[str]:
+    """`/api/v1/rules`: the names of the rule groups Prometheus has loaded."""
+    data = _get(base_url, "rules", {"type": "record"}, "/api/v1/rules", timeout, setting)
+    return {str(group.get("name", "")) for group in data.get("groups") or []}

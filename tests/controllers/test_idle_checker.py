@@ -5,6 +5,7 @@ real API server and Prometheus is tests/real_api/test_idle_gpus.py)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -134,7 +135,10 @@ async def test_without_prometheus_the_check_fails_and_nothing_changes(
     assert checker.checks_done == 0
 
 
-def test_a_stretch_that_ends_takes_its_announcement_away(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stretch_that_ends_takes_its_announcement_away(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gpu_admission.audit.idle")
     api = RecordedApi()
     checker = _checker(monkeypatch, api)
     checker.check(NOW)
@@ -143,3 +147,24 @@ def test_a_stretch_that_ends_takes_its_announcement_away(monkeypatch: pytest.Mon
     checker.check(NOW + 60)
     assert ANNOUNCED not in api.obj["metadata"]["annotations"]
     assert checker.memory.announced == {}
+    actions = [r.action for r in caplog.records if r.name == "gpu_admission.audit.idle"]  # type: ignore[attr-defined]
+    assert actions == ["announced", "stretch ended"]
+
+
+def test_a_prometheus_without_the_idle_rules_fails_the_check_saying_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the monitoring component's rules nothing would ever be named, without a word."""
+    monkeypatch.setattr(checker_module.figures, "rule_groups", lambda url, timeout, setting: set())
+    with pytest.raises(
+        PrometheusError, match=r"has not loaded the rule group gpu-admission\.gpu-idle"
+    ):
+        checker_module.figures.idle_now("http://p:9090")
+
+
+def test_the_idle_rule_group_is_the_one_the_monitoring_component_ships() -> None:
+    from gpu_admission.gpus.idle_series import IDLE_RULE_GROUP, IDLE_SERIES
+    from tests.manifests.monitoring_queries import rule_spec
+
+    (group,) = [g for g in rule_spec()["groups"] if g["name"] == IDLE_RULE_GROUP]
+    assert IDLE_SERIES in [rule.get("record") for rule in group["rules"]]

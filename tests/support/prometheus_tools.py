@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpu_admission.gpus.idle_series import IDLE_RULE_GROUP
+
 
 def prometheus_binary(name: str) -> str:
     found = shutil.which(name)
@@ -24,19 +26,19 @@ def prometheus_binary(name: str) -> str:
 
 
 def short_idle_window(spec: dict[str, Any]) -> dict[str, Any]:
-    """The idle rules' hour made 20 seconds and their minutes 2 seconds (two minutes 4), for a
+    """The idle rules' hour made 10 seconds and their minutes 2 seconds (two minutes 4), for a
     test only (a
     real hour is promtool's to test: tests/manifests/monitoring/rules_test.yaml); every other
     rule as kustomize renders it. A copy: the rendered spec is shared by every test."""
     spec = copy.deepcopy(spec)
-    (group,) = [g for g in spec["groups"] if g["name"] == "gpu-admission.gpu-idle"]
+    (group,) = [g for g in spec["groups"] if g["name"] == IDLE_RULE_GROUP]
     group["interval"] = "1s"
     shortened = 0
     for rule in group["rules"]:
         before = rule["expr"]
-        rule["expr"] = before.replace("[1h]", "[20s]").replace("[1m]", "[2s]")
+        rule["expr"] = before.replace("[1h]", "[10s]").replace("[1m]", "[2s]")
         rule["expr"] = rule["expr"].replace("[2m]", "[4s]")
-        rule["expr"] = rule["expr"].replace(">= 55", ">= 15")
+        rule["expr"] = rule["expr"].replace(">= 55", ">= 7")
         shortened += rule["expr"] != before
     assert shortened == 6, "the idle rules changed form: shorten them here as they are now"
     return spec
