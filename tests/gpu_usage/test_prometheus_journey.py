@@ -16,7 +16,6 @@ import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from commands.parser import main as cli
 from gpu_usage.idle_report import IDLE_SERIES
 from gpu_usage.usage_report import GPUS_HELD, MEMORY_USED, hours_query
 from tests.manifests.monitoring_queries import named_series, rule_spec
-from tests.support.node_agent import start_agent
+from tests.support.node_agent import running_status, start_agent
 from tests.support.ports import free_port
 from tests.support.prometheus_tools import prometheus_binary, short_idle_window, start_prometheus
 from tests.support.waits import while_running
@@ -87,24 +86,7 @@ def _jobset(api: client.ApiClient, name: str) -> dict:
 
 def _running(core: client.CoreV1Api, name: str, container_id: str) -> str:
     """The kubelet's status write for a started pod; returns the pod's UID."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    status = {
-        "status": {
-            "phase": "Running",
-            "containerStatuses": [
-                {
-                    "name": "main",
-                    "image": "trainer:1",
-                    "imageID": "",
-                    "ready": True,
-                    "restartCount": 0,
-                    "containerID": f"containerd://{container_id}",
-                    "state": {"running": {"startedAt": now}},
-                }
-            ],
-        }
-    }
-    pod = core.patch_namespaced_pod_status(name, NAMESPACE, status)
+    pod = core.patch_namespaced_pod_status(name, NAMESPACE, running_status(container_id))
     return str(pod.metadata.uid)
 
 

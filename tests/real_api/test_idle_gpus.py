@@ -29,7 +29,6 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ from gpu_admission.process.metrics import Metrics
 from tests import ROOT
 from tests.manifests.monitoring_queries import rule_spec
 from tests.real_api.conftest import Kubectl, apply_base, namespace_ready
-from tests.support.node_agent import start_agent
+from tests.support.node_agent import running_status, start_agent
 from tests.support.ports import free_port
 from tests.support.prometheus_tools import prometheus_binary, short_idle_window, start_prometheus
 from tests.support.waits import while_running
@@ -148,22 +147,7 @@ class PlayedGpuNode:
             f"0::/kubepods/besteffort/pod{uid}/{container_id}\n"
         )
         (self.proc / str(pid) / "comm").write_text("python\n")
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        status = {
-            "phase": "Running",
-            "containerStatuses": [
-                {
-                    "name": "main",
-                    "image": "trainer:1",
-                    "imageID": "",
-                    "ready": True,
-                    "restartCount": 0,
-                    "containerID": f"containerd://{container_id}",
-                    "state": {"running": {"startedAt": now}},
-                }
-            ],
-        }
-        self.core.patch_namespaced_pod_status(name, NAMESPACE, {"status": status})
+        self.core.patch_namespaced_pod_status(name, NAMESPACE, running_status(container_id))
         self.running[uid] = (pid, pod.metadata.labels["app"])
         self._write_nvml()
 

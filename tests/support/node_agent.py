@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from tests import ROOT
 
@@ -43,3 +45,25 @@ def start_agent(
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
     )
+
+
+def running_status(container_id: str) -> dict[str, Any]:
+    """The kubelet's status of a pod whose one container `main` has started, as
+    `patch_namespaced_pod_status` takes it."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "image": "trainer:1",
+                    "imageID": "",
+                    "ready": True,
+                    "restartCount": 0,
+                    "containerID": f"containerd://{container_id}",
+                    "state": {"running": {"startedAt": now}},
+                }
+            ],
+        }
+    }
